@@ -1,0 +1,32 @@
+# Fresh-machine entry points: `make demo` runs the main job, `make test` runs every test tier.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[all]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/multisite demo
+
+test: setup
+	$(BIN)/python -m pytest -q tests/unit tests/integration tests/faults tests/spark
+
+test-unit: setup
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: setup
+	$(BIN)/python bench/commit.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,11 @@
+"""multisite: database replication across sites over one journal.
+
+The public API is re-exported here; see README.md for a tour.
+"""
+
+from .database import Database, RecoveryReport, Transaction, create, open
+from .errors import *  # noqa: F401,F403 - the exception tree is public
+from .errors import MultisiteError
+
+__all__ = ["Database", "RecoveryReport", "Transaction", "create", "open", "MultisiteError"]
+__version__ = "0.1.0"

@@ -1,0 +1,430 @@
+"""The embedded engine: an open instance, its transactions, and recovery on open.
+
+How a commit works (GT.M's order, SPEC §1), all under one commit lock that also fixes seqno order:
+
+1. each update is applied to the store's open SQLite transaction, reading its before-image first;
+2. the journal record (seqno, stream tag, origin, time, updates with before-images) is framed and
+   written to the journal; in ``fsync`` mode it is hardened here;
+3. the frame is handed to commit listeners (the journal pool that feeds Source Servers).
+
+Then, outside the lock, ``group`` mode waits for the shared fsync. The store's SQLite transaction is
+committed in batches, and only after the journal is hard up to the same seqno, so the store is never
+ahead of the journal. If a journal write fails (disk full) the store is reset to its last flush and
+rolled forward from the journal again, so nothing committed is lost and the failed transaction leaves
+no trace.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import msgspec
+
+from .errors import (InstanceExists, JournalError, NotPrimary, RegionNotFound, TransactionError,
+                     ValueEncodeError, ConfigError)
+from .instance import instance_file as ifile
+from .instance.layout import InstanceLock, Layout
+from .journal.reader import iter_records
+from .journal.records import KILL, SET, ZKILL, Record, Update, encode_payload, frame
+from .journal.recovery import recover_journal
+from .journal.writer import DEFAULT_SEGMENT_BYTES, DURABILITY_MODES, JournalWriter, create_segment
+from .keys import check_key, decode_key, encode_key
+from .store.sqlite import Store
+
+_encode_value = msgspec.msgpack.Encoder().encode
+decode_value = msgspec.msgpack.decode
+
+STORE_FLUSH_INTERVAL_S = 0.5
+STORE_FLUSH_TXNS = 50_000
+
+
+def encode_value(value: Any) -> bytes:
+    try:
+        return _encode_value(value)
+    except (TypeError, OverflowError, ValueError) as e:
+        raise ValueEncodeError(f"value {value!r:.80} cannot be stored: {e}; values must be msgpack-able "
+                               f"documents (None, bool, int, float, str, bytes, lists, dicts)") from e
+
+
+@dataclass
+class RecoveryReport:
+    journal_last_seqno: int = 0
+    store_seqno: int = 0  # what the store held before roll-forward
+    replayed: int = 0
+    replay_seconds: float = 0.0
+    torn_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"journal ends at seqno {self.journal_last_seqno}",
+                 f"store was at {self.store_seqno}, rolled forward {self.replayed} transactions"]
+        if self.replay_seconds > 0 and self.replayed:
+            parts.append(f"at {self.replayed / self.replay_seconds:,.0f} records/s")
+        return "; ".join(parts) + ("" if not self.notes else "; " + "; ".join(self.notes))
+
+
+def create(path: str | os.PathLike, name: str, *, group: str = "default", supplementary: bool = False,
+           durability: str = "fsync", segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+           journal_pool_bytes: int = 64 * 1024 * 1024) -> Path:
+    """Create a new, empty instance directory named ``name`` in LMS group ``group``."""
+    if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ConfigError(f"instance name {name!r} must be letters, digits, '-', '_' or '.'")
+    if durability not in DURABILITY_MODES:
+        raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
+    lay = Layout(Path(path).absolute())
+    if lay.instance_file.exists():
+        raise InstanceExists(f"{lay.root} already holds an instance; choose another directory")
+    if lay.root.exists() and any(lay.root.iterdir()):
+        raise InstanceExists(f"{lay.root} exists and is not empty; choose an empty or new directory")
+    for d in lay.dirs():
+        d.mkdir(parents=True, exist_ok=True)
+    create_segment(lay.journal, 1, 1, 0)
+    Store(lay.store_file).close()
+    inst = ifile.InstanceFile(name=name, group=group, supplementary=supplementary, created=time.time(),
+                              durability=durability, segment_bytes=segment_bytes,
+                              journal_pool_bytes=journal_pool_bytes)
+    inst.add_history(1, name, "originating")
+    ifile.save(lay.instance_file, inst)
+    return lay.root
+
+
+class Database:
+    """An open instance. Thread-safe; one per process per instance (the instance lock)."""
+
+    def __init__(self, path: str | os.PathLike, *, durability: str | None = None,
+                 segment_bytes: int | None = None):
+        self.layout = Layout.existing(path)
+        self._lock_file = InstanceLock(self.layout)
+        self._lock_file.acquire()
+        try:
+            self._open(durability, segment_bytes)
+        except BaseException:
+            self._lock_file.release()
+            raise
+
+    def _open(self, durability: str | None, segment_bytes: int | None) -> None:
+        lay = self.layout
+        self.info = ifile.load(lay.instance_file)
+        self.name = self.info.name
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._closed = False
+        self.commit_listeners: list[Callable[[int, bytes], None]] = []
+        t0 = time.perf_counter()
+        js = recover_journal(lay.journal)
+        self.store = Store(lay.store_file)
+        rep = RecoveryReport(journal_last_seqno=js.last_seqno, store_seqno=self.store.applied_seqno,
+                             torn_bytes=js.torn_bytes, notes=list(js.notes))
+        if self.store.applied_seqno > js.last_seqno:
+            raise JournalError(f"the store of {lay.root} is at seqno {self.store.applied_seqno} but its journal "
+                               f"ends at {js.last_seqno}: journal files are missing; restore from a backup")
+        tail = js.segments[-1]
+        self.journal = JournalWriter(lay.journal, index=tail.index, path=tail.path, last_seqno=js.last_seqno,
+                                     durability=durability or self.info.durability,
+                                     segment_bytes=segment_bytes or self.info.segment_bytes)
+        self._seqno = js.last_seqno
+        self._stream_seqnos: dict[int, int] = {}
+        if self.store.applied_seqno < js.last_seqno:
+            t1 = time.perf_counter()
+            rep.replayed = self._roll_forward(self.store.applied_seqno + 1, js.last_seqno)
+            self.store.flush()
+            rep.replay_seconds = time.perf_counter() - t1
+        self.recovery = rep
+        self.open_seconds = time.perf_counter() - t0
+        self._last_flush = time.monotonic()
+
+    # -- recovery --------------------------------------------------------------------------------
+    def _roll_forward(self, first: int, last: int) -> int:
+        n = 0
+        for rec in iter_records(self.layout.journal, first, last):
+            self._apply_to_store(rec.updates, rec.seqno)
+            n += 1
+        if n != last - first + 1:
+            raise JournalError(f"journal of {self.layout.root} is missing records {first}..{last} needed to "
+                               f"roll the store forward")
+        return n
+
+    def _apply_to_store(self, updates: list[Update], seqno: int) -> None:
+        st = self.store
+        regions = st.regions
+        names = set()
+        for u in updates:
+            r = regions.get(u.region) or st.create_region(u.region, True)
+            kb = encode_key(u.key)
+            if u.op == SET:
+                st.put(r.id, kb, u.value)
+            elif u.op == KILL:
+                st.delete_subtree(r.id, kb)
+            else:
+                st.delete(r.id, kb)
+            names.add(u.region)
+        st.mark_applied(seqno, names)
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def seqno(self) -> int:
+        """The last committed seqno."""
+        return self._seqno
+
+    @property
+    def role(self) -> str:
+        return self.info.role
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransactionError(f"instance {self.layout.root} is closed")
+
+    # -- regions ---------------------------------------------------------------------------------
+    def create_region(self, name: str, replicated: bool = True, schema: str | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"region name must be a non-empty string, got {name!r}")
+        with self._lock:
+            self._check_open()
+            if name in self.store.regions:
+                r = self.store.regions[name]
+                if r.replicated != replicated:
+                    raise ConfigError(f"region {name!r} exists and is {'' if r.replicated else 'un'}replicated")
+                return
+            self.store.create_region(name, replicated, schema)
+            self.journal.sync()
+            self.store.flush()
+
+    def regions(self) -> dict[str, bool]:
+        return {n: r.replicated for n, r in self.store.regions.items()}
+
+    def _region(self, name: str):
+        r = self.store.regions.get(name)
+        if r is None:
+            raise RegionNotFound(f"region {name!r} does not exist in instance {self.name}; create it with "
+                                 f"db.create_region({name!r})")
+        return r
+
+    # -- reads -----------------------------------------------------------------------------------
+    def get(self, region: str, key: tuple) -> Any:
+        kb = encode_key(check_key(key))
+        with self._lock:
+            self._check_open()
+            vb = self.store.get(self._region(region).id, kb)
+        return None if vb is None else decode_value(vb)
+
+    def items(self, region: str, start: tuple | None = None, stop: tuple | None = None,
+              batch: int = 1000) -> Iterator[tuple[tuple, Any]]:
+        """``(key, value)`` in key order from ``start`` (inclusive) to ``stop`` (exclusive)."""
+        lo = encode_key(check_key(start)) if start is not None else b""
+        hi = encode_key(check_key(stop)) if stop is not None else None
+        inclusive = True
+        while True:
+            with self._lock:
+                self._check_open()
+                rows = self.store.page(self._region(region).id, lo, hi, batch, inclusive=inclusive)
+            for kb, vb in rows:
+                yield decode_key(kb), decode_value(vb)
+            if len(rows) < batch:
+                return
+            lo, inclusive = rows[-1][0], False
+
+    # -- writes ----------------------------------------------------------------------------------
+    def transaction(self) -> "Transaction":
+        return Transaction(self)
+
+    def set(self, region: str, key: tuple, value: Any) -> int:
+        with self.transaction() as tx:
+            tx.set(region, key, value)
+        return tx.seqno
+
+    def kill(self, region: str, key: tuple) -> int:
+        with self.transaction() as tx:
+            tx.kill(region, key)
+        return tx.seqno
+
+    def zkill(self, region: str, key: tuple) -> int:
+        with self.transaction() as tx:
+            tx.zkill(region, key)
+        return tx.seqno
+
+    def _commit(self, ops: list[tuple[int, str, tuple, bytes | None]], *, origin: str | None = None,
+                stream: int = 0, stream_seqno: int | None = None, replicated_apply: bool = False,
+                commit_time: float | None = None) -> int:
+        """Apply ``ops`` atomically; return the seqno (0 if nothing replicated was touched)."""
+        with self._lock:
+            self._check_open()
+            st = self.store
+            regions = st.regions
+            for op in ops:
+                r = regions.get(op[1])
+                if r is None:
+                    if not replicated_apply:
+                        self._region(op[1])
+                elif r.replicated and not replicated_apply and self.info.role != "primary":
+                    raise NotPrimary(f"instance {self.name} is a replicating secondary: it accepts no "
+                                     f"application updates to replicated region {op[1]!r}; write to its primary")
+            updates: list[Update] = []
+            touched: set[str] = set()
+            seqno = self._seqno + 1
+            for opc, region, key, vb in ops:
+                r = regions.get(region) or st.create_region(region, True)
+                kb = encode_key(key)
+                if opc == SET:
+                    before = st.get(r.id, kb) if r.replicated else None
+                    st.put(r.id, kb, vb)
+                    if r.replicated:
+                        updates.append(Update(SET, region, key, vb, before))
+                elif opc == KILL:
+                    if r.replicated:
+                        killed = [(decode_key(k), v) for k, v in st.subtree(r.id, kb)]
+                        updates.append(Update(KILL, region, key, None, None, killed))
+                    st.delete_subtree(r.id, kb)
+                else:
+                    if r.replicated:
+                        updates.append(Update(ZKILL, region, key, None, st.get(r.id, kb)))
+                    st.delete(r.id, kb)
+                if r.replicated:
+                    touched.add(region)
+            if not updates:
+                self._maybe_flush()
+                return 0
+            rec = Record(seqno, stream, seqno if stream_seqno is None else stream_seqno,
+                         origin or self.name, commit_time or time.time(), updates)
+            data = frame(seqno, encode_payload(rec))
+            try:
+                self.journal.append(data, seqno)
+            except BaseException:
+                self._reset_store()
+                raise
+            self._seqno = seqno
+            if stream:
+                self._stream_seqnos[stream] = rec.stream_seqno
+            st.mark_applied(seqno, touched)
+            for listener in self.commit_listeners:
+                listener(seqno, data)
+            self._maybe_flush()
+        self.journal.wait_durable(seqno, self._lock)
+        return seqno
+
+    def apply_record(self, rec: Record, *, keep_seqno: bool = True, stream: int | None = None) -> int:
+        """Apply a transaction received from upstream (Update Process). BC keeps the seqno."""
+        ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
+        if keep_seqno and rec.seqno != self._seqno + 1:
+            raise JournalError(f"instance {self.name} is at seqno {self._seqno}; cannot apply {rec.seqno}")
+        return self._commit(ops, origin=rec.origin, stream=rec.stream if stream is None else stream,
+                            stream_seqno=rec.stream_seqno, replicated_apply=True, commit_time=rec.time)
+
+    def _reset_store(self) -> None:
+        """A journal write failed: drop the store's unflushed state and roll forward from the journal."""
+        self.store.discard()
+        if self.store.applied_seqno < self.journal.written_seqno:
+            self._roll_forward(self.store.applied_seqno + 1, self.journal.written_seqno)
+
+    def _maybe_flush(self) -> None:
+        st = self.store
+        if not st.dirty:
+            return
+        if (st.applied_seqno - st.flushed_seqno >= STORE_FLUSH_TXNS
+                or time.monotonic() - self._last_flush >= STORE_FLUSH_INTERVAL_S):
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self.journal.sync()
+        self.store.flush()
+        self._last_flush = time.monotonic()
+
+    def flush(self) -> None:
+        """Harden the journal and commit the store now."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    # -- instance file ---------------------------------------------------------------------------
+    def save_info(self) -> None:
+        """Write the instance file (with the current seqno) crash-safely."""
+        self.info.seqno = self._seqno
+        ifile.save(self.layout.instance_file, self.info)
+
+    def update_info(self, fn: Callable[[ifile.InstanceFile], None]) -> None:
+        with self._lock:
+            fn(self.info)
+            self.save_info()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.journal.sync()
+                self.store.close()
+                self.journal.close()
+                self.save_info()
+            finally:
+                self._lock_file.release()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<multisite.Database {self.name} at {self.layout.root} seqno={self._seqno}>"
+
+
+class Transaction:
+    """``with db.transaction() as tx:`` — updates commit atomically with one seqno."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self.ops: list[tuple[int, str, tuple, bytes | None]] = []
+        self.seqno = 0
+        self._state = "new"
+
+    def __enter__(self) -> "Transaction":
+        local = self.db._local
+        if getattr(local, "tx", None) is not None:
+            raise TransactionError("nested transactions are not supported: commit the outer transaction first")
+        self.db._check_open()
+        local.tx = self
+        self._state = "open"
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.db._local.tx = None
+        if exc_type is not None:
+            self._state = "aborted"
+            return
+        self.commit()
+
+    def commit(self) -> int:
+        if self._state == "committed":
+            raise TransactionError("transaction already committed")
+        self._state = "committed"
+        if self.ops:
+            self.seqno = self.db._commit(self.ops)
+        return self.seqno
+
+    def _add(self, op: int, region: str, key: Any, vb: bytes | None) -> None:
+        if self._state != "open":
+            raise TransactionError(f"transaction is {self._state}; start a new one with db.transaction()")
+        if not isinstance(region, str):
+            raise RegionNotFound(f"region must be a region name, got {region!r}")
+        self.db._region(region)
+        self.ops.append((op, region, check_key(key), vb))
+
+    def set(self, region: str, key: tuple, value: Any) -> None:
+        self._add(SET, region, key, encode_value(value))
+
+    def kill(self, region: str, key: tuple) -> None:
+        self._add(KILL, region, key, None)
+
+    def zkill(self, region: str, key: tuple) -> None:
+        self._add(ZKILL, region, key, None)
+
+
+def open(path: str | os.PathLike, **kwargs: Any) -> Database:  # noqa: A001 - the public name
+    """Open (and recover) the instance at ``path``."""
+    return Database(path, **kwargs)

@@ -1,0 +1,156 @@
+"""One exception tree for the whole system.
+
+Every error carries a stable ``code`` (used by the CLI's exit output, by the wire protocol's
+error message and by scripts) and a message that says what went wrong, where, and what to do.
+The CLI prints ``str(err)`` without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class MultisiteError(Exception):
+    """Root of every error multisite raises on purpose."""
+
+    code = "MULTISITE"
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class ConfigError(MultisiteError, ValueError):
+    """A setting, argument or configuration file is wrong."""
+
+    code = "CONFIG"
+
+
+class KeyTypeError(MultisiteError, TypeError):
+    """A key is not a tuple of str and int."""
+
+    code = "KEY_TYPE"
+
+
+class ValueEncodeError(MultisiteError, TypeError):
+    """A value cannot be encoded as a msgpack document."""
+
+    code = "VALUE_ENCODE"
+
+
+class RegionNotFound(MultisiteError, KeyError):
+    code = "REGION_NOT_FOUND"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return f"{self.code}: {self.message}"
+
+
+class TransactionError(MultisiteError):
+    """Misuse of transactions: nesting, use after commit, updates on a closed handle."""
+
+    code = "TRANSACTION"
+
+
+class NotAnInstance(MultisiteError):
+    code = "NOT_AN_INSTANCE"
+
+
+class InstanceExists(MultisiteError):
+    code = "INSTANCE_EXISTS"
+
+
+class InstanceLocked(MultisiteError):
+    """Another process owns the instance."""
+
+    code = "INSTANCE_LOCKED"
+
+
+class InstanceFileCorrupt(MultisiteError):
+    code = "INSTANCE_FILE_CORRUPT"
+
+
+class JournalError(MultisiteError):
+    code = "JOURNAL"
+
+
+class JournalCorrupt(JournalError):
+    """A journal segment holds bytes that are not a valid record where one must be."""
+
+    code = "JOURNAL_CORRUPT"
+
+    def __init__(self, message: str, *, path: str = "", offset: int = -1, **details: object) -> None:
+        super().__init__(message, path=path, offset=offset, **details)
+        self.path = path
+        self.offset = offset
+
+
+class JournalGap(JournalError):
+    """Records needed are no longer in the journal (pruned) or a seqno is missing."""
+
+    code = "JOURNAL_GAP"
+
+
+class StorageFull(MultisiteError, OSError):
+    """The disk is full; nothing acknowledged was lost, the failed commit was not applied."""
+
+    code = "STORAGE_FULL"
+
+
+class NotPrimary(MultisiteError):
+    """Application updates were attempted on an instance that is a replicating secondary."""
+
+    code = "NOT_PRIMARY"
+
+
+class HistoryMismatch(MultisiteError):
+    """Two instances' histories do not allow replication without a rollback (or at all)."""
+
+    code = "HISTORY_MISMATCH"
+
+
+class GroupMismatch(HistoryMismatch):
+    code = "GROUP_MISMATCH"
+
+
+class RollbackError(MultisiteError):
+    code = "ROLLBACK"
+
+
+class LostFileCorrupt(MultisiteError):
+    code = "LOST_FILE_CORRUPT"
+
+
+class ProtocolError(MultisiteError):
+    code = "PROTOCOL"
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something the protocol does not allow in the current state."""
+
+    code = "LOCAL_PROTOCOL"
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes or a message the protocol does not allow; the connection must close."""
+
+    code = "REMOTE_PROTOCOL"
+
+
+class ConnectionLost(MultisiteError):
+    code = "CONNECTION_LOST"
+
+
+class ServerError(MultisiteError):
+    """A server process could not be started, stopped or reached."""
+
+    code = "SERVER"
+
+
+class ReplicationVotedToRollback(MultisiteError):
+    code = "REPLICATION_VOTED_TO_ROLLBACK"
+
+
+class PipelineError(MultisiteError):
+    code = "PIPELINE"

@@ -1,0 +1,57 @@
+"""Crash-safe file writes, used everywhere a file must be either old or new, never half-written.
+
+The recipe (as litestream does it): write a temp file in the same directory, fsync it, ``os.replace``
+it over the target, fsync the directory so the rename itself is durable.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from .errors import StorageFull
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview, what: str) -> None:
+    """os.write until done; a full disk raises StorageFull naming ``what``."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageFull(f"no space left on the device while writing {what}; free space and retry") from e
+        raise
+
+
+def atomic_write(path: Path, data: bytes, *, hook=None) -> None:
+    """Replace ``path`` with ``data`` crash-safely. ``hook(step)`` is called between steps (tests)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data, str(path))
+        if hook:
+            hook("written")
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    if hook:
+        hook("synced")
+    os.replace(tmp, path)
+    if hook:
+        hook("replaced")
+    fsync_dir(path.parent)

@@ -1,0 +1,124 @@
+"""The instance directory and the lock that makes one process its owner.
+
+    <instance>/instance.msi   replication instance file
+    <instance>/db/            store (SQLite, WAL)
+    <instance>/journal/       journal segments
+    <instance>/lost/          Unreplicated Transaction Logs
+    <instance>/log/           server logs
+    <instance>/run/           pid files and sockets of running servers
+    <instance>/lock           held (flock) by the owning process; holds its pid
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InstanceLocked, NotAnInstance
+
+INSTANCE_FILE = "instance.msi"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def instance_file(self) -> Path:
+        return self.root / INSTANCE_FILE
+
+    @property
+    def db(self) -> Path:
+        return self.root / "db"
+
+    @property
+    def store_file(self) -> Path:
+        return self.root / "db" / "store.sqlite"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "journal"
+
+    @property
+    def lost(self) -> Path:
+        return self.root / "lost"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "lock"
+
+    def dirs(self) -> list[Path]:
+        return [self.db, self.journal, self.lost, self.log, self.run]
+
+    @classmethod
+    def existing(cls, root: str | os.PathLike) -> "Layout":
+        lay = cls(Path(root).absolute())
+        if not lay.root.is_dir():
+            raise NotAnInstance(f"{lay.root} does not exist; create it with `multisite instance create`")
+        if not lay.instance_file.exists() or not lay.journal.is_dir():
+            raise NotAnInstance(f"{lay.root} is not a multisite instance (no {INSTANCE_FILE} or journal/); "
+                                f"create one with `multisite instance create {lay.root} --name NAME`")
+        return lay
+
+
+class InstanceLock:
+    """An exclusive flock on ``<instance>/lock``; the file holds the owner's pid."""
+
+    def __init__(self, layout: Layout):
+        self.path = layout.lock_file
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = owner_pid(self.path)
+            os.close(fd)
+            raise InstanceLocked(
+                f"instance {self.path.parent} is owned by process {owner if owner else '(unknown pid)'}; "
+                f"stop that process or connect to its server instead", pid=owner) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def owner_pid(lock_path: Path) -> int | None:
+    try:
+        text = lock_path.read_text().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def is_locked(layout: Layout) -> bool:
+    """Is some process holding the instance now?"""
+    try:
+        fd = os.open(layout.lock_file, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -1,0 +1,53 @@
+"""Reading the journal: frames or decoded records in seqno order, from any seqno.
+
+Readers follow the segment chain and check every frame they pass (CRC, seqno continuity). They read
+the newest segment as a tail (a torn last frame ends the read, as recovery would cut it); every older
+segment must be intact.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import JournalGap
+from .records import Record, decode_payload
+from .segments import SegmentInfo, SegmentView, list_segments
+
+
+def segments_from(infos: list[SegmentInfo], from_seqno: int) -> list[SegmentInfo]:
+    """The segments that may hold ``from_seqno`` and later records."""
+    firsts = [s.first_seqno for s in infos]
+    i = max(0, bisect.bisect_right(firsts, from_seqno) - 1)
+    return infos[i:]
+
+
+def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
+                infos: list[SegmentInfo] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(seqno, payload)`` for every record in ``[from_seqno, to_seqno]``."""
+    if infos is None:
+        infos = list_segments(journal_dir)
+    if not infos:
+        return
+    if from_seqno < infos[0].first_seqno:
+        raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
+                         f"segment starts at {infos[0].first_seqno}); it was pruned")
+    chosen = segments_from(infos, from_seqno)
+    last_index = infos[-1].index
+    for info in chosen:
+        if to_seqno is not None and info.first_seqno > to_seqno:
+            return
+        with SegmentView(info) as view:
+            for off, hdr in view.frames(tail=info.index == last_index):
+                if hdr.seqno < from_seqno:
+                    continue
+                if to_seqno is not None and hdr.seqno > to_seqno:
+                    return
+                yield hdr.seqno, view.payload(off, hdr)
+
+
+def iter_records(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
+                 infos: list[SegmentInfo] | None = None) -> Iterator[Record]:
+    for _, payload in iter_frames(journal_dir, from_seqno, to_seqno, infos):
+        yield decode_payload(payload)

@@ -1,0 +1,200 @@
+"""Journal segment files: naming, the fixed header, and scanning frames out of a segment.
+
+A segment is ``journal/NNNNNNNN.msj``: a 64-byte header, then frames (see ``records``). The header
+names the segment's index, the seqno its first record has, and the previous segment (index and its
+last seqno): the back pointer that lets a reader walk from any segment to older ones, as GT.M's
+journal files do.
+
+Scanning tells a torn tail from corruption: a bad frame at the end of the newest segment, with no
+valid later record behind it, is a write the crash interrupted (cut off, reported). A bad frame
+with a valid record after it, or a bad frame in a sealed segment, is corruption: ``JournalCorrupt``
+naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import JournalCorrupt
+from .records import FRAME_HEADER_SIZE, FrameHeader, parse_header, payload_ok
+
+MAGIC = b"MSJSEG01"
+VERSION = 1
+_HDR = struct.Struct("<8sHHIQIQd")  # magic, version, flags, index, first_seqno, prev_index, prev_last, created
+SEGMENT_HEADER_SIZE = 64
+SUFFIX = ".msj"
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    index: int
+    first_seqno: int
+    prev_index: int  # 0 = none
+    prev_last_seqno: int
+    created: float
+
+    def pack(self) -> bytes:
+        body = _HDR.pack(MAGIC, VERSION, 0, self.index, self.first_seqno, self.prev_index,
+                         self.prev_last_seqno, self.created)
+        body += struct.pack("<I", zlib.crc32(body))
+        return body.ljust(SEGMENT_HEADER_SIZE, b"\0")
+
+
+def segment_name(index: int) -> str:
+    return f"{index:08d}{SUFFIX}"
+
+
+def read_header(path: Path, data: bytes | memoryview | None = None) -> SegmentHeader:
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read(SEGMENT_HEADER_SIZE)
+    if len(data) < _HDR.size + 4:
+        raise JournalCorrupt(f"journal segment {path} is shorter than its header ({len(data)} bytes)",
+                             path=str(path), offset=0)
+    fields = _HDR.unpack_from(data, 0)
+    (crc,) = struct.unpack_from("<I", data, _HDR.size)
+    if fields[0] != MAGIC or zlib.crc32(bytes(data[: _HDR.size])) != crc:
+        raise JournalCorrupt(f"journal segment {path} has a damaged header (bad magic or checksum)",
+                             path=str(path), offset=0)
+    if fields[1] != VERSION:
+        raise JournalCorrupt(f"journal segment {path} has version {fields[1]}, this multisite reads {VERSION}",
+                             path=str(path), offset=0)
+    return SegmentHeader(index=fields[3], first_seqno=fields[4], prev_index=fields[5],
+                         prev_last_seqno=fields[6], created=fields[7])
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    path: Path
+    header: SegmentHeader
+
+    @property
+    def index(self) -> int:
+        return self.header.index
+
+    @property
+    def first_seqno(self) -> int:
+        return self.header.first_seqno
+
+
+def list_segments(journal_dir: Path) -> list[SegmentInfo]:
+    """Every segment in index order, with the back-pointer chain checked."""
+    infos = []
+    for p in sorted(journal_dir.glob("*" + SUFFIX)):
+        infos.append(SegmentInfo(p, read_header(p)))
+    for prev, cur in zip(infos, infos[1:]):
+        h = cur.header
+        if h.prev_index != prev.index or h.first_seqno != h.prev_last_seqno + 1:
+            raise JournalCorrupt(
+                f"journal segment {cur.path} points back to segment {h.prev_index} ending at seqno "
+                f"{h.prev_last_seqno}, but the previous segment is {prev.path}", path=str(cur.path), offset=0)
+    return infos
+
+
+@dataclass
+class ScanResult:
+    last_seqno: int  # seqno of the last valid record (first_seqno - 1 if none)
+    valid_end: int  # offset just past the last valid record
+    size: int  # file size
+    records: int
+
+    @property
+    def torn_bytes(self) -> int:
+        return self.size - self.valid_end
+
+
+class SegmentView:
+    """A read-only map of one segment, iterated frame by frame with checks."""
+
+    def __init__(self, info: SegmentInfo):
+        self.info = info
+        self._f = open(info.path, "rb")
+        self.size = os.fstat(self._f.fileno()).st_size
+        if self.size > SEGMENT_HEADER_SIZE:
+            self.buf: bytes | mmap.mmap = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+        else:
+            self.buf = b""
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self._f.close()
+
+    def __enter__(self) -> "SegmentView":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def frames(self, *, tail: bool, scan: ScanResult | None = None
+               ) -> Iterator[tuple[int, FrameHeader]]:
+        """Yield ``(offset, header)`` of each valid frame, checking CRCs and seqno continuity.
+
+        ``tail`` says this is the newest segment, where a torn last frame is allowed: iteration then
+        stops there, and ``scan`` (if given) records where the valid part ends.
+        """
+        buf, size, path = self.buf, self.size, self.info.path
+        expect = self.info.first_seqno
+        off = SEGMENT_HEADER_SIZE
+        count = 0
+        while off < size:
+            hdr = parse_header(buf, off) if size - off >= FRAME_HEADER_SIZE else None
+            bad = None
+            if hdr is None:
+                bad = "frame header is damaged or truncated"
+            elif off + hdr.total > size:
+                bad = f"frame of {hdr.length} bytes runs past the end of the file"
+            elif not payload_ok(hdr, buf, off):
+                bad = "payload checksum mismatch"
+            elif hdr.seqno != expect:
+                raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {hdr.seqno} where {expect} "
+                                     f"was expected", path=str(path), offset=off)
+            if bad is not None:
+                if tail and not self._valid_frame_after(off, expect):
+                    break  # torn tail: the crash interrupted this write
+                raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
+                                     + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
+            yield off, hdr
+            off += hdr.total
+            expect += 1
+            count += 1
+        if scan is not None:
+            scan.last_seqno, scan.valid_end, scan.size, scan.records = expect - 1, off, size, count
+
+    def _valid_frame_after(self, off: int, expect: int) -> bool:
+        """Is there any intact frame for seqno ``expect``..``expect+4`` after ``off``?"""
+        buf, size = self.buf, self.size
+        for s in range(expect, expect + 5):
+            pat = struct.pack("<Q", s)
+            pos = buf.find(pat, off + 1)
+            while pos != -1:
+                start = pos - 4
+                if start > off and size - start >= FRAME_HEADER_SIZE:
+                    hdr = parse_header(buf, start)
+                    if hdr is not None and start + hdr.total <= size and payload_ok(hdr, buf, start):
+                        return True
+                pos = buf.find(pat, pos + 1)
+        return False
+
+    def payload(self, off: int, hdr: FrameHeader) -> bytes:
+        start = off + FRAME_HEADER_SIZE
+        return self.buf[start : start + hdr.length]
+
+    def frame_bytes(self, off: int, hdr: FrameHeader) -> bytes:
+        return self.buf[off : off + hdr.total]
+
+
+def scan(info: SegmentInfo, *, tail: bool) -> ScanResult:
+    """Check every frame of a segment; returns where its valid part ends."""
+    res = ScanResult(info.first_seqno - 1, SEGMENT_HEADER_SIZE, 0, 0)
+    with SegmentView(info) as view:
+        for _ in view.frames(tail=tail, scan=res):
+            pass
+        res.size = view.size
+    return res

@@ -1,0 +1,147 @@
+"""Appending frames to the journal and hardening them, in three durability modes.
+
+- ``fsync``: every commit is written and ``fdatasync``-ed before the commit returns.
+- ``group``: commits are written as they come; the first committer to need durability becomes the
+  leader and runs one ``fdatasync`` that covers everything written so far, while the others wait on
+  a condition. Concurrent commits therefore share fsyncs, and each is still hardened before it returns.
+- ``none``: written to the OS (survives a process crash, not a power cut), never fsynced.
+
+``append`` must be called under the database's commit lock (it keeps seqno order); ``wait_durable``
+is called after releasing it, so that other writers append while the leader syncs.
+
+Segment switch: when a segment passes ``segment_bytes`` the writer fsyncs it (in every mode: a
+sealed segment is always hard), creates the next one crash-safely with a back pointer, and switches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, JournalError
+from ..fsutil import atomic_write, fsync_dir, write_all
+from .segments import SegmentHeader, segment_name
+
+DURABILITY_MODES = ("fsync", "group", "none")
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+def create_segment(journal_dir: Path, index: int, first_seqno: int, prev_index: int) -> Path:
+    path = journal_dir / segment_name(index)
+    hdr = SegmentHeader(index=index, first_seqno=first_seqno, prev_index=prev_index,
+                        prev_last_seqno=first_seqno - 1, created=time.time())
+    atomic_write(path, hdr.pack())
+    return path
+
+
+class JournalWriter:
+    def __init__(self, journal_dir: Path, *, index: int, path: Path, last_seqno: int,
+                 durability: str = "fsync", segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+        if durability not in DURABILITY_MODES:
+            raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
+        if segment_bytes < 4096:
+            raise ConfigError(f"journal segment_bytes must be at least 4096, got {segment_bytes}")
+        self.dir = journal_dir
+        self.durability = durability
+        self.segment_bytes = segment_bytes
+        self.index = index
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
+        self.written_seqno = last_seqno  # written to the OS
+        self.durable_seqno = last_seqno  # hardened on disk
+        self._generation = 0
+        self._fsync_lock = threading.Lock()  # held while an fd is being fsynced
+        self._cond = threading.Condition()
+        self._syncing = False
+        self.fsyncs = 0
+        self.broken: BaseException | None = None
+
+    # -- called under the commit lock -------------------------------------------------------------
+    def append(self, data: bytes, last_seqno: int) -> None:
+        """Write the frames of one or more transactions ending at ``last_seqno``."""
+        if self.broken is not None:
+            raise JournalError(f"the journal writer failed earlier ({self.broken}); reopen the instance")
+        if self._size >= self.segment_bytes:
+            self._switch()
+        try:
+            write_all(self._fd, data, f"journal segment {self.path}")
+        except BaseException as e:
+            # A short write may have left part of a frame: cut it so the file stays a valid journal.
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                self.broken = e
+            raise
+        self._size += len(data)
+        self.written_seqno = last_seqno
+        if self.durability == "fsync":
+            os.fdatasync(self._fd)
+            self.fsyncs += 1
+            self.durable_seqno = last_seqno
+
+    def truncate_to(self, size: int, last_seqno: int) -> None:
+        """Cut the current segment back (rollback); the caller holds the commit lock."""
+        os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+        self._size = size
+        self.written_seqno = self.durable_seqno = last_seqno
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _switch(self) -> None:
+        with self._fsync_lock:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._generation += 1
+        self.durable_seqno = max(self.durable_seqno, self.written_seqno)
+        prev = self.index
+        self.index += 1
+        self.path = create_segment(self.dir, self.index, self.written_seqno + 1, prev)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
+
+    # -- called without the commit lock -----------------------------------------------------------
+    def wait_durable(self, seqno: int, lock: threading.Lock) -> None:
+        """Return once ``seqno`` is hardened (group mode; a no-op in the others)."""
+        if self.durability != "group":
+            return
+        cond = self._cond
+        with cond:
+            while self.durable_seqno < seqno:
+                if self._syncing:
+                    cond.wait()
+                    continue
+                self._syncing = True
+                cond.release()
+                try:
+                    with lock:  # a consistent (fd, target) pair
+                        fd, gen, target = self._fd, self._generation, self.written_seqno
+                    with self._fsync_lock:
+                        if gen == self._generation:  # else a switch already fsynced it
+                            os.fdatasync(fd)
+                            self.fsyncs += 1
+                finally:
+                    cond.acquire()
+                    self._syncing = False
+                    cond.notify_all()
+                if target > self.durable_seqno:
+                    self.durable_seqno = target
+
+    def sync(self) -> None:
+        """Harden everything written so far (any mode). Caller holds the commit lock."""
+        if self.durable_seqno < self.written_seqno or self.durability == "none":
+            with self._fsync_lock:
+                os.fdatasync(self._fd)
+            self.durable_seqno = self.written_seqno
+
+    def close(self) -> None:
+        try:
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            fsync_dir(self.dir)

@@ -1,0 +1,162 @@
+"""The materialized state in SQLite (WAL mode), behind a narrow interface.
+
+The journal is the truth; the store is a cache of it that recovery rolls forward. So the store keeps
+one long SQLite transaction open and commits it in batches (``flush``), recording in the same commit
+the last applied seqno overall and per region. The engine only flushes after the journal is hardened
+up to that seqno, so the store is never ahead of the journal.
+
+Tables: ``regions`` (id, name, replicated, seqno, schema) and ``kv`` (region id, encoded key, msgpack
+value), keys in a BLOB primary key whose byte order is the key order (see ``multisite.keys``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..keys import KILL_END
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS regions (
+    id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, replicated INTEGER NOT NULL,
+    seqno INTEGER NOT NULL DEFAULT 0, schema TEXT);
+CREATE TABLE IF NOT EXISTS kv (r INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (r, k)) WITHOUT ROWID;
+"""
+
+
+@dataclass
+class RegionInfo:
+    id: int
+    name: str
+    replicated: bool
+    seqno: int
+    schema: str | None = None
+
+
+class Store:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                                    cached_statements=256)
+        c = self.conn
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=NORMAL")
+        c.execute("PRAGMA cache_size=-262144")  # 256 MiB page cache
+        c.execute("PRAGMA temp_store=MEMORY")
+        c.executescript(SCHEMA)
+        self.regions: dict[str, RegionInfo] = {}
+        for rid, name, repl, seqno, schema in c.execute("SELECT id, name, replicated, seqno, schema FROM regions"):
+            self.regions[name] = RegionInfo(rid, name, bool(repl), seqno, schema)
+        row = c.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+        self.applied_seqno: int = row[0] if row else 0
+        self.flushed_seqno = self.applied_seqno
+        self._dirty_regions: set[str] = set()
+        self._in_txn = False
+        self.dirty = False
+
+    # -- transactions ----------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self._in_txn:
+            self.conn.execute("BEGIN")
+            self._in_txn = True
+        self.dirty = True
+
+    def flush(self) -> None:
+        """Commit everything applied so far (the caller made sure the journal is hard up to here)."""
+        if not self._in_txn:
+            return
+        c = self.conn
+        c.execute("INSERT OR REPLACE INTO meta VALUES ('applied_seqno', ?)", (self.applied_seqno,))
+        for name in self._dirty_regions:
+            r = self.regions[name]
+            c.execute("UPDATE regions SET seqno=? WHERE id=?", (r.seqno, r.id))
+        self._dirty_regions.clear()
+        c.execute("COMMIT")
+        self._in_txn = False
+        self.dirty = False
+        self.flushed_seqno = self.applied_seqno
+
+    def discard(self) -> None:
+        """Drop what was applied since the last flush (after a failed journal write)."""
+        if self._in_txn:
+            self.conn.execute("ROLLBACK")
+            self._in_txn = False
+        self.dirty = False
+        self._reload()
+
+    def _reload(self) -> None:
+        self.regions.clear()
+        for rid, name, repl, seqno, schema in self.conn.execute(
+                "SELECT id, name, replicated, seqno, schema FROM regions"):
+            self.regions[name] = RegionInfo(rid, name, bool(repl), seqno, schema)
+        row = self.conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+        self.applied_seqno = self.flushed_seqno = row[0] if row else 0
+
+    def close(self) -> None:
+        self.flush()
+        self.conn.close()
+
+    # -- regions ---------------------------------------------------------------------------------
+    def create_region(self, name: str, replicated: bool, schema: str | None = None) -> RegionInfo:
+        self._begin()
+        cur = self.conn.execute("INSERT INTO regions (name, replicated, schema) VALUES (?, ?, ?)",
+                                (name, int(replicated), schema))
+        info = RegionInfo(cur.lastrowid, name, replicated, 0, schema)
+        self.regions[name] = info
+        return info
+
+    def mark_applied(self, seqno: int, region_names) -> None:
+        self.applied_seqno = seqno
+        for name in region_names:
+            self.regions[name].seqno = seqno
+            self._dirty_regions.add(name)
+
+    # -- data ------------------------------------------------------------------------------------
+    def get(self, rid: int, kb: bytes) -> bytes | None:
+        row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kb)).fetchone()
+        return row[0] if row else None
+
+    def put(self, rid: int, kb: bytes, vb: bytes) -> None:
+        self._begin()
+        self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
+
+    def delete(self, rid: int, kb: bytes) -> None:
+        self._begin()
+        self.conn.execute("DELETE FROM kv WHERE r=? AND k=?", (rid, kb))
+
+    def subtree(self, rid: int, kb: bytes) -> list[tuple[bytes, bytes]]:
+        return self.conn.execute("SELECT k, v FROM kv WHERE r=? AND k>=? AND k<? ORDER BY k",
+                                 (rid, kb, kb + KILL_END)).fetchall()
+
+    def delete_subtree(self, rid: int, kb: bytes) -> None:
+        self._begin()
+        self.conn.execute("DELETE FROM kv WHERE r=? AND k>=? AND k<?", (rid, kb, kb + KILL_END))
+
+    def page(self, rid: int, lo: bytes, stop: bytes | None, limit: int, *, inclusive: bool = True
+             ) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` rows in key order from ``lo`` (inclusive or not) to ``stop`` (exclusive)."""
+        op = ">=" if inclusive else ">"
+        if stop is None:
+            return self.conn.execute(f"SELECT k, v FROM kv WHERE r=? AND k{op}? ORDER BY k LIMIT ?",
+                                     (rid, lo, limit)).fetchall()
+        return self.conn.execute(f"SELECT k, v FROM kv WHERE r=? AND k{op}? AND k<? ORDER BY k LIMIT ?",
+                                 (rid, lo, stop, limit)).fetchall()
+
+    def scan(self, rid: int, start: bytes | None = None, stop: bytes | None = None,
+             batch: int = 1000) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in order from ``start`` (inclusive) to ``stop`` (exclusive), fetched in batches."""
+        lo, inclusive = start or b"", True
+        while True:
+            rows = self.page(rid, lo, stop, batch, inclusive=inclusive)
+            yield from rows
+            if len(rows) < batch:
+                return
+            lo, inclusive = rows[-1][0], False
+
+    def count(self, rid: int) -> int:
+        return self.conn.execute("SELECT count(*) FROM kv WHERE r=?", (rid,)).fetchone()[0]
