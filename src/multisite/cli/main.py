@@ -1,0 +1,60 @@
+"""The ``multisite`` command: verbs grouped by part, thin over the Python API.
+
+Errors of the MultisiteError tree print as one line (code and message) with exit status 1;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import MultisiteError
+
+
+class Root(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except MultisiteError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=Root)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(package_name="multisite")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """multisite: database replication across sites over one journal.
+
+    Example: multisite instance create /data/A --name A
+    """
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+def _register() -> None:
+    from . import demo, instance_cmds, journal_cmds
+
+    cli.add_command(instance_cmds.instance)
+    cli.add_command(instance_cmds.backup_cmd)
+    cli.add_command(journal_cmds.journal)
+    cli.add_command(demo.demo)
+    for name in ("server_cmds", "replication_cmds", "pipeline_cmds"):
+        try:
+            mod = __import__(f"multisite.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name != f"multisite.cli.{name}":
+                raise
+            continue
+        mod.register(cli)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="multisite")

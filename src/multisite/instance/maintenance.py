@@ -1,0 +1,114 @@
+"""Backup and journal pruning: operations on an instance directory that may be live.
+
+Backup is consistent without stopping the owner: the store is copied first through SQLite's backup
+API (a committed snapshot at some seqno S, never ahead of the hardened journal), then the journal
+segments (which hold at least everything up to S), then the instance file. Opening the copy rolls
+its store forward from the copied journal; a torn tail copied mid-write is cut, as after a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, InstanceExists
+from ..fsutil import fsync_dir
+from ..journal.segments import list_segments
+from . import instance_file as ifile
+from .layout import Layout
+
+
+@dataclass
+class BackupReport:
+    dest: Path
+    store_seqno: int
+    segments: int
+    bytes_copied: int
+
+
+def store_seqno(layout: Layout) -> int:
+    """The store's committed applied seqno, read through its own connection (safe while live)."""
+    conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+        return row[0] if row else 0
+    finally:
+        conn.close()
+
+
+def backup(src: str | Path, dest: str | Path) -> BackupReport:
+    lay = Layout.existing(src)
+    out = Layout(Path(dest).absolute())
+    if out.root.exists() and any(out.root.iterdir()):
+        raise InstanceExists(f"backup destination {out.root} exists and is not empty; choose a new directory")
+    for d in out.dirs():
+        d.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    src_conn = sqlite3.connect(f"file:{lay.store_file}?mode=ro", uri=True)
+    dst_conn = sqlite3.connect(str(out.store_file))
+    try:
+        src_conn.backup(dst_conn)
+        row = dst_conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+        seqno = row[0] if row else 0
+        dst_conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        src_conn.close()
+        dst_conn.close()
+    copied += out.store_file.stat().st_size
+    segs = list_segments(lay.journal)
+    for s in segs:
+        target = out.journal / s.path.name
+        shutil.copyfile(s.path, target)
+        copied += target.stat().st_size
+    for d in (lay.lost,):
+        for f in d.glob("*"):
+            shutil.copyfile(f, out.lost / f.name)
+    inst = ifile.load(lay.instance_file)
+    ifile.save(out.instance_file, inst)
+    for p in [*(out.journal.glob("*")), out.store_file]:
+        with open(p, "rb+") as f:
+            os.fsync(f.fileno())
+    for d in out.dirs():
+        fsync_dir(d)
+    fsync_dir(out.root)
+    return BackupReport(out.root, seqno, len(segs), copied)
+
+
+@dataclass
+class PruneReport:
+    removed: list[str]
+    kept_from_seqno: int
+    limit_seqno: int
+    reason: str
+
+
+def prune(root: str | Path, before: int) -> PruneReport:
+    """Remove whole segments holding only seqnos below ``before`` and below what every source slot,
+    pipeline consumer and the store's own recovery still need. The newest segment always stays."""
+    if before < 1:
+        raise ConfigError(f"--before must be a positive seqno, got {before}")
+    lay = Layout.existing(root)
+    inst = ifile.load(lay.instance_file)
+    limit, reason = before, f"--before {before}"
+    for slot in inst.slots.values():
+        need = slot.last_confirmed + 1
+        if need < limit:
+            limit, reason = need, f"{slot.kind} {slot.name!r} has confirmed only seqno {slot.last_confirmed}"
+    need = store_seqno(lay) + 1
+    if need < limit:
+        limit, reason = need, f"the store is flushed only to seqno {need - 1}"
+    segs = list_segments(lay.journal)
+    removed = []
+    for cur, nxt in zip(segs, segs[1:]):
+        last = nxt.first_seqno - 1
+        if last < limit:
+            cur.path.unlink()
+            removed.append(cur.path.name)
+        else:
+            break
+    fsync_dir(lay.journal)
+    remaining = list_segments(lay.journal)
+    return PruneReport(removed, remaining[0].first_seqno if remaining else 1, limit, reason)
