@@ -36,19 +36,10 @@ from .journal.writer import DEFAULT_SEGMENT_BYTES, DURABILITY_MODES, JournalWrit
 from .keys import check_key, decode_key, encode_key
 from .store.sqlite import Store
 
-_encode_value = msgspec.msgpack.Encoder().encode
-decode_value = msgspec.msgpack.decode
+from .values import decode_value, encode_value  # noqa: F401 - re-exported for older imports
 
 STORE_FLUSH_INTERVAL_S = 0.5
 STORE_FLUSH_TXNS = 50_000
-
-
-def encode_value(value: Any) -> bytes:
-    try:
-        return _encode_value(value)
-    except (TypeError, OverflowError, ValueError) as e:
-        raise ValueEncodeError(f"value {value!r:.80} cannot be stored: {e}; values must be msgpack-able "
-                               f"documents (None, bool, int, float, str, bytes, lists, dicts)") from e
 
 
 @dataclass

@@ -1,0 +1,147 @@
+"""The engine's API on real instance directories: updates, reads in key order, what the journal holds."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+import multisite
+from multisite.journal.reader import iter_records
+from multisite.journal.records import KILL, SET, ZKILL
+
+
+def _enc(v):
+    return msgspec.msgpack.encode(v)
+
+
+def test_set_get_kill_zkill(db):
+    with db.transaction() as tx:
+        tx.set("acct", ("a", 1), {"n": 1})
+        tx.set("acct", ("a", 1, "x"), "child")
+        tx.set("acct", ("b",), 2)
+        tx.set("acct", ("b", 1), 3)
+        tx.set("acct", ("c", 2), 4)
+    assert tx.seqno == db.seqno == 1
+    assert db.get("acct", ("a", 1)) == {"n": 1}
+    assert db.get("acct", ("nope",)) is None
+    s = db.kill("acct", ("b",))
+    assert s == 2
+    assert db.get("acct", ("b",)) is None and db.get("acct", ("b", 1)) is None
+    db.zkill("acct", ("a", 1))  # the node alone: its child stays
+    assert db.get("acct", ("a", 1)) is None and db.get("acct", ("a", 1, "x")) == "child"
+    assert db.seqno == 3
+
+
+def test_items_in_key_order_with_bounds(db):
+    keys = [("b",), ("a", "z"), ("a", 2), ("a",), (5,), ("a", 10), ("a", 2, 1), ("c", "")]
+    with db.transaction() as tx:
+        for i, k in enumerate(keys):
+            tx.set("acct", k, i)
+    got = [k for k, _ in db.items("acct")]
+    assert got == [(5,), ("a",), ("a", 2), ("a", 2, 1), ("a", 10), ("a", "z"), ("b",), ("c", "")]
+    assert [k for k, _ in db.items("acct", start=("a", 2), stop=("b",))] == [
+        ("a", 2), ("a", 2, 1), ("a", 10), ("a", "z")]
+    assert dict(db.items("acct"))[("a", 10)] == keys.index(("a", 10))
+
+
+def test_items_pages_through_many_keys(db):
+    with db.transaction() as tx:
+        for i in range(2500):
+            tx.set("acct", ("k", i), i)
+    got = list(db.items("acct", batch=100))
+    assert [k for k, _ in got] == [("k", i) for i in range(2500)]
+    assert [k for k, _ in db.items("acct", start=("k", 1234), stop=("k", 1300), batch=7)] == [
+        ("k", i) for i in range(1234, 1300)]
+
+
+def test_one_seqno_per_transaction_and_none_for_unreplicated(db):
+    with db.transaction() as tx:
+        tx.set("acct", ("x",), 1)
+        tx.set("scratch", ("y",), 2)
+        tx.kill("acct", ("nothing-here",))
+    assert db.seqno == tx.seqno == 1
+    assert db.set("scratch", ("z",), 3) == 0
+    assert db.seqno == 1
+    with db.transaction():
+        pass  # empty: nothing journaled
+    assert db.seqno == 1
+    recs = list(iter_records(db.layout.journal))
+    assert [r.seqno for r in recs] == [1]
+    assert {u.region for u in recs[0].updates} == {"acct"}  # unreplicated updates are not journaled
+    assert db.get("scratch", ("y",)) == 2
+
+
+def test_journal_records_hold_before_images(db):
+    db.set("acct", ("a",), "v1")
+    db.set("acct", ("a", 1), "child")
+    with db.transaction() as tx:
+        tx.set("acct", ("a",), "v2")
+        tx.set("acct", ("a",), "v3")  # the second set's before-image is the first set's value
+        tx.zkill("acct", ("missing",))
+    db.kill("acct", ("a",))
+    recs = {r.seqno: r for r in iter_records(db.layout.journal)}
+    u3 = recs[3].updates
+    assert [(u.op, u.key, u.value, u.before) for u in u3] == [
+        (SET, ("a",), _enc("v2"), _enc("v1")), (SET, ("a",), _enc("v3"), _enc("v2")),
+        (ZKILL, ("missing",), None, None)]
+    (k,) = recs[4].updates
+    assert k.op == KILL and [(tuple(kk), v) for kk, v in k.killed] == [(("a",), _enc("v3")),
+                                                                        (("a", 1), _enc("child"))]
+    assert all(r.origin == "A" and r.stream == 0 and r.stream_seqno == r.seqno for r in recs.values())
+
+
+def test_aborted_transaction_leaves_nothing(db):
+    db.set("acct", ("keep",), 1)
+    with pytest.raises(ZeroDivisionError):
+        with db.transaction() as tx:
+            tx.set("acct", ("gone",), 1)
+            tx.kill("acct", ("keep",))
+            1 / 0
+    assert db.seqno == 1 and db.get("acct", ("gone",)) is None and db.get("acct", ("keep",)) == 1
+    assert tx.seqno == 0
+
+
+def test_state_survives_close_and_reopen(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        db.create_region("local", replicated=False)
+        for i in range(200):
+            db.set("acct", ("k", i), {"i": i, "pad": "p" * 50})
+        db.set("local", ("x",), 1)
+    assert len(list((root / "journal").glob("*.msj"))) > 1  # the journal switched segments
+    with multisite.open(root) as db:
+        assert db.seqno == 200
+        assert db.regions() == {"acct": True, "local": False}
+        assert db.get("acct", ("k", 199)) == {"i": 199, "pad": "p" * 50}
+        assert db.get("local", ("x",)) == 1
+        assert db.recovery.replayed == 0 and db.recovery.torn_bytes == 0
+        assert [r.seqno for r in iter_records(db.layout.journal)] == list(range(1, 201))
+
+
+def test_create_region_twice_is_idempotent_but_not_with_another_kind(db):
+    db.create_region("acct")
+    with pytest.raises(multisite.ConfigError):
+        db.create_region("acct", replicated=False)
+
+
+@pytest.mark.parametrize("mode", ["fsync", "group", "none"])
+def test_every_durability_mode_commits(tmp_path, mode):
+    import threading
+
+    root = multisite.create(tmp_path / mode, name="A", durability=mode)
+    with multisite.open(root) as db:
+        db.create_region("r")
+
+        def work(t):
+            for i in range(50):
+                db.set("r", (t, i), i)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert db.seqno == 200
+        assert len(list(db.items("r"))) == 200
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 201))
