@@ -167,6 +167,29 @@ class SegmentView:
         if scan is not None:
             scan.last_seqno, scan.valid_end, scan.size, scan.records = expect - 1, off, size, count
 
+    def headers(self, *, tail: bool, start: int = SEGMENT_HEADER_SIZE, seqno: int | None = None
+                ) -> Iterator[tuple[int, FrameHeader]]:
+        """Yield ``(offset, header)`` of each frame from ``start`` (whose seqno is ``seqno``), checking
+        only header CRCs and seqno continuity: payloads are not read, so this is cheap (planning
+        readers, comparing seqno/CRC lists). In the newest segment (``tail``) a damaged or cut header
+        ends the walk, as a write in progress would; in a sealed one it is ``JournalCorrupt``."""
+        buf, size, path = self.buf, self.size, self.info.path
+        expect = self.info.first_seqno if seqno is None else seqno
+        off = start
+        while off < size:
+            hdr = parse_header(buf, off) if size - off >= FRAME_HEADER_SIZE else None
+            if hdr is None or off + hdr.total > size:
+                if tail:
+                    return
+                raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: frame header is damaged "
+                                     f"or truncated (in a sealed segment)", path=str(path), offset=off)
+            if hdr.seqno != expect:
+                raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {hdr.seqno} where {expect} "
+                                     f"was expected", path=str(path), offset=off)
+            yield off, hdr
+            off += hdr.total
+            expect += 1
+
     def _valid_frame_after(self, off: int, expect: int) -> bool:
         """Is there any intact frame for seqno ``expect``..``expect+4`` after ``off``?"""
         buf, size = self.buf, self.size
