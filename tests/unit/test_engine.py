@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import uuid
+
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import multisite
 from multisite.journal.reader import iter_records
@@ -145,3 +151,36 @@ def test_every_durability_mode_commits(tmp_path, mode):
         assert db.seqno == 200
         assert len(list(db.items("r"))) == 200
     assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 201))
+
+
+DOCS = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5) | st.integers(-9, 9), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(DOCS)
+def test_documents_read_back_as_written(db, value):
+    db.set("acct", ("doc",), value)
+    assert db.get("acct", ("doc",)) == value
+
+
+def test_tuples_and_enum_subclasses_are_documents(db):
+    import enum
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    db.set("acct", ("t",), {"pair": (1, "a"), "c": Colour.RED, "b": bytearray(b"xy")})
+    assert db.get("acct", ("t",)) == {"pair": [1, "a"], "c": 1, "b": b"xy"}
+
+
+@pytest.mark.parametrize("value", [datetime.datetime(2024, 1, 1), decimal.Decimal("1.5"), uuid.UUID(int=1)],
+                         ids=repr)
+def test_values_that_would_read_back_as_strings_are_refused(db, value):
+    with pytest.raises(multisite.ValueEncodeError):
+        db.set("acct", ("x",), {"v": value})

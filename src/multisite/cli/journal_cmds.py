@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -33,7 +34,7 @@ def show(dir: str, from_seqno: int | None, to_seqno: int | None, as_json: bool) 
 
     infos = list_segments(lay.journal)
     start = from_seqno if from_seqno is not None else (infos[0].first_seqno if infos else 1)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     for rec in iter_records(lay.journal, start, to_seqno, infos):
         if as_json:
             out.write(json.dumps(record_to_dict(rec), default=repr, ensure_ascii=False) + "\n")
