@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import ConfigError, InstanceExists
 from ..fsutil import fsync_dir
 from ..journal.segments import list_segments
-from . import instance_file as ifile
+from . import consumers, instance_file as ifile
 from .layout import Layout
 
 
@@ -97,6 +97,10 @@ def prune(root: str | Path, before: int) -> PruneReport:
         need = slot.last_confirmed + 1
         if need < limit:
             limit, reason = need, f"{slot.kind} {slot.name!r} has confirmed only seqno {slot.last_confirmed}"
+    for pos in consumers.load_all(lay):
+        need = pos.last_confirmed + 1
+        if need < limit:
+            limit, reason = need, f"pipeline consumer {pos.name!r} has consumed only seqno {pos.last_confirmed}"
     need = store_seqno(lay) + 1
     if need < limit:
         limit, reason = need, f"the store is flushed only to seqno {need - 1}"
