@@ -1,0 +1,136 @@
+"""Planning reads of instances: which instances, which regions, which chunks of which segments.
+
+Runs on the driver side (the planner process), never in ``read()``: it lists segments, walks frame
+headers (cheap: payloads are not read) and cuts each segment into chunks of about ``chunk_bytes``, so
+a read scales with cores however large the segments are. Everything ``read()`` needs goes into the
+partitions, which are small picklable dataclasses (Spark reads streams in another process).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, JournalGap
+from ..instance import instance_file as ifile
+from ..instance.layout import Layout
+from ..journal.segments import SegmentView, list_segments
+from .columns import merge_fields, parse_region_schema
+from .decode import Chunk
+
+CHUNK_BYTES = 32 * 1024 * 1024  # journal bytes per Spark partition
+
+
+@dataclass(frozen=True)
+class InstanceRef:
+    path: str
+    name: str
+    region_schemas: dict = field(default_factory=dict)  # region -> {field: ddl type}
+    regions: tuple = ()  # every region the store knows (replicated or not)
+
+
+def parse_paths(options) -> list[str]:
+    if "paths" in options:
+        paths = json.loads(options["paths"])
+    elif "path" in options:
+        paths = [options["path"]]
+    else:
+        raise ConfigError("give the instance directory: spark.read.format('multisite').load('/data/A') "
+                          "(or load([dirA, dirB]) for several shards)")
+    return [str(Path(p).absolute()) for p in paths]
+
+
+def store_regions(layout: Layout) -> dict[str, tuple[bool, str | None]]:
+    """Regions from the store's catalogue, read-only (safe while the instance is live)."""
+    if not layout.store_file.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+    try:
+        return {name: (bool(repl), schema)
+                for name, repl, schema in conn.execute("SELECT name, replicated, schema FROM regions")}
+    finally:
+        conn.close()
+
+
+def instance_ref(path: str) -> InstanceRef:
+    lay = Layout.existing(path)
+    info = ifile.load(lay.instance_file)
+    regs = store_regions(lay)
+    schemas = {r: parse_region_schema(s, r) for r, (_, s) in regs.items() if s}
+    return InstanceRef(str(lay.root), info.name, schemas, tuple(sorted(regs)))
+
+
+def instance_refs(options) -> list[InstanceRef]:
+    refs = [instance_ref(p) for p in parse_paths(options)]
+    names = [r.name for r in refs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"instances {', '.join(sorted(dup))} appear more than once in one read; each shard must "
+                          f"have its own instance name (the `instance` column and stream offsets use it)")
+    return refs
+
+
+def region_filter(options) -> frozenset | None:
+    text = options.get("regions")
+    if not text:
+        return None
+    return frozenset(r.strip() for r in text.split(",") if r.strip())
+
+
+def fields_for(refs: list[InstanceRef], regions: frozenset | None) -> dict[str, str]:
+    return merge_fields((r, s) for ref in refs for r, s in sorted(ref.region_schemas.items())
+                        if regions is None or r in regions)
+
+
+def journal_bounds(path: str) -> tuple[int, int]:
+    """``(first, last)`` seqno held by the instance's journal now (last = first - 1 if empty)."""
+    infos = list_segments(Layout.existing(path).journal)
+    first = infos[0].first_seqno
+    tail = infos[-1]
+    last = tail.first_seqno - 1
+    with SegmentView(tail) as view:
+        for _, hdr in view.headers(tail=True):
+            last = hdr.seqno
+    return first, last
+
+
+def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUNK_BYTES,
+           strict_start: bool = False) -> list[Chunk]:
+    """Chunks covering seqnos ``[lo, hi]`` (``hi`` None = to the end now) of one instance's journal.
+
+    ``strict_start`` (streams, exports) raises JournalGap when ``lo`` was pruned, instead of starting
+    at the oldest record kept.
+    """
+    lay = Layout.existing(ref.path)
+    infos = list_segments(lay.journal)
+    if strict_start and lo < infos[0].first_seqno:
+        raise JournalGap(f"seqno {lo} of instance {ref.name} is no longer in its journal (it starts at "
+                         f"{infos[0].first_seqno}): it was pruned before this reader consumed it")
+    out: list[Chunk] = []
+    last_index = infos[-1].index
+    for i, info in enumerate(infos):
+        nxt_first = infos[i + 1].first_seqno if i + 1 < len(infos) else None
+        if nxt_first is not None and nxt_first <= lo:
+            continue
+        if hi is not None and info.first_seqno > hi:
+            break
+        with SegmentView(info) as view:
+            cur: list | None = None  # [offset, first, last, start_byte]
+            for off, hdr in view.headers(tail=info.index == last_index):
+                s = hdr.seqno
+                if s < lo:
+                    continue
+                if hi is not None and s > hi:
+                    break
+                if cur is None:
+                    cur = [off, s, s, off]
+                elif off - cur[3] >= chunk_bytes:
+                    out.append(Chunk(ref.name, str(info.path), cur[0], cur[1], cur[2]))
+                    cur = [off, s, s, off]
+                else:
+                    cur[2] = s
+            if cur is not None:
+                out.append(Chunk(ref.name, str(info.path), cur[0], cur[1], cur[2]))
+    return out

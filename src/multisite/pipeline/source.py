@@ -1,0 +1,233 @@
+"""The journal as a Spark data source: ``spark.read.format("multisite").load(DIR or [DIRS])``.
+
+One row per update (see ``columns.JOURNAL_COLUMNS``). Options:
+
+- ``from_seqno`` / ``to_seqno``: the seqno range (inclusive); filters on ``seqno`` are pushed down too;
+- ``regions``: comma-separated region names (``region = 'x'`` / ``IN`` filters are pushed down too);
+- ``chunk_bytes``: journal bytes per partition (default 32 MiB);
+- streams: ``starting`` (``earliest`` default, ``latest`` or a seqno: the last one *not* to read),
+  ``consumer`` (name under which ``commit`` records the consumed seqno in each instance, default
+  ``spark``; ``none`` to record nothing), ``max_transactions_per_batch``.
+
+A user schema (``.schema("region string, value_size int")``) naming a subset of the columns makes the
+reader build only those columns: a much cheaper scan when only a few are needed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, EqualTo,
+                                    GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan,
+                                    LessThanOrEqual)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from ..errors import ConfigError
+from ..instance import consumers
+from ..instance.layout import Layout
+from . import columns as C
+from .decode import Chunk, JournalBatchBuilder, read_chunk
+from .offsets import JournalOffset
+from .plan import (CHUNK_BYTES, InstanceRef, chunks, fields_for, instance_refs, journal_bounds,
+                   region_filter)
+
+
+class ChunkPartition(InputPartition):
+    """One chunk of one segment; carries all ``read()`` needs (it may run in another process)."""
+
+    def __init__(self, chunk: Chunk, regions: frozenset | None, region_fields: dict, fields: dict):
+        super().__init__(chunk.path)
+        self.chunk = chunk
+        self.regions = regions
+        self.region_fields = region_fields
+        self.fields = fields
+
+
+def _int_option(options, name: str, default: int | None) -> int | None:
+    v = options.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ConfigError(f"option {name} must be an integer, got {v!r}") from None
+
+
+def _check_schema(schema, known: dict[str, str], fields: dict[str, str]) -> None:
+    allowed = set(known) | ({"fields"} if fields else set())
+    unknown = [f.name for f in schema.fields if f.name not in allowed]
+    if unknown:
+        raise ConfigError(f"unknown column(s) {', '.join(unknown)} in the schema given to the multisite source; "
+                          f"columns are {', '.join(sorted(allowed))}")
+
+
+def _arrow_schema(schema):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def read_partition(part: ChunkPartition, schema) -> Iterator:
+    rf = {r: frozenset(fs) for r, fs in part.region_fields.items()}
+    builder = JournalBatchBuilder(part.chunk.instance, _arrow_schema(schema), regions=part.regions,
+                                  region_fields=rf, fields=part.fields)
+    yield from read_chunk(part.chunk, builder)
+
+
+class JournalDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "multisite"
+
+    def _refs(self) -> list[InstanceRef]:
+        if not hasattr(self, "_refs_cache"):
+            self._refs_cache = instance_refs(self.options)
+        return self._refs_cache
+
+    def schema(self) -> str:
+        fields = fields_for(self._refs(), region_filter(self.options))
+        return C.ddl(C.JOURNAL_COLUMNS, fields)
+
+    def reader(self, schema) -> "JournalReader":
+        return JournalReader(self.options, schema, self._refs())
+
+    def streamReader(self, schema) -> "JournalStreamReader":
+        return JournalStreamReader(self.options, schema, self._refs())
+
+
+class _Common:
+    def _setup(self, options, schema, refs: list[InstanceRef]) -> None:
+        self.options = dict(options)
+        self.schema = schema
+        self.refs = refs
+        self.regions = region_filter(options)
+        self.fields = fields_for(refs, self.regions)
+        _check_schema(schema, {**C.JOURNAL_COLUMNS, **C.JOURNAL_EXTRA_COLUMNS}, self.fields)
+        self.chunk_bytes = _int_option(options, "chunk_bytes", CHUNK_BYTES)
+
+    def _parts(self, ref: InstanceRef, lo: int, hi: int | None, strict: bool) -> list[ChunkPartition]:
+        rf = {r: tuple(fs) for r, fs in ref.region_schemas.items()}
+        return [ChunkPartition(c, self.regions, rf, self.fields)
+                for c in chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict)]
+
+
+class JournalReader(_Common, DataSourceReader):
+    def __init__(self, options, schema, refs):
+        self._setup(options, schema, refs)
+        self.lo = _int_option(options, "from_seqno", 1)
+        self.hi = _int_option(options, "to_seqno", None)
+        self.instances: set[str] | None = None
+
+    def pushFilters(self, filters):
+        for f in filters:
+            col = f.attribute[0] if len(f.attribute) == 1 else None
+            v = getattr(f, "value", None)
+            if col == "seqno" and isinstance(v, int):
+                if isinstance(f, EqualTo):
+                    self.lo, self.hi = max(self.lo, v), v if self.hi is None else min(self.hi, v)
+                elif isinstance(f, GreaterThan):
+                    self.lo = max(self.lo, v + 1)
+                elif isinstance(f, GreaterThanOrEqual):
+                    self.lo = max(self.lo, v)
+                elif isinstance(f, LessThan):
+                    self.hi = v - 1 if self.hi is None else min(self.hi, v - 1)
+                elif isinstance(f, LessThanOrEqual):
+                    self.hi = v if self.hi is None else min(self.hi, v)
+                else:
+                    yield f
+                    continue
+            elif col == "region" and isinstance(f, (EqualTo, In)):
+                vals = frozenset([v] if isinstance(f, EqualTo) else v)
+                self.regions = vals if self.regions is None else self.regions & vals
+            elif col == "instance" and isinstance(f, (EqualTo, In)):
+                vals = set([v] if isinstance(f, EqualTo) else v)
+                self.instances = vals if self.instances is None else self.instances & vals
+            else:
+                yield f
+
+    def partitions(self):
+        parts: list[ChunkPartition] = []
+        if self.hi is not None and self.hi < self.lo:
+            return parts
+        for ref in self.refs:
+            if self.instances is None or ref.name in self.instances:
+                parts.extend(self._parts(ref, self.lo, self.hi, strict=False))
+        return parts
+
+    def read(self, partition):
+        return read_partition(partition, self.schema)
+
+
+class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are :class:`JournalOffset` s; a batch ``(start, end]`` is the transactions after
+    ``start`` up to ``end`` per instance, read deterministically from the journal, so a restart from
+    a checkpoint replays exactly the batch it had planned."""
+
+    def __init__(self, options, schema, refs):
+        self._setup(options, schema, refs)
+        self.consumer = options.get("consumer", "spark")
+        if self.consumer.lower() != "none":
+            consumers.check_name(self.consumer)
+        self.max_txns = _int_option(options, "max_transactions_per_batch", None)
+        self.available_now: dict[str, int] | None = None
+
+    def _latest(self) -> dict[str, int]:
+        return {ref.name: journal_bounds(ref.path)[1] for ref in self.refs}
+
+    def initialOffset(self) -> dict:
+        starting = self.options.get("starting", "earliest").lower()
+        out = {}
+        for ref in self.refs:
+            first, last = journal_bounds(ref.path)
+            if starting == "earliest":
+                out[ref.name] = first - 1
+            elif starting == "latest":
+                out[ref.name] = last
+            else:
+                try:
+                    out[ref.name] = int(starting)
+                except ValueError:
+                    raise ConfigError(f"option starting must be earliest, latest or a seqno, got {starting!r}") \
+                        from None
+        self._record(out)  # hold the journal from here until the first commit
+        return JournalOffset.of(out).to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = self._latest()
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_txns) if self.max_txns else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        begin = JournalOffset.from_dict(start)
+        latest = self.available_now or self._latest()
+        out = {}
+        for name, last in latest.items():
+            s = begin.get(name, 0)
+            end = max(s, last)
+            if isinstance(limit, ReadMaxRows):  # counted in transactions: offsets are per transaction
+                end = min(end, s + max(1, limit.max_rows))
+            out[name] = end
+        return JournalOffset.of(out).to_dict()
+
+    def partitions(self, start: dict, end: dict):
+        a, b = JournalOffset.from_dict(start), JournalOffset.from_dict(end)
+        parts: list[ChunkPartition] = []
+        for ref in self.refs:
+            lo, hi = a.get(ref.name, 0) + 1, b.get(ref.name, 0)
+            if hi >= lo:
+                parts.extend(self._parts(ref, lo, hi, strict=True))
+        return parts
+
+    def read(self, partition):
+        return read_partition(partition, self.schema)
+
+    def _record(self, seqnos: dict[str, int]) -> None:
+        if self.consumer.lower() == "none":
+            return
+        for ref in self.refs:
+            if ref.name in seqnos:
+                consumers.record(Layout.existing(ref.path), self.consumer, seqnos[ref.name])
+
+    def commit(self, end: dict) -> None:
+        self._record(dict(JournalOffset.from_dict(end).seqnos))
