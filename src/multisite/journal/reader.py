@@ -11,7 +11,7 @@ import bisect
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import JournalGap
+from ..errors import JournalCorrupt, JournalGap
 from .records import Record, decode_payload
 from .segments import SegmentInfo, SegmentView, list_segments
 
@@ -34,17 +34,31 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
         raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
                          f"segment starts at {infos[0].first_seqno}); it was pruned")
     chosen = segments_from(infos, from_seqno)
-    last_index = infos[-1].index
-    for info in chosen:
+    for k, info in enumerate(chosen):
         if to_seqno is not None and info.first_seqno > to_seqno:
             return
+        sealed = k + 1 < len(chosen)
+        # A sealed segment must end just before the next one starts: frames() checks continuity
+        # inside a segment, this checks it across segments (a sealed segment cut at a frame boundary).
+        end = chosen[k + 1].first_seqno - 1 if sealed else None
         with SegmentView(info) as view:
-            for off, hdr in view.frames(tail=info.index == last_index):
+            last = info.first_seqno - 1
+            for off, hdr in view.frames(tail=not sealed):
+                last = hdr.seqno
+                if end is not None and last > end:
+                    raise JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {last} is past "
+                                         f"{end}, where the next segment takes over", path=str(info.path),
+                                         offset=off)
                 if hdr.seqno < from_seqno:
                     continue
                 if to_seqno is not None and hdr.seqno > to_seqno:
                     return
                 yield hdr.seqno, view.payload(off, hdr)
+            if end is not None and last != end:
+                raise JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment "
+                                     f"starts at {end + 1}: records {last + 1}..{end} are missing (the sealed "
+                                     f"segment was cut short); restore it from a backup", path=str(info.path),
+                                     offset=view.size)
 
 
 def iter_records(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
