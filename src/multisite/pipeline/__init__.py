@@ -21,11 +21,11 @@ from typing import Any
 _LAZY = {
     "session": ("env", "session"),
     "register": ("env", "register"),
-    "export": ("export", "export"),
-    "snapshot": ("snapshot", "snapshot"),
-    "seed": ("snapshot", "seed"),
-    "verify": ("verify", "verify"),
-    "fold": ("fold", "fold"),
+    "export": ("analytics", "export"),
+    "snapshot": ("seeding", "snapshot"),
+    "seed": ("seeding", "seed"),
+    "verify": ("compare", "verify"),
+    "fold": ("catchup", "fold"),
     "JournalOffset": ("offsets", "JournalOffset"),
 }
 

@@ -120,7 +120,8 @@ class JournalReader(_Common, DataSourceReader):
 
     def pushFilters(self, filters):
         for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
+            attr = getattr(f, "attribute", ())
+            col = attr[0] if len(attr) == 1 else None
             v = getattr(f, "value", None)
             if col == "seqno" and isinstance(v, int):
                 if isinstance(f, EqualTo):

@@ -1,0 +1,403 @@
+"""Analytics replicas: an instance's changes and current state in Parquet, incremental and rollback-aware.
+
+Layout of the export directory::
+
+    changes/commit_date=YYYY-MM-DD/r<last seqno of the run>-*.parquet   one row per update (append-only)
+    state/*.parquet                       one row per key as of the last exported seqno
+    retracted/*.parquet                   transactions taken back after a rollback (seqno, txn_crc, ...)
+    _multisite/export.json                manifest: instance, last exported seqno, runs
+    _multisite/txns/r*.parquet            (seqno, crc) of every exported transaction
+    _multisite/base/                      the state the change table starts from (if the journal did not
+                                          start at seqno 1 when the export began)
+
+A run: (1) tidy what an interrupted run left (change files of runs past the manifest's seqno, a
+half-done retraction); (2) detect a rollback: compare the exported ``(seqno, crc)`` pairs with the
+journal's frame headers (headers only: cheap); the first mismatch, or a journal that now ends
+before the last exported seqno, is the divergence point k; (3) retract every exported transaction
+after k: rows go from ``changes/`` (the affected date partitions are rewritten) into ``retracted/``,
+and the state is recomputed for the affected keys by folding the base and the kept changes of just
+those keys; (4) export the new range: append its rows to ``changes/`` and fold them into ``state/``.
+The manifest is written last, so a crash at any point leaves a directory the next run repairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..fsutil import atomic_write
+from ..instance.layout import Layout
+from ..journal.segments import SegmentView, list_segments
+from . import columns as C
+from .folding import covered_by, final_state
+from .plan import instance_ref, journal_bounds
+
+FOLLOW_INTERVAL_S = 1.0
+STATE_PAYLOAD = ["key", "value", "value_size", "value_raw", "commit_time"]
+
+
+@dataclass
+class ExportReport:
+    instance: str
+    path: str
+    from_seqno: int
+    to_seqno: int
+    transactions: int = 0
+    updates: int = 0
+    retracted_from: int | None = None  # divergence point k: transactions after it were retracted
+    retracted_transactions: int = 0
+    keys: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Dirs:
+    root: Path
+
+    def __post_init__(self) -> None:
+        r = self.root
+        self.changes, self.state, self.retracted = r / "changes", r / "state", r / "retracted"
+        self.meta = r / "_multisite"
+        self.txns, self.base, self.work = self.meta / "txns", self.meta / "base", self.meta / "work"
+        self.manifest, self.intent = self.meta / "export.json", self.meta / "retract.json"
+
+
+def _load_manifest(d: _Dirs) -> dict | None:
+    return json.loads(d.manifest.read_text()) if d.manifest.exists() else None
+
+
+def _save_manifest(d: _Dirs, m: dict) -> None:
+    atomic_write(d.manifest, json.dumps(m, indent=2).encode())
+
+
+def _run_id(name: str) -> int | None:
+    """``r00000000000000000123-part-….parquet`` or ``r00000000000000000123.parquet`` -> 123."""
+    digits = name[1:21]
+    return int(digits) if name.startswith("r") and digits.isdigit() else None
+
+
+# -- rollback detection ---------------------------------------------------------------------------
+def exported_txns(d: _Dirs) -> tuple[np.ndarray, np.ndarray]:
+    import pyarrow.parquet as pq
+
+    files = sorted(d.txns.glob("r*.parquet")) if d.txns.exists() else []
+    if not files:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    tables = [pq.read_table(f) for f in files]
+    seq = np.concatenate([t.column("seqno").to_numpy() for t in tables])
+    crc = np.concatenate([t.column("crc").to_numpy() for t in tables])
+    order = np.argsort(seq, kind="stable")
+    return seq[order], crc[order]
+
+
+def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(seqnos, payload CRCs)`` of the journal's frames in ``[lo, hi]`` from headers alone."""
+    infos = list_segments(Layout.existing(path).journal)
+    seqs, crcs = [], []
+    last_index = infos[-1].index
+    for i, info in enumerate(infos):
+        nxt = infos[i + 1].first_seqno if i + 1 < len(infos) else None
+        if (nxt is not None and nxt <= lo) or info.first_seqno > hi:
+            continue
+        with SegmentView(info) as view:
+            for _, h in view.headers(tail=info.index == last_index):
+                if h.seqno > hi:
+                    break
+                if h.seqno >= lo:
+                    seqs.append(h.seqno)
+                    crcs.append(h.payload_crc)
+    return np.asarray(seqs, np.int64), np.asarray(crcs, np.int64)
+
+
+def divergence(path: str, seq: np.ndarray, crc: np.ndarray) -> int | None:
+    """The last seqno on which the export and the journal agree, if they disagree after it."""
+    if not len(seq):
+        return None
+    last = int(seq[-1])
+    first, j_last = journal_bounds(path)
+    lo = max(first, int(seq[0]))
+    js, jc = journal_crcs(path, lo, last)
+    mask = seq >= lo
+    es, ec = seq[mask], crc[mask]
+    n = min(len(es), len(js))
+    bad = np.nonzero((es[:n] != js[:n]) | (ec[:n] != jc[:n]))[0]
+    if len(bad):
+        return int(es[bad[0]]) - 1
+    if j_last < last:
+        return j_last
+    return None
+
+
+# -- the job --------------------------------------------------------------------------------------
+def export(instance: str, to: str, *, follow: bool = False, interval_s: float = FOLLOW_INTERVAL_S,
+           max_runs: int | None = None, spark=None, progress=None) -> ExportReport:
+    """Export ``instance`` incrementally to ``to``; with ``follow``, keep exporting new transactions."""
+    from .env import session
+
+    spark = spark or session()
+    runs = 0
+    while True:
+        rep = export_once(instance, to, spark=spark, progress=progress)
+        runs += 1
+        if not follow or (max_runs is not None and runs >= max_runs):
+            return rep
+        if progress:
+            progress(f"exported to seqno {rep.to_seqno}; following (Ctrl-C stops)")
+        time.sleep(interval_s)
+
+
+def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport:
+    t0 = time.time()
+    ref = instance_ref(instance)
+    d = _Dirs(Path(to).absolute())
+    d.meta.mkdir(parents=True, exist_ok=True)
+    m = _load_manifest(d)
+    if m is None:
+        m = {"format": 1, "instance": ref.name, "path": ref.path, "last_seqno": 0, "base_seqno": None,
+             "fields": C.merge_fields(sorted(ref.region_schemas.items())), "runs": []}
+    elif m["instance"] != ref.name:
+        raise ConfigError(f"{d.root} is an export of instance {m['instance']}, not {ref.name}; export to another "
+                          f"directory")
+    fields = C.merge_fields(sorted(ref.region_schemas.items()))
+    if fields != m["fields"]:
+        raise ConfigError(f"the region schemas of {ref.name} changed since {d.root} was first exported "
+                          f"({m['fields']} -> {fields}); export to a new directory")
+    _tidy(spark, d, m)
+    rep = ExportReport(ref.name, str(d.root), m["last_seqno"] + 1, m["last_seqno"])
+    seq, crc = exported_txns(d)
+    k = divergence(ref.path, seq, crc)
+    if k is not None:
+        if progress:
+            progress(f"rollback detected: journal of {ref.name} diverges after seqno {k}; retracting")
+        rep.retracted_from = k
+        rep.retracted_transactions = int((seq > k).sum())
+        _retract(spark, d, m, k, ref.name)
+        rep.from_seqno = k + 1
+    first, last = journal_bounds(ref.path)
+    lo = m["last_seqno"] + 1
+    if m["last_seqno"] == 0 and m["base_seqno"] is None:
+        lo = _begin(spark, d, m, ref, first, progress)
+    rep.from_seqno = min(rep.from_seqno, lo)
+    if last >= lo:
+        if progress:
+            progress(f"exporting {ref.name} seqnos {lo}..{last}")
+        rep.transactions, rep.updates = _append(spark, d, m, ref, lo, last)
+    rep.to_seqno = m["last_seqno"]
+    rep.seconds = time.time() - t0
+    return rep
+
+
+def _begin(spark, d: _Dirs, m: dict, ref, first: int, progress) -> int:
+    """First run: the change table starts at seqno 1, or (pruned journal) at the store's state."""
+    if first == 1:
+        m["base_seqno"] = 0
+        return 1
+    from .seeding import state_df
+
+    base, at = state_df(spark, ref.path, None)
+    if progress:
+        progress(f"journal of {ref.name} starts at seqno {first}: taking the state at {at} as the export's base")
+    from pyspark.sql import functions as F
+
+    base.select("region", "key", "key_text", "value", "value_size", "value_raw",
+                *(["fields"] if m["fields"] else [])) \
+        .withColumn("seqno", F.lit(at).cast("bigint")) \
+        .withColumn("commit_time", F.lit(None).cast("timestamp")) \
+        .write.mode("overwrite").parquet(str(d.base))
+    m["base_seqno"] = at
+    m["last_seqno"] = at
+    shutil.rmtree(d.state, ignore_errors=True)
+    shutil.copytree(d.base, d.state)
+    _save_manifest(d, m)
+    return at + 1
+
+
+def _change_ddl(m: dict) -> str:
+    return C.ddl({**C.JOURNAL_COLUMNS, "txn_crc": "bigint"}, m["fields"] or None)
+
+
+def _state_cols(m: dict) -> list[str]:
+    return ["region", "key_text", *STATE_PAYLOAD, "seqno"] + (["fields"] if m["fields"] else [])
+
+
+def _events_from_state(df, m: dict):
+    from pyspark.sql import functions as F
+
+    return df.select(*_state_cols(m)).withColumn("ord", F.lit(-1)).withColumn("op", F.lit("set"))
+
+
+def _events_from_changes(df, m: dict):
+    return df.select(*_state_cols(m), "ord", "op")
+
+
+def _fold_to_state(events, m: dict):
+    from pyspark.sql import functions as F
+
+    payload = [c for c in _state_cols(m) if c not in ("region", "key_text", "seqno")]
+    pts, _ = final_state(events, payload)
+    return pts.where(F.col("op") == "set").select(*_state_cols(m))
+
+
+def _append(spark, d: _Dirs, m: dict, ref, lo: int, hi: int) -> tuple[int, int]:
+    from pyspark.sql import functions as F
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(d.work, ignore_errors=True)
+    js, jc = journal_crcs(ref.path, lo, hi)
+    hi = int(js[-1]) if len(js) else lo - 1
+    if hi < lo:
+        return 0, 0
+    src = (spark.read.format("multisite").schema(_change_ddl(m)).option("from_seqno", lo).option("to_seqno", hi)
+           .load(ref.path).withColumn("commit_date", F.date_format("commit_time", "yyyy-MM-dd")))
+    src.write.partitionBy("commit_date").parquet(str(d.work / "changes"))
+    new = spark.read.parquet(str(d.work / "changes"))
+    updates = new.count()
+    old_state = spark.read.parquet(str(d.state)) if (d.state / "_SUCCESS").exists() or _has_parquet(d.state) else None
+    events = _events_from_changes(new, m)
+    if old_state is not None:
+        events = _events_from_state(old_state, m).unionByName(events)
+    _fold_to_state(events, m).write.parquet(str(d.work / "state"))
+    # Publish: change files (named by run), txn list, state, then the manifest.
+    for part in sorted((d.work / "changes").glob("commit_date=*")):
+        target = d.changes / part.name
+        target.mkdir(parents=True, exist_ok=True)
+        for f in part.glob("*.parquet"):
+            os.replace(f, target / f"r{hi:020d}-{f.name}")
+    d.txns.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"seqno": js, "crc": jc}), d.txns / f"r{hi:020d}.parquet")
+    _swap_state(d)
+    m["last_seqno"] = hi
+    m["runs"].append({"from": lo, "to": hi, "updates": updates, "at": time.time()})
+    _save_manifest(d, m)
+    shutil.rmtree(d.work, ignore_errors=True)
+    return len(js), updates
+
+
+def _has_parquet(p: Path) -> bool:
+    return p.exists() and any(p.glob("*.parquet"))
+
+
+def _swap_state(d: _Dirs) -> None:
+    new = d.work / "state"
+    old = d.meta / "state.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if d.state.exists():
+        os.replace(d.state, old)
+    os.replace(new, d.state)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _tidy(spark, d: _Dirs, m: dict) -> None:
+    """Repair what an interrupted run left: finish a retraction, drop unpublished change files."""
+    if d.intent.exists():
+        _finish_retraction(d, json.loads(d.intent.read_text()), m)
+    if not d.state.exists() and (d.work / "state").exists():
+        os.replace(d.work / "state", d.state)
+    last = m["last_seqno"]
+    for f in d.changes.glob("commit_date=*/r*.parquet") if d.changes.exists() else []:
+        rid = _run_id(f.name)
+        if rid is not None and rid > last:
+            f.unlink()
+    for f in d.txns.glob("r*.parquet") if d.txns.exists() else []:
+        rid = _run_id(f.name)
+        if rid is not None and rid > last:
+            f.unlink()
+    shutil.rmtree(d.work, ignore_errors=True)
+
+
+# -- retraction -----------------------------------------------------------------------------------
+def _retract(spark, d: _Dirs, m: dict, k: int, instance: str) -> None:
+    from pyspark.sql import functions as F
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(d.work, ignore_errors=True)
+    changes = spark.read.parquet(str(d.changes))
+    gone = changes.where(F.col("seqno") > k).cache()
+    dates = sorted(str(r[0]) for r in gone.select("commit_date").distinct().collect())
+    # 1. the retracted transactions, for the record
+    (gone.groupBy("seqno", "txn_crc", "origin", "commit_time").agg(F.count(F.lit(1)).alias("updates"))
+     .withColumn("instance", F.lit(instance)).withColumn("retracted_at", F.current_timestamp())
+     .withColumn("diverged_after", F.lit(k).cast("bigint"))
+     .write.parquet(str(d.work / "retracted")))
+    # 2. the state of the affected keys at k
+    kept = changes.where(F.col("seqno") <= k)
+    points = gone.where(F.col("op") != "kill").select("region", "key_text").distinct()
+    gone_kills = gone.where(F.col("op") == "kill").select("region", "key_text", "seqno", "ord")
+    history = _events_from_changes(kept, m)
+    if _has_parquet(d.base):
+        history = _events_from_state(spark.read.parquet(str(d.base)), m).unionByName(history)
+    in_points = history.join(points, ["region", "key_text"], "left_semi")
+    under = covered_by(history.where(F.col("op") != "kill"), gone_kills)
+    scope = in_points
+    if under is not None:
+        scope = scope.unionByName(under.drop("k_seqno", "k_ord"))
+    scope = scope.unionByName(history.where(F.col("op") == "kill")).distinct()
+    recomputed = _fold_to_state(scope, m)
+    affected = points
+    if under is not None:
+        affected = affected.unionByName(under.select("region", "key_text")).distinct()
+    old_state = spark.read.parquet(str(d.state))
+    new_state = (old_state.select(*_state_cols(m)).join(points, ["region", "key_text"], "left_anti")
+                 .unionByName(recomputed.join(affected, ["region", "key_text"], "left_semi")))
+    new_state.write.parquet(str(d.work / "state"))
+    # 3. the kept rows of the affected date partitions
+    keep = changes.where(F.col("commit_date").isin(dates) & (F.col("seqno") <= k))
+    keep.write.partitionBy("commit_date").parquet(str(d.work / "keep"))
+    for day in dates:
+        p = d.work / "keep" / f"commit_date={day}"
+        p.mkdir(parents=True, exist_ok=True)
+        (p / "_KEEP").write_text("")
+    gone.unpersist()
+    # 4. the txn list up to k
+    seq, crc = exported_txns(d)
+    mask = seq <= k
+    pq.write_table(pa.table({"seqno": seq[mask], "crc": crc[mask]}), d.work / f"r{k:020d}.parquet")
+    intent = {"k": k, "dates": dates}
+    atomic_write(d.intent, json.dumps(intent).encode())
+    _finish_retraction(d, intent, m)
+
+
+def _finish_retraction(d: _Dirs, intent: dict, m: dict) -> None:
+    """Publish a prepared retraction; idempotent, so an interrupted one is finished by the next run."""
+    k = intent["k"]
+    for day in intent["dates"]:
+        src = d.work / "keep" / f"commit_date={day}"
+        if not src.exists():
+            continue  # already moved
+        dst = d.changes / f"commit_date={day}"
+        if dst.exists():
+            shutil.rmtree(dst)
+        for f in src.glob("*.parquet"):
+            os.replace(f, src / f"r{k:020d}-{f.name}")
+        os.replace(src, dst)
+    if (d.work / "retracted").exists():
+        d.retracted.mkdir(parents=True, exist_ok=True)
+        for f in (d.work / "retracted").glob("*.parquet"):
+            os.replace(f, d.retracted / f"k{k:020d}-{int(time.time() * 1000)}-{f.name}")
+        shutil.rmtree(d.work / "retracted")
+    txn_new = d.work / f"r{k:020d}.parquet"
+    if txn_new.exists():
+        for f in d.txns.glob("r*.parquet"):
+            f.unlink()
+        os.replace(txn_new, d.txns / txn_new.name)
+    if (d.work / "state").exists():
+        _swap_state(d)
+    m["last_seqno"] = k
+    m["runs"] = [r for r in m["runs"] if r["to"] <= k] + [{"retracted_after": k, "at": time.time()}]
+    _save_manifest(d, m)
+    d.intent.unlink()
+    shutil.rmtree(d.work, ignore_errors=True)
