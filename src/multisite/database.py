@@ -128,6 +128,9 @@ class Database:
         self.recovery = rep
         self.open_seconds = time.perf_counter() - t0
         self._last_flush = time.monotonic()
+        self._q_lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._combining = False
 
     # -- recovery --------------------------------------------------------------------------------
     def _roll_forward(self, first: int, last: int) -> int:
@@ -224,48 +227,77 @@ class Database:
         return Transaction(self)
 
     def set(self, region: str, key: tuple, value: Any) -> int:
-        with self.transaction() as tx:
-            tx.set(region, key, value)
-        return tx.seqno
+        return self._single(SET, region, key, encode_value(value))
 
     def kill(self, region: str, key: tuple) -> int:
-        with self.transaction() as tx:
-            tx.kill(region, key)
-        return tx.seqno
+        return self._single(KILL, region, key, None)
 
     def zkill(self, region: str, key: tuple) -> int:
-        with self.transaction() as tx:
-            tx.zkill(region, key)
-        return tx.seqno
+        return self._single(ZKILL, region, key, None)
 
-    def _commit(self, ops: list[tuple[int, str, tuple, bytes | None]], *, origin: str | None = None,
-                stream: int = 0, stream_seqno: int | None = None, replicated_apply: bool = False,
-                commit_time: float | None = None) -> int:
+    def _single(self, op: int, region: str, key: Any, vb: bytes | None) -> int:
+        """One update as a transaction of its own (the fast path of db.set/kill/zkill)."""
+        if getattr(self._local, "tx", None) is not None:
+            raise TransactionError("db.set/kill/zkill inside an open transaction would nest transactions: "
+                                   "use tx.set/kill/zkill on the transaction instead")
+        self._check_open()
+        if not isinstance(region, str):
+            raise RegionNotFound(f"region must be a region name, got {region!r}")
+        self._region(region)
+        return self._commit([(op, region, check_key(key), vb)])
+
+    def _commit(self, ops: list[tuple[int, str, tuple, bytes | None]], **kw: Any) -> int:
         """Apply ``ops`` atomically; return the seqno (0 if nothing replicated was touched)."""
+        if self.journal.durability == "group":
+            wake = getattr(self._local, "wake", None)
+            if wake is None:  # one wake lock per thread, kept acquired between commits
+                wake = self._local.wake = threading.Lock()
+                wake.acquire()
+            return self._commit_grouped(_Request(ops, kw, wake))
         with self._lock:
-            self._check_open()
-            st = self.store
-            regions = st.regions
-            for op in ops:
-                r = regions.get(op[1])
-                if r is None:
-                    if not replicated_apply:
-                        self._region(op[1])
-                elif r.replicated and not replicated_apply and self.info.role != "primary":
-                    raise NotPrimary(f"instance {self.name} is a replicating secondary: it accepts no "
-                                     f"application updates to replicated region {op[1]!r}; write to its primary")
-            updates: list[Update] = []
-            touched: set[str] = set()
-            seqno = self._seqno + 1
-            for opc, region, key, vb in ops:
-                r = regions.get(region) or st.create_region(region, True)
+            seqno, data = self._prepare(ops, **kw)
+            if data:
+                self._write([(seqno, data)])
+            self._maybe_flush()
+        return seqno
+
+    def _prepare(self, ops: list[tuple[int, str, tuple, bytes | None]], *, origin: str | None = None,
+                 stream: int = 0, stream_seqno: int | None = None, replicated_apply: bool = False,
+                 commit_time: float | None = None) -> tuple[int, bytes]:
+        """Under the commit lock: apply to the store, assign the seqno, frame the journal record."""
+        self._check_open()
+        st = self.store
+        regions = st.regions
+        for op in ops:
+            r = regions.get(op[1])
+            if r is None:
+                if not replicated_apply:
+                    self._region(op[1])
+            elif r.replicated and not replicated_apply and self.info.role != "primary":
+                raise NotPrimary(f"instance {self.name} is a replicating secondary: it accepts no "
+                                 f"application updates to replicated region {op[1]!r}; write to its primary")
+        updates: list[Update] = []
+        touched: set[str] = set()
+        i, n = 0, len(ops)
+        while i < n:
+            opc, region, key, vb = ops[i]
+            r = regions.get(region) or st.create_region(region, True)
+            if opc == SET:  # a run of sets in one region: one read of before-images, one write
+                j = i + 1
+                while j < n and ops[j][0] == SET and ops[j][1] == region:
+                    j += 1
+                run = ops[i:j]
+                kbs = [encode_key(o[2]) for o in run]
+                if r.replicated:
+                    cur = st.get_many(r.id, kbs)
+                    for o, kb in zip(run, kbs):
+                        updates.append(Update(SET, region, o[2], o[3], cur.get(kb)))
+                        cur[kb] = o[3]
+                st.put_many(r.id, [(kb, o[3]) for o, kb in zip(run, kbs)])
+                i = j
+            else:
                 kb = encode_key(key)
-                if opc == SET:
-                    before = st.get(r.id, kb) if r.replicated else None
-                    st.put(r.id, kb, vb)
-                    if r.replicated:
-                        updates.append(Update(SET, region, key, vb, before))
-                elif opc == KILL:
+                if opc == KILL:
                     if r.replicated:
                         killed = [(decode_key(k), v) for k, v in st.subtree(r.id, kb)]
                         updates.append(Update(KILL, region, key, None, None, killed))
@@ -274,28 +306,92 @@ class Database:
                     if r.replicated:
                         updates.append(Update(ZKILL, region, key, None, st.get(r.id, kb)))
                     st.delete(r.id, kb)
-                if r.replicated:
-                    touched.add(region)
-            if not updates:
-                self._maybe_flush()
-                return 0
-            rec = Record(seqno, stream, seqno if stream_seqno is None else stream_seqno,
-                         origin or self.name, commit_time or time.time(), updates)
-            data = frame(seqno, encode_payload(rec))
-            try:
-                self.journal.append(data, seqno)
-            except BaseException:
-                self._reset_store()
-                raise
-            self._seqno = seqno
-            if stream:
-                self._stream_seqnos[stream] = rec.stream_seqno
-            st.mark_applied(seqno, touched)
+                i += 1
+            if r.replicated:
+                touched.add(region)
+        if not updates:
+            return 0, b""
+        seqno = self._seqno + 1
+        rec = Record(seqno, stream, seqno if stream_seqno is None else stream_seqno,
+                     origin or self.name, commit_time or time.time(), updates)
+        self._seqno = seqno
+        if stream:
+            self._stream_seqnos[stream] = rec.stream_seqno
+        st.mark_applied(seqno, touched)
+        return seqno, frame(seqno, encode_payload(rec))
+
+    def _write(self, frames: list[tuple[int, bytes]]) -> None:
+        """Under the commit lock: journal prepared frames, then hand them to the commit listeners."""
+        try:
+            self.journal.append(frames[0][1] if len(frames) == 1 else b"".join(f for _, f in frames),
+                                frames[-1][0])
+        except BaseException:
+            self._reset_store()
+            raise
+        for seqno, data in frames:
             for listener in self.commit_listeners:
                 listener(seqno, data)
+
+    def _commit_grouped(self, req: "_Request") -> int:
+        """Group commit by combining: one committer at a time (the combiner) takes every queued
+        request, applies them as one batch, writes one buffer and runs one fdatasync; the others
+        sleep on their own lock until their request is hard. A finishing combiner hands the role to
+        the oldest waiting request, so each caller is woken exactly once."""
+        with self._q_lock:
+            self._queue.append(req)
+            lead = not self._combining
+            self._combining = True
+        if not lead:
+            req.wake.acquire()
+            if not req.promoted:
+                if req.error is not None:
+                    raise req.error
+                return req.seqno
+        while True:
+            with self._q_lock:
+                batch, self._queue = self._queue, []
+            self._run_batch(batch, req)
+            with self._q_lock:
+                if req.done:
+                    if self._queue:
+                        nxt = self._queue[0]
+                        nxt.promoted = True
+                        nxt.wake.release()
+                    else:
+                        self._combining = False
+                    break
+        if req.error is not None:
+            raise req.error
+        return req.seqno
+
+    def _run_batch(self, batch: list["_Request"], mine: "_Request") -> None:
+        frames: list[tuple[int, bytes]] = []
+        err: BaseException | None = None
+        with self._lock:
+            for r in batch:
+                try:
+                    r.seqno, data = self._prepare(r.ops, **r.kw)
+                    if data:
+                        frames.append((r.seqno, data))
+                except Exception as e:  # this request only: it applied nothing
+                    r.error = e
+            if frames:
+                try:
+                    self._write(frames)
+                except BaseException as e:
+                    err = e
             self._maybe_flush()
-        self.journal.wait_durable(seqno, self._lock)
-        return seqno
+        if frames and err is None:
+            try:
+                self.journal.sync_written()
+            except BaseException as e:
+                err = e
+        for r in batch:
+            if err is not None and r.error is None and r.seqno:
+                r.error = err
+            r.done = True
+            if r is not mine:
+                r.wake.release()
 
     def apply_record(self, rec: Record, *, keep_seqno: bool = True, stream: int | None = None) -> int:
         """Apply a transaction received from upstream (Update Process). BC keeps the seqno."""
@@ -308,6 +404,7 @@ class Database:
     def _reset_store(self) -> None:
         """A journal write failed: drop the store's unflushed state and roll forward from the journal."""
         self.store.discard()
+        self._seqno = self.journal.written_seqno
         if self.store.applied_seqno < self.journal.written_seqno:
             self._roll_forward(self.store.applied_seqno + 1, self.journal.written_seqno)
 
@@ -363,6 +460,19 @@ class Database:
 
     def __repr__(self) -> str:
         return f"<multisite.Database {self.name} at {self.layout.root} seqno={self._seqno}>"
+
+
+class _Request:
+    """One transaction waiting in the group-commit queue."""
+
+    __slots__ = ("ops", "kw", "wake", "seqno", "error", "done", "promoted")
+
+    def __init__(self, ops: list, kw: dict, wake: threading.Lock):
+        self.ops, self.kw, self.wake = ops, kw, wake
+        self.seqno = 0
+        self.error: BaseException | None = None
+        self.done = False
+        self.promoted = False
 
 
 class Transaction:

@@ -47,18 +47,22 @@ def check_key(key: object) -> tuple:
     return key
 
 
+def _enc_int(p: int) -> bytes:
+    return b"\x01" + _PACK_Q(p + _BIAS)
+
+
+def _enc_str(p: str) -> bytes:
+    return b"\x02" + p.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
+_ENC = {int: _enc_int, str: _enc_str}
+
+
 def encode_key(key: tuple) -> bytes:
     """Encode a checked key. Use :func:`check_key` first for input from users."""
-    out = bytearray()
-    for part in key:
-        if type(part) is int:
-            out.append(_INT)
-            out += _PACK_Q(part + _BIAS)
-        else:
-            out.append(_STR)
-            out += part.encode("utf-8").replace(b"\x00", b"\x00\xff")
-            out.append(0)
-    return bytes(out)
+    if len(key) == 1:
+        return _ENC[type(key[0])](key[0])
+    return b"".join([_ENC[type(p)](p) for p in key])
 
 
 def decode_key(data: bytes) -> tuple:

@@ -1,13 +1,12 @@
 """Appending frames to the journal and hardening them, in three durability modes.
 
 - ``fsync``: every commit is written and ``fdatasync``-ed before the commit returns.
-- ``group``: commits are written as they come; the first committer to need durability becomes the
-  leader and runs one ``fdatasync`` that covers everything written so far, while the others wait on
-  a condition. Concurrent commits therefore share fsyncs, and each is still hardened before it returns.
+- ``group``: concurrent commits are combined into one write and one ``fdatasync`` (see
+  ``Database._commit_grouped``); each is still hardened before it returns.
 - ``none``: written to the OS (survives a process crash, not a power cut), never fsynced.
 
-``append`` must be called under the database's commit lock (it keeps seqno order); ``wait_durable``
-is called after releasing it, so that other writers append while the leader syncs.
+``append`` must be called under the database's commit lock (it keeps seqno order); ``sync_written``
+runs outside it, so that readers and the next batch are not held up by the fsync.
 
 Segment switch: when a segment passes ``segment_bytes`` the writer fsyncs it (in every mode: a
 sealed segment is always hard), creates the next one crash-safely with a back pointer, and switches.
@@ -54,8 +53,6 @@ class JournalWriter:
         self.durable_seqno = last_seqno  # hardened on disk
         self._generation = 0
         self._fsync_lock = threading.Lock()  # held while an fd is being fsynced
-        self._cond = threading.Condition()
-        self._syncing = False
         self.fsyncs = 0
         self.broken: BaseException | None = None
 
@@ -106,31 +103,16 @@ class JournalWriter:
         self._size = os.fstat(self._fd).st_size
 
     # -- called without the commit lock -----------------------------------------------------------
-    def wait_durable(self, seqno: int, lock: threading.Lock) -> None:
-        """Return once ``seqno`` is hardened (group mode; a no-op in the others)."""
-        if self.durability != "group":
-            return
-        cond = self._cond
-        with cond:
-            while self.durable_seqno < seqno:
-                if self._syncing:
-                    cond.wait()
-                    continue
-                self._syncing = True
-                cond.release()
-                try:
-                    with lock:  # a consistent (fd, target) pair
-                        fd, gen, target = self._fd, self._generation, self.written_seqno
-                    with self._fsync_lock:
-                        if gen == self._generation:  # else a switch already fsynced it
-                            os.fdatasync(fd)
-                            self.fsyncs += 1
-                finally:
-                    cond.acquire()
-                    self._syncing = False
-                    cond.notify_all()
-                if target > self.durable_seqno:
-                    self.durable_seqno = target
+    def sync_written(self) -> None:
+        """Harden everything written so far, without the commit lock (the group-commit combiner,
+        the only appender in group mode, calls it after writing a batch)."""
+        fd, gen, target = self._fd, self._generation, self.written_seqno
+        with self._fsync_lock:
+            if gen == self._generation:  # else a segment switch already fsynced it
+                os.fdatasync(fd)
+                self.fsyncs += 1
+        if target > self.durable_seqno:
+            self.durable_seqno = target
 
     def sync(self) -> None:
         """Harden everything written so far (any mode). Caller holds the commit lock."""

@@ -121,6 +121,24 @@ class Store:
         row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kb)).fetchone()
         return row[0] if row else None
 
+    def get_many(self, rid: int, kbs: list[bytes]) -> dict[bytes, bytes]:
+        if len(kbs) == 1:
+            row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kbs[0])).fetchone()
+            return {kbs[0]: row[0]} if row else {}
+        out: dict[bytes, bytes] = {}
+        for i in range(0, len(kbs), 500):
+            chunk = kbs[i : i + 500]
+            q = f"SELECT k, v FROM kv WHERE r=? AND k IN ({','.join('?' * len(chunk))})"
+            out.update(self.conn.execute(q, (rid, *chunk)).fetchall())
+        return out
+
+    def put_many(self, rid: int, rows: list[tuple[bytes, bytes]]) -> None:
+        self._begin()
+        if len(rows) == 1:
+            self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, *rows[0]))
+        else:
+            self.conn.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", [(rid, k, v) for k, v in rows])
+
     def put(self, rid: int, kb: bytes, vb: bytes) -> None:
         self._begin()
         self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
