@@ -1,0 +1,206 @@
+"""``multisite pipeline …``: the Spark jobs (export, snapshot, seed, verify, fold), thin over the API.
+
+pyspark is imported only when a command runs, so ``multisite --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from .output import console, print_json, table
+
+_spark_options = [
+    click.option("--master", default=None, help="Spark master (default local[*], or MULTISITE_SPARK_MASTER)."),
+    click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."),
+    click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape)."),
+]
+
+
+def spark_options(fn):
+    for opt in reversed(_spark_options):
+        fn = opt(fn)
+    return fn
+
+
+class Progress:
+    """A one-line status with elapsed time for people; silent with --json."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.t0 = time.time()
+        self.status = None if quiet else console.status("starting Spark")
+        if self.status:
+            self.status.start()
+
+    def __call__(self, msg: str) -> None:
+        if self.status:
+            self.status.update(f"[{time.time() - self.t0:6.1f}s] {msg}")
+            console.log(msg)
+
+    def close(self) -> None:
+        if self.status:
+            self.status.stop()
+
+
+def _session(master, confs, progress):
+    from ..errors import ConfigError
+    from ..pipeline.env import session
+
+    conf = {}
+    for c in confs:
+        if "=" not in c:
+            raise ConfigError(f"--conf takes KEY=VALUE, got {c!r}")
+        k, v = c.split("=", 1)
+        conf[k] = v
+    progress("starting Spark")
+    return session(master, conf=conf)
+
+
+def _run(as_json: bool, master, confs, job):
+    progress = Progress(as_json)
+    try:
+        spark = _session(master, confs, progress)
+        return job(spark, progress)
+    finally:
+        progress.close()
+
+
+@click.group()
+def pipeline() -> None:
+    """Bulk and analytical jobs over journals and state, on Spark (local[*] or a cluster)."""
+
+
+@pipeline.command("export")
+@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Export directory.")
+@click.option("--follow", is_flag=True, help="Keep exporting new transactions until interrupted.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between --follow runs.")
+@spark_options
+def export_cmd(instance, to, follow, interval, master, confs, as_json):
+    """Export an instance to an analytics replica in Parquet (changes + current state).
+
+    Incremental: each run adds the transactions since the last one; transactions that a rollback
+    took off the instance are retracted from both tables. Example:
+    multisite pipeline export /data/A --to /lake/A --follow
+    """
+    from ..pipeline.analytics import export
+
+    def job(spark, progress):
+        return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress)
+
+    try:
+        rep = _run(as_json, master, confs, job)
+    except KeyboardInterrupt:
+        return
+    if as_json:
+        print_json(rep.to_dict())
+        return
+    if rep.retracted_from is not None:
+        console.print(f"rollback: retracted {rep.retracted_transactions} transaction(s) after seqno "
+                      f"{rep.retracted_from}")
+    console.print(f"exported {rep.instance} seqnos {rep.from_seqno}..{rep.to_seqno}: {rep.transactions} "
+                  f"transaction(s), {rep.updates} update(s) in {rep.seconds:.1f}s -> {rep.path}")
+
+
+@pipeline.command("snapshot")
+@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="New snapshot directory.")
+@click.option("--at", "at", type=int, default=None, help="Seqno of the state (default: the journal's end).")
+@spark_options
+def snapshot_cmd(instance, to, at, master, confs, as_json):
+    """Write a consistent checkpoint of an instance's state at a seqno as Parquet.
+
+    Example: multisite pipeline snapshot /data/A --to /snap/A --at 1000000
+    """
+    from ..pipeline.seeding import snapshot
+
+    rep = _run(as_json, master, confs, lambda spark, p: snapshot(instance, to, at=at, spark=spark, progress=p))
+    if as_json:
+        print_json(rep.__dict__)
+    else:
+        console.print(f"snapshot of {rep.instance} at seqno {rep.seqno}: {rep.keys} key(s) in {rep.seconds:.1f}s "
+                      f"-> {rep.path}")
+
+
+@pipeline.command("seed")
+@click.argument("snapshot", type=click.Path(exists=True, file_okay=False))
+@click.option("--into", "into", required=True, type=click.Path(file_okay=False), help="New instance directory.")
+@click.option("--name", required=True, help="Name of the new instance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def seed_cmd(snapshot, into, name, as_json):
+    """Create a new instance from a snapshot; a Source Server then catches it up from the snapshot's seqno.
+
+    Example: multisite pipeline seed /snap/A --into /data/C --name C
+    """
+    from ..pipeline.seeding import seed
+
+    progress = Progress(as_json)
+    try:
+        rep = seed(snapshot, into, name=name, progress=progress)
+    finally:
+        progress.close()
+    if as_json:
+        print_json(rep.__dict__)
+    else:
+        console.print(f"seeded {rep.name} at {rep.path} with {rep.keys} key(s) at seqno {rep.seqno}; replicate "
+                      f"to it from seqno {rep.seqno + 1}")
+
+
+@pipeline.command("verify")
+@click.argument("a", type=click.Path(exists=True, file_okay=False))
+@click.argument("b", type=click.Path(exists=True, file_okay=False))
+@click.option("--at", "at", type=int, default=None, help="Seqno to compare at (default: the lower end).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="Write the differing keys here as Parquet.")
+@spark_options
+def verify_cmd(a, b, at, out, master, confs, as_json):
+    """Compare two instances' (or snapshots') states key by key; exit status 1 when they differ.
+
+    Example: multisite pipeline verify /data/A /data/B --out /tmp/diff
+    """
+    from ..pipeline.compare import verify
+
+    rep = _run(as_json, master, confs, lambda spark, p: verify(a, b, at=at, out=out, spark=spark, progress=p))
+    if as_json:
+        print_json(rep.to_dict())
+    else:
+        if rep.sample:
+            table(f"differences (first {len(rep.sample)})", ["difference", "region", "key", "value in A",
+                                                            "value in B"],
+                  [[r["difference"], r["region"], r["key_text"], r["value_a"], r["value_b"]] for r in rep.sample])
+        verdict = "EQUAL" if rep.equal else "DIFFERENT"
+        console.print(f"{verdict} at seqno {rep.seqno}: {rep.keys_a} key(s) in A, {rep.keys_b} in B; "
+                      f"{rep.different} different, {rep.missing_in_a} missing in A, {rep.missing_in_b} missing "
+                      f"in B ({rep.seconds:.1f}s)" + (f"; differences in {rep.diff_path}" if rep.diff_path else ""))
+    if not rep.equal:
+        sys.exit(1)
+
+
+@pipeline.command("fold")
+@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.option("--into", "into", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The far-behind replica (closed) to bring forward.")
+@click.option("--from", "from_seqno", type=int, default=None, help="First seqno (default: the replica's + 1).")
+@click.option("--to", "to_seqno", type=int, default=None, help="Last seqno (default: the source's end).")
+@spark_options
+def fold_cmd(instance, into, from_seqno, to_seqno, master, confs, as_json):
+    """Fold a journal range into the final state per key and apply it to a far-behind replica in bulk.
+
+    Example: multisite pipeline fold /data/A --into /data/B --from 1000001 --to 9000000
+    """
+    from ..pipeline.catchup import fold
+
+    rep = _run(as_json, master, confs,
+               lambda spark, p: fold(instance, into, from_seqno, to_seqno, spark=spark, progress=p))
+    if as_json:
+        print_json(rep.__dict__)
+    else:
+        console.print(f"folded seqnos {rep.from_seqno}..{rep.to_seqno} ({rep.updates_read} updates) into "
+                      f"{rep.replica}: {rep.points} key(s) written, {rep.kills} kill(s) in {rep.seconds:.1f}s")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(pipeline)
