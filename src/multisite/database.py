@@ -70,6 +70,8 @@ def create(path: str | os.PathLike, name: str, *, group: str = "default", supple
     lay = Layout(Path(path).absolute())
     if lay.instance_file.exists():
         raise InstanceExists(f"{lay.root} already holds an instance; choose another directory")
+    if lay.root.exists() and not lay.root.is_dir():
+        raise InstanceExists(f"{lay.root} exists and is a file, not a directory; choose an empty or new directory")
     if lay.root.exists() and any(lay.root.iterdir()):
         raise InstanceExists(f"{lay.root} exists and is not empty; choose an empty or new directory")
     for d in lay.dirs():

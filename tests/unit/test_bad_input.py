@@ -148,6 +148,12 @@ def test_create_refuses_existing_instances_and_bad_settings(tmp_path, inst):
     (tmp_path / "busy" / "x").write_text("x")
     with pytest.raises(InstanceExists):
         multisite.create(tmp_path / "busy", name="B")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InstanceExists, match="is a file"):
+        multisite.create(tmp_path / "a-file", name="B")
+    with pytest.raises(NotAnInstance, match="is a file"):
+        multisite.open(tmp_path / "a-file")
+    assert (tmp_path / "a-file").read_text() == "x"
     for kwargs in ({"name": ""}, {"name": "a b"}, {"name": "a/b"}, {"name": "ok", "durability": "maybe"}):
         with pytest.raises(ConfigError):
             multisite.create(tmp_path / "new", **kwargs)

@@ -63,6 +63,8 @@ class Layout:
     @classmethod
     def existing(cls, root: str | os.PathLike) -> "Layout":
         lay = cls(Path(root).absolute())
+        if lay.root.exists() and not lay.root.is_dir():
+            raise NotAnInstance(f"{lay.root} is a file, not an instance directory")
         if not lay.root.is_dir():
             raise NotAnInstance(f"{lay.root} does not exist; create it with `multisite instance create`")
         if not lay.instance_file.exists() or not lay.journal.is_dir():
