@@ -101,3 +101,45 @@ def test_sigkilled_threaded_group_writer_loses_no_acknowledged_commit(tmp_path):
                 count += len(ns)
             assert count == db.seqno  # one transaction per seqno, none partial, none extra
             _check_journal(db)
+
+
+def _fill(root: Path, n: int) -> int:
+    with multisite.open(root) as db:
+        db.create_region("crash")
+        for i in range(n):
+            db.set("crash", ("w", i), {"i": i, "pad": PAD})
+        return db.seqno
+
+
+def test_crash_right_after_a_segment_switch(tmp_path):
+    """The new segment exists with its header and no record: the journal continues in it."""
+    from multisite.journal.segments import list_segments
+    from multisite.journal.writer import create_segment
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    last = _fill(root, 100)
+    infos = list_segments(root / "journal")
+    create_segment(root / "journal", infos[-1].index + 1, last + 1, infos[-1].index)
+    with multisite.open(root) as db:
+        assert db.seqno == last and db.recovery.torn_bytes == 0
+        db.set("crash", ("after",), 1)
+    with multisite.open(root) as db:
+        assert db.seqno == last + 1 and db.get("crash", ("after",)) == 1
+        _check_journal(db)
+
+
+def test_crash_inside_crash_safe_writes_leaves_only_ignored_temp_files(tmp_path):
+    """A segment or instance file being written when the crash came is a temp file: ignored on open."""
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    last = _fill(root, 100)
+    seg = sorted((root / "journal").glob("*.msj"))[-1]
+    nxt = int(seg.stem) + 1
+    (root / "journal" / f".{nxt:08d}.msj.tmp-99999").write_bytes(b"MSJSEG01 half a header")
+    (root / ".instance.msi.tmp-99999").write_bytes(b"MSI1 half")
+    with multisite.open(root) as db:
+        assert db.seqno == last
+        for i in range(100, 200):
+            db.set("crash", ("w", i), i)
+    with multisite.open(root) as db:
+        assert db.seqno == last + 100
+        _check_journal(db)
