@@ -9,3 +9,13 @@ from .errors import MultisiteError
 
 __all__ = ["Database", "RecoveryReport", "Transaction", "create", "open", "MultisiteError"]
 __version__ = "0.1.0"
+
+
+def connect(address: str, timeout: float = 30.0):
+    """Connect to an instance server at ``HOST:PORT`` (same API as an open Database)."""
+    from .net.client import connect as _connect
+
+    return _connect(address, timeout)
+
+
+__all__.append("connect")

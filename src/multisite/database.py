@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
-from .errors import (InstanceExists, JournalError, NotPrimary, RegionNotFound, TransactionError,
+from .errors import (InstanceExists, JournalError, JournalGap, NotPrimary, RegionNotFound, TransactionError,
                      ValueEncodeError, ConfigError)
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
@@ -394,6 +394,30 @@ class Database:
             r.done = True
             if r is not mine:
                 r.wake.release()
+
+    def apply_records(self, recs: list[Record]) -> int:
+        """Apply transactions received from upstream, in order, with one journal write and one
+        fsync (the Update Process). BC: each keeps its seqno; a record at or below the current seqno
+        was applied already and is skipped, so a replay after any restart applies exactly once."""
+        with self._lock:
+            frames = []
+            for rec in recs:
+                if rec.seqno <= self._seqno:
+                    continue
+                if rec.seqno != self._seqno + 1:
+                    raise JournalGap(f"instance {self.name} is at seqno {self._seqno}; received seqno {rec.seqno} "
+                                     f"leaves a gap")
+                ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
+                seqno, data = self._prepare(ops, origin=rec.origin, stream=rec.stream,
+                                            stream_seqno=rec.stream_seqno, replicated_apply=True,
+                                            commit_time=rec.time)
+                frames.append((seqno, data))
+            if frames:
+                self._write(frames)
+                if self.journal.durability == "group":
+                    self.journal.sync()
+            self._maybe_flush()
+            return self._seqno
 
     def apply_record(self, rec: Record, *, keep_seqno: bool = True, stream: int | None = None) -> int:
         """Apply a transaction received from upstream (Update Process). BC keeps the seqno."""

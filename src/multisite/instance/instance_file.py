@@ -14,6 +14,7 @@ On disk: ``b"MSI1"`` + u32 CRC-32 of the body + msgpack body, replaced atomicall
 
 from __future__ import annotations
 
+import random
 import struct
 import time
 import zlib
@@ -39,6 +40,7 @@ class HistoryRecord(msgspec.Struct, frozen=True):
     upstream: str = ""  # the instance this one received the range from (replicating)
     stream: int = 0  # SI: the stream the range belongs to (0 = this instance's own/BC stream)
     stream_start: int = 0  # SI: the originating seqno that start_seqno corresponds to
+    uid: int = 0  # identity: a replicated range keeps its record (same uid) on every instance
 
 
 class SourceSlot(msgspec.Struct):
@@ -94,7 +96,8 @@ class InstanceFile(msgspec.Struct):
     def add_history(self, start_seqno: int, root_primary: str, role: str, upstream: str = "",
                     stream: int = 0, stream_start: int = 0) -> HistoryRecord:
         rec = HistoryRecord(start_seqno=start_seqno, root_primary=root_primary, role=role,
-                            created=time.time(), upstream=upstream, stream=stream, stream_start=stream_start)
+                            created=time.time(), upstream=upstream, stream=stream, stream_start=stream_start,
+                            uid=random.getrandbits(62))
         # A record starting where the previous one starts replaces it (no transaction in between).
         while self.history and self.history[-1].start_seqno >= start_seqno:
             self.history.pop()

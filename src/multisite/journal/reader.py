@@ -24,8 +24,9 @@ def segments_from(infos: list[SegmentInfo], from_seqno: int) -> list[SegmentInfo
 
 
 def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
-                infos: list[SegmentInfo] | None = None) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(seqno, payload)`` for every record in ``[from_seqno, to_seqno]``."""
+                infos: list[SegmentInfo] | None = None, *, whole: bool = False) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(seqno, payload)`` for every record in ``[from_seqno, to_seqno]``; with ``whole``,
+    the whole frame (header and payload) instead of the payload, as Source Servers send it."""
     if infos is None:
         infos = list_segments(journal_dir)
     if not infos:
@@ -53,7 +54,7 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
                     continue
                 if to_seqno is not None and hdr.seqno > to_seqno:
                     return
-                yield hdr.seqno, view.payload(off, hdr)
+                yield hdr.seqno, view.frame_bytes(off, hdr) if whole else view.payload(off, hdr)
             if end is not None and last != end:
                 raise JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment "
                                      f"starts at {end + 1}: records {last + 1}..{end} are missing (the sealed "

@@ -1,0 +1,119 @@
+"""``multisite server start|stop|status``: the process that owns an instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import ServerError
+from ..instance.layout import Layout
+from ..net import control
+from .output import console, print_json, table
+
+SERVER_START_TIMEOUT_S = 60.0
+
+
+def start_server(root: Path, listen: str | None) -> dict:
+    """Spawn the instance server for ``root`` and wait until it answers; returns its run info."""
+    lay = Layout.existing(root)
+    if control.is_running(lay.root):
+        raise ServerError(f"an instance server for {lay.root} is already running")
+    out = open(lay.log / "server.out", "ab")
+    cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (lay.log / "server.out").read_text(errors="replace").strip().splitlines()[-3:]
+            raise ServerError(f"the instance server for {lay.root} exited at start (status {proc.returncode}): "
+                              + " | ".join(tail))
+        if control.is_running(lay.root):
+            info = json.loads((lay.run / "server.json").read_text())
+            return info
+        time.sleep(0.05)
+    proc.kill()
+    raise ServerError(f"the instance server for {lay.root} did not answer within {SERVER_START_TIMEOUT_S:.0f} s")
+
+
+def stop_server(root: Path, timeout: float = 10.0) -> int:
+    lay = Layout.existing(root)
+    pid = control.call(lay.root, "ping")["pid"]
+    control.call(lay.root, "shutdown", timeout=timeout + 5)
+    deadline = time.monotonic() + timeout + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@click.group()
+def server() -> None:
+    """Run the process that owns an instance (engine, journal pool, replication servers)."""
+
+
+@server.command("start")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--listen", default=None, help="HOST:PORT for application clients (multisite.connect).")
+def start_cmd(dir: str, listen: str | None) -> None:
+    """Start the instance server; returns once it answers.
+
+    Example: multisite server start /data/A --listen 127.0.0.1:7000
+    """
+    info = start_server(Path(dir), listen)
+    console.print(f"instance server started: pid {info['pid']}, log {info['log']}"
+                  + (f", clients on port {info['client_port']}" if info.get("client_port") else ""))
+
+
+@server.command("stop")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--timeout", type=float, default=10.0, show_default=True,
+              help="Seconds for source servers to send what is pending before the server exits.")
+def stop_cmd(dir: str, timeout: float) -> None:
+    """Stop the instance server (sources first send what they can within --timeout).
+
+    Example: multisite server stop /data/A --timeout 30
+    """
+    pid = stop_server(Path(dir), timeout)
+    console.print(f"instance server pid {pid} stopped; log {Path(dir).absolute() / 'log' / 'server.log'}")
+
+
+@click.command("status")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def status_cmd(dir: str, as_json: bool) -> None:
+    """Status of an instance server and all its components.
+
+    Example: multisite status /data/A --json
+    """
+    st = control.call(Layout.existing(dir).root, "status")
+    if as_json:
+        print_json(st)
+        return
+    table(f"instance {st['name']}", ["pid", "role", "seqno", "journal pool", "update process"],
+          [(st["pid"], st["role"], st["seqno"], f"{st['pool']['first_seqno']}..{st['pool']['last_seqno']}",
+            st["update"]["state"])])
+    if st["sources"]:
+        table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
+              [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])
+               for n, s in st["sources"].items()])
+    if st["receiver"]:
+        r = st["receiver"]
+        table("receiver server", ["state", "source", "listen", "received", "applied", "backlog"],
+              [(r["state"], r["source"], r["listen"], r["received_seqno"], r["seqno"], r["backlog"])])
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(server)
+    cli.add_command(status_cmd)

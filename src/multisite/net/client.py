@@ -1,0 +1,136 @@
+"""``multisite.connect("HOST:PORT")``: the engine's API over the wire, against an instance server.
+
+The same names as an embedded ``Database``: get / items / set / kill / zkill / transaction /
+create_region / seqno. A transaction is collected locally and sent as one request at commit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+from typing import Any, Iterator
+
+from .. import errors
+from ..errors import ConnectionLost, MultisiteError, TransactionError
+from ..journal.records import KILL, SET, ZKILL
+from ..keys import check_key
+from ..protocol.client import FrameBuffer, encode
+from .tls import parse_hostport
+
+
+class RemoteDatabase:
+    def __init__(self, address: str, timeout: float = 30.0):
+        host, port = parse_hostport(address)
+        self.address = address
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buf = FrameBuffer()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _call(self, op: str, **args: Any) -> Any:
+        with self._lock:
+            rid = next(self._ids)
+            try:
+                self._sock.sendall(encode([rid, op, args]))
+                while True:
+                    msg = self._buf.next()
+                    if msg is not None:
+                        break
+                    data = self._sock.recv(1 << 20)
+                    if not data:
+                        raise ConnectionLost(f"instance server at {self.address} closed the connection")
+                    self._buf.feed(data)
+            except OSError as e:
+                raise ConnectionLost(f"connection to {self.address} failed: {e}") from e
+        _id, ok, result = msg
+        if ok:
+            return result
+        code, message = result
+        cls = next((c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, MultisiteError)
+                    and c.code == code), MultisiteError)
+        err = cls.__new__(cls)
+        MultisiteError.__init__(err, message)
+        raise err
+
+    # -- the Database API ------------------------------------------------------------------------
+    @property
+    def seqno(self) -> int:
+        return self._call("info")["seqno"]
+
+    def info(self) -> dict:
+        return self._call("info")
+
+    def create_region(self, name: str, replicated: bool = True, schema: str | None = None) -> None:
+        self._call("create_region", name=name, replicated=replicated, schema=schema)
+
+    def get(self, region: str, key: tuple) -> Any:
+        return self._call("get", region=region, key=list(check_key(key)))
+
+    def items(self, region: str, start: tuple | None = None, stop: tuple | None = None,
+              batch: int = 1000) -> Iterator[tuple[tuple, Any]]:
+        lo, inclusive = (list(check_key(start)) if start is not None else None), True
+        while True:
+            rows = self._call("items", region=region, start=lo, stop=list(check_key(stop)) if stop else None,
+                              limit=batch, inclusive=inclusive)
+            for k, v in rows:
+                yield tuple(k), v
+            if len(rows) < batch:
+                return
+            lo, inclusive = rows[-1][0], False
+
+    def transaction(self) -> "RemoteTransaction":
+        return RemoteTransaction(self)
+
+    def set(self, region: str, key: tuple, value: Any) -> int:
+        return self._call("commit", ops=[[SET, region, list(check_key(key)), value]])
+
+    def kill(self, region: str, key: tuple) -> int:
+        return self._call("commit", ops=[[KILL, region, list(check_key(key)), None]])
+
+    def zkill(self, region: str, key: tuple) -> int:
+        return self._call("commit", ops=[[ZKILL, region, list(check_key(key)), None]])
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "RemoteDatabase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteTransaction:
+    def __init__(self, db: RemoteDatabase):
+        self.db, self.ops, self.seqno = db, [], 0
+
+    def __enter__(self) -> "RemoteTransaction":
+        if getattr(self.db._local, "tx", None) is not None:
+            raise TransactionError("nested transactions are not supported: commit the outer transaction first")
+        self.db._local.tx = self
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.db._local.tx = None
+        if exc_type is None and self.ops:
+            self.seqno = self.db._call("commit", ops=self.ops)
+
+    def set(self, region: str, key: tuple, value: Any) -> None:
+        self.ops.append([SET, region, list(check_key(key)), value])
+
+    def kill(self, region: str, key: tuple) -> None:
+        self.ops.append([KILL, region, list(check_key(key)), None])
+
+    def zkill(self, region: str, key: tuple) -> None:
+        self.ops.append([ZKILL, region, list(check_key(key)), None])
+
+
+def connect(address: str, timeout: float = 30.0) -> RemoteDatabase:
+    """Connect to the instance server listening at ``HOST:PORT``."""
+    return RemoteDatabase(address, timeout)

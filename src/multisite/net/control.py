@@ -1,0 +1,72 @@
+"""The control channel between the CLI and a running instance server.
+
+JSON lines over a Unix socket in the abstract namespace (named after the instance directory, so
+there is no path-length limit and nothing to clean up after a crash). One request, one reply::
+
+    {"op": "source.start", "args": {...}}   ->   {"ok": true, "result": {...}}
+                                            or   {"ok": false, "code": "...", "error": "..."}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from ..errors import MultisiteError, ServerError
+
+CONTROL_TIMEOUT_S = 60.0
+
+
+def control_address(root: Path) -> str:
+    digest = hashlib.sha1(str(Path(root).absolute()).encode()).hexdigest()[:24]
+    return f"\0multisite-{digest}"
+
+
+def call(root: Path, op: str, timeout: float = CONTROL_TIMEOUT_S, **args: Any) -> Any:
+    """Send one request to the server of ``root``; raise the server's error as a MultisiteError."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(control_address(root))
+    except (ConnectionRefusedError, FileNotFoundError):
+        s.close()
+        raise ServerError(f"no instance server is running for {root}; start one with "
+                          f"`multisite server start {root}`") from None
+    try:
+        s.sendall((json.dumps({"op": op, "args": args}) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ServerError(f"the instance server of {root} closed the control connection during {op!r}")
+            buf += chunk
+    except socket.timeout:
+        raise ServerError(f"the instance server of {root} did not answer {op!r} within {timeout:.0f} s") from None
+    finally:
+        s.close()
+    reply = json.loads(buf)
+    if reply.get("ok"):
+        return reply.get("result")
+    cls = _error_class(reply.get("code", ""))
+    err = cls.__new__(cls)
+    MultisiteError.__init__(err, reply.get("error", "unknown error"))
+    raise err
+
+
+def _error_class(code: str) -> type[MultisiteError]:
+    for obj in vars(errors).values():
+        if isinstance(obj, type) and issubclass(obj, MultisiteError) and obj.code == code:
+            return obj
+    return ServerError
+
+
+def is_running(root: Path) -> bool:
+    try:
+        call(root, "ping", timeout=5)
+        return True
+    except ServerError:
+        return False

@@ -1,0 +1,250 @@
+"""Receiver Server: accepts a Source Server's connection and fills the receive pool.
+
+Theory of operation (GT.M seed 001, "Receiver Server"):
+
+- One source at a time. On connect both sides exchange Hello. The receiver refuses (an Error to the
+  source, an error line in its own log) a source from another LMS group, one with its own name, or
+  one whose history shows this instance is ahead of it (roll back first).
+- The restart point is where the Update Process stands: the receive pool is emptied and the
+  Update Process's in-flight batch finishes before this instance's seqno goes into its Hello.
+- Received batches (checked whole by the protocol) go into the receive pool; above
+  ``receive_pool_high_bytes`` the receiver sends XOFF, and XON once the Update Process has drained
+  the pool below ``receive_pool_low_bytes``.
+- Every heartbeat is answered with the last seqno the Update Process applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from dataclasses import dataclass
+
+from ..errors import ConnectionLost, MultisiteError, ProtocolError
+from ..protocol.connection import Connection, Role, split_frames
+from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
+from ..replication.history import check_peer, hello_for, to_records
+from ..replication.pools import ReceivePool
+from ..replication.update import UpdateProcess
+from .source import read_event
+from .tls import TLSConfig
+
+
+@dataclass
+class ReceiverConfig:
+    host: str
+    port: int
+    tls: TLSConfig | None = None
+    autorollback: bool = False
+    noresync: bool = False
+    receive_pool_high_bytes: int = 64 * 1024 * 1024
+    receive_pool_low_bytes: int = 16 * 1024 * 1024
+    handshake_timeout_s: float = 10.0
+    stats_interval_s: float = 5.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "tls"}
+        d["tls"] = self.tls.to_dict() if self.tls else None
+        return d
+
+
+class ReceiverServer:
+    def __init__(self, server, cfg: ReceiverConfig, log: logging.Logger, update: UpdateProcess,
+                 pool: ReceivePool):
+        self.server, self.cfg, self.log = server, cfg, log
+        self.db = server.db
+        self.update = update
+        self.pool = pool
+        self.state = "listening"
+        self.peer: str | None = None
+        self.port = cfg.port
+        self._srv: asyncio.AbstractServer | None = None
+        self._busy = False
+        self._xoff_sent = False
+        self._conn: Connection | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.received_records = 0
+        self.connections = 0
+        self.refusals = 0
+        self.xoffs = 0
+        self.last_error: str | None = None
+        self.started_at = time.time()
+        self.start_seqno = self.db.seqno
+        self._stats_task: asyncio.Task | None = None
+        self._restart = asyncio.Event()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        ctx = self.cfg.tls.server_context() if self.cfg.tls else None
+        self._srv = await asyncio.start_server(self._handle, self.cfg.host, self.cfg.port, ssl=ctx)
+        self.port = self._srv.sockets[0].getsockname()[1]
+        self.pool.on_drained = lambda: self._loop.call_soon_threadsafe(self._maybe_xon)
+        self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._restart.set)
+        self._stats_task = self._loop.create_task(self._stats_loop())
+        self.log.info("receiver server listening on %s:%d%s", self.cfg.host, self.port, " (TLS)" if ctx else "")
+
+    async def stop(self) -> None:
+        if self._srv:
+            self._srv.close()
+            if self._writer:
+                self._writer.transport.abort()
+            await self._srv.wait_closed()
+        if self._stats_task:
+            self._stats_task.cancel()
+        self.state = "stopped"
+        self.log.info("receiver server stopped at seqno %d", self.db.seqno)
+
+    # -- one connection --------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        addr = writer.get_extra_info("peername")
+        conn = Connection(Role.RECEIVER)
+        if self._busy:
+            self.log.warning("refusing a second source from %s: already receiving from %s", addr, self.peer)
+            writer.write(conn.send(Error("BUSY", f"receiver already has a source ({self.peer})")))
+            await self._close(writer)
+            return
+        self._busy = True
+        self.connections += 1
+        try:
+            await self._serve(conn, reader, writer)
+        except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError) as e:
+            self.log.warning("connection from %s ended: %s", self.peer or addr, e)
+            self.last_error = str(e)
+        except ProtocolError as e:
+            self.log.error("protocol error from %s: %s; closing the connection", self.peer or addr, e)
+            self.last_error = str(e)
+            try:
+                writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+            except MultisiteError:
+                pass
+        except asyncio.TimeoutError:
+            self.log.warning("connection from %s timed out during the handshake", addr)
+        except MultisiteError as e:
+            self.log.error("%s", e)
+            self.last_error = str(e)
+        finally:
+            self._busy = False
+            self._conn = self._writer = None
+            self.state = "listening"
+            await self._close(writer)
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+            writer.transport.abort()
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        self.state = "handshake"
+        peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
+        if not isinstance(peer, Hello):
+            raise ProtocolError(f"expected Hello, got {type(peer).__name__}")
+        # The restart point: empty the pool, let the Update Process finish its batch.
+        self.pool.clear(self.db.seqno)
+        await loop.run_in_executor(None, self.pool.quiesce)
+        me = hello_for(self.db.info, self.db.seqno)
+        refusal = check_peer(me, peer, i_am="receiver")
+        if refusal is not None:
+            self.refusals += 1
+            self.last_error = f"{refusal.code}: {refusal.message}"
+            self.log.error("refusing source %s: %s: %s", peer.name, refusal.code, refusal.message)
+            writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
+            return
+        writer.write(conn.send(me))
+        await writer.drain()
+        start = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
+        if isinstance(start, Error):
+            self.refusals += 1
+            self.last_error = f"{start.code}: {start.message}"
+            self.log.error("source %s refused: %s: %s", peer.name, start.code, start.message)
+            return
+        assert isinstance(start, Start)
+        if start.from_seqno != self.db.seqno + 1:
+            raise ProtocolError(f"source wants to start at seqno {start.from_seqno}, this instance needs "
+                                f"{self.db.seqno + 1}")
+        await loop.run_in_executor(None, self._adopt_history, peer, start)
+        self.peer = peer.name
+        self._conn, self._writer = conn, writer
+        self._xoff_sent = False
+        self._restart.clear()
+        self.state = "receiving"
+        self.last_error = None
+        self.log.info("receiving from %s at seqno %d (common point %d)", peer.name, start.from_seqno,
+                      start.common_seqno)
+        restart = loop.create_task(self._restart.wait())
+        try:
+            while True:
+                nxt = loop.create_task(read_event(conn, reader))
+                done, _ = await asyncio.wait({nxt, restart}, return_when=asyncio.FIRST_COMPLETED)
+                if restart in done:
+                    nxt.cancel()
+                    raise ConnectionLost("the update process found a gap; restarting the connection")
+                ev = nxt.result()
+                if isinstance(ev, TxnBatch):
+                    frames = list(split_frames(ev.frames))
+                    self.received_records += len(frames)
+                    if self.pool.put_many(frames) and not self._xoff_sent:
+                        self._xoff_sent = True
+                        self.xoffs += 1
+                        self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
+                                      self.cfg.receive_pool_high_bytes)
+                        writer.write(conn.send(Xoff(self.pool.received_seqno)))
+                elif isinstance(ev, Heartbeat):
+                    writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, self.db.seqno, self.pool.received_seqno)))
+                elif isinstance(ev, Error):
+                    self.log.error("source %s reported %s: %s", peer.name, ev.code, ev.message)
+                    return
+                await writer.drain()
+        finally:
+            restart.cancel()
+
+    def _adopt_history(self, peer: Hello, start: Start) -> None:
+        """This instance now holds (a prefix of) the source's history: record it as its own."""
+        new = to_records(start.history, upstream=peer.name)
+        if [(h.uid, h.start_seqno) for h in self.db.info.history] != [(h.uid, h.start_seqno) for h in new]:
+            def upd(info) -> None:
+                info.history = new
+                info.receiving_from = peer.name
+            self.db.update_info(upd)
+            self.log.info("history now follows %s (%d record(s), root primary %s)", peer.name, len(new),
+                          new[-1].root_primary if new else "-")
+
+    def _maybe_xon(self) -> None:
+        if self._xoff_sent and self._conn is not None and self._writer is not None \
+                and self.pool.bytes < self.cfg.receive_pool_low_bytes:
+            self._xoff_sent = False
+            self.log.info("receive pool drained to %d bytes (low-water %d): XON", self.pool.bytes,
+                          self.cfg.receive_pool_low_bytes)
+            try:
+                self._writer.write(self._conn.send(Xon(self.pool.received_seqno + 1)))
+            except MultisiteError:
+                pass
+
+    # -- statistics ------------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {"state": self.state, "listen": f"{self.cfg.host}:{self.port}", "source": self.peer,
+                "seqno": self.db.seqno, "received_seqno": self.pool.received_seqno,
+                "backlog": len(self.pool), "receive_pool_bytes": self.pool.bytes,
+                "received_records": self.received_records, "connections": self.connections,
+                "refusals": self.refusals, "xoffs": self.xoffs, "xoff": self._xoff_sent,
+                "start_seqno": self.start_seqno, "last_error": self.last_error, "tls": bool(self.cfg.tls),
+                "update_process": self.update.status()}
+
+    async def _stats_loop(self) -> None:
+        last_t, last_n = time.monotonic(), self.received_records
+        while True:
+            await asyncio.sleep(self.cfg.stats_interval_s)
+            now = time.monotonic()
+            n = self.received_records - last_n
+            self.log.info("stats: %s from %s, received %d records in %.1f s (%.0f/s), received seqno %d, "
+                          "applied seqno %d (started at %d), backlog %d, pool %d bytes", self.state, self.peer, n,
+                          now - last_t, n / (now - last_t), self.pool.received_seqno, self.db.seqno,
+                          self.start_seqno, len(self.pool), self.pool.bytes)
+            if not self.update.running:
+                self.log.error("the update process is not running; received records wait in the receive pool "
+                               "(start it with `multisite update start`)")
+            last_t, last_n = now, self.received_records

@@ -1,0 +1,334 @@
+"""The instance server: one process that owns an instance and runs its replication components.
+
+    python -m multisite.net.server DIR [--listen HOST:PORT]      (normally via `multisite server start`)
+
+It holds the instance lock and the engine, the journal pool (fed by every commit), the Source
+Servers (one per secondary), the Receiver Server with its receive pool, and the Update Process.
+Applications reach it through the client protocol on ``--listen``; the CLI controls it through
+the control channel (``net.control``). Each component logs to its own file in ``<instance>/log/``
+as well as to ``server.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .. import database
+from ..errors import ConfigError, MultisiteError, ServerError
+from ..journal.records import SET
+from ..keys import check_key, decode_key, encode_key
+from ..protocol.client import FrameBuffer, encode
+from ..replication.history import to_entries
+from ..replication.pools import JournalPool, ReceivePool
+from ..replication.update import UpdateProcess
+from .control import control_address
+from .receiver import ReceiverConfig, ReceiverServer
+from .source import SourceConfig, SourceServer
+from .tls import TLSConfig, parse_hostport
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
+    log = logging.getLogger(f"multisite.{name}")
+    if not any(getattr(h, "_ms_file", None) == filename for h in log.handlers):
+        h = logging.FileHandler(root / "log" / filename)
+        h.setFormatter(logging.Formatter(LOG_FORMAT))
+        h._ms_file = filename  # type: ignore[attr-defined]
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+    return log
+
+
+class InstanceServer:
+    def __init__(self, root: Path, listen: str | None):
+        self.root = Path(root).absolute()
+        self.listen = listen
+        self.log = logging.getLogger("multisite")
+        self.sources: dict[str, SourceServer] = {}
+        self.receiver: ReceiverServer | None = None
+        self._stop = asyncio.Event()
+        self.started_at = time.time()
+        self.client_port: int | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.db = database.open(self.root)
+        db = self.db
+        self.pool = JournalPool(db.info.journal_pool_bytes)
+        self.pool.reset(db.seqno)
+        db.commit_listeners.append(self.pool.append)
+        self.receive_pool = ReceivePool(64 * 1024 * 1024, 16 * 1024 * 1024)
+        self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
+        self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
+                      os.getpid(), db.seqno, db.recovery.summary())
+        ctl = await asyncio.start_unix_server(self._control, path=control_address(self.root))
+        cli_srv = None
+        if self.listen:
+            host, port = parse_hostport(self.listen)
+            cli_srv = await asyncio.start_server(self._client, host, port)
+            self.client_port = cli_srv.sockets[0].getsockname()[1]
+            self.log.info("client protocol listening on %s:%d", host, self.client_port)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        self._write_runfile()
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown(ctl, cli_srv)
+
+    def _write_runfile(self) -> None:
+        info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
+                "started": self.started_at, "log": str(self.root / "log" / "server.log")}
+        (self.root / "run" / "server.json").write_text(json.dumps(info))
+
+    async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
+        self.log.info("shutting down")
+        for s in list(self.sources.values()):
+            await s.stop(timeout_s)
+        if self.receiver:
+            await self.receiver.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
+        ctl.close()
+        if cli_srv:
+            cli_srv.close()
+        self.db.close()
+        (self.root / "run" / "server.json").unlink(missing_ok=True)
+        self.log.info("instance server stopped at seqno %d", self.db.seqno)
+
+    # -- control channel -------------------------------------------------------------------------
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            req = json.loads(line)
+            handler = getattr(self, "ctl_" + req["op"].replace(".", "_"), None)
+            if handler is None:
+                raise ConfigError(f"unknown control operation {req['op']!r}")
+            result = await handler(**req.get("args", {}))
+            reply = {"ok": True, "result": result}
+        except MultisiteError as e:
+            reply = {"ok": False, "code": e.code, "error": e.message}
+        except (TypeError, ValueError, KeyError) as e:
+            reply = {"ok": False, "code": "CONFIG", "error": f"bad control request: {e}"}
+        except Exception as e:  # report, never kill the server for a bad request
+            self.log.exception("control request failed")
+            reply = {"ok": False, "code": "SERVER", "error": f"{type(e).__name__}: {e}"}
+        writer.write((json.dumps(reply, default=str) + "\n").encode())
+        try:
+            await writer.drain()
+            writer.close()
+        except OSError:
+            pass
+
+    async def ctl_ping(self) -> dict:
+        return {"pid": os.getpid()}
+
+    async def ctl_shutdown(self, timeout: float = 5.0) -> dict:
+        self._stop.set()
+        return {"pid": os.getpid()}
+
+    async def ctl_status(self) -> dict:
+        return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
+                "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
+                "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
+                         "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
+                "sources": {n: s.status() for n, s in self.sources.items()},
+                "receiver": self.receiver.status() if self.receiver else None,
+                "update": self.update.status(), "log": str(self.root / "log" / "server.log")}
+
+    def _source(self, secondary: str) -> SourceServer:
+        s = self.sources.get(secondary)
+        if s is None:
+            raise ServerError(f"no source server for secondary {secondary!r} on {self.db.name}; start one with "
+                              f"`multisite source start {self.root} --secondary {secondary} --connect HOST:PORT`")
+        return s
+
+    def _component(self, kind: str, extra: dict) -> dict:
+        return {"pid": os.getpid(), "log": str(self.root / "log" / kind), **extra}
+
+    async def ctl_source_start(self, secondary: str, connect: str, passive: bool = False, compress: int = 0,
+                               tls: dict | None = None, heartbeat_interval_s: float = 1.0,
+                               heartbeat_timeout_s: float = 5.0, stats_interval_s: float = 5.0) -> dict:
+        if secondary in self.sources and self.sources[secondary].state != "stopped":
+            raise ServerError(f"a source server for {secondary!r} is already running")
+        if secondary == self.db.name:
+            raise ConfigError(f"an instance cannot be its own secondary ({secondary!r})")
+        host, port = parse_hostport(connect)
+        if not 0 <= compress <= 22:
+            raise ConfigError(f"--compress takes a zstd level 0..22, got {compress}")
+        cfg = SourceConfig(secondary, host, port, passive=passive, compress_level=compress,
+                           tls=TLSConfig(**tls) if tls else None, heartbeat_interval_s=heartbeat_interval_s,
+                           heartbeat_timeout_s=heartbeat_timeout_s, stats_interval_s=stats_interval_s)
+        if cfg.tls:
+            cfg.tls.client_context()  # fail now on unreadable files
+        fname = f"source-{secondary}.log"
+        src = SourceServer(self, cfg, component_logger(self.root, f"source.{secondary}", fname))
+        self.sources[secondary] = src
+        src.start()
+        return self._component(fname, src.status())
+
+    async def ctl_source_stop(self, secondary: str, timeout: float = 5.0) -> dict:
+        src = self._source(secondary)
+        await src.stop(timeout)
+        del self.sources[secondary]
+        return self._component(f"source-{secondary}.log", src.status())
+
+    async def ctl_source_activate(self, secondary: str, connect: str | None = None) -> dict:
+        src = self._source(secondary)
+        host, port = parse_hostport(connect) if connect else (None, None)
+        src.activate(host, port)
+        return self._component(f"source-{secondary}.log", src.status())
+
+    async def ctl_source_deactivate(self, secondary: str) -> dict:
+        src = self._source(secondary)
+        src.deactivate()
+        return self._component(f"source-{secondary}.log", src.status())
+
+    async def ctl_source_status(self, secondary: str | None = None) -> dict:
+        if secondary:
+            return self._component(f"source-{secondary}.log", self._source(secondary).status())
+        return {n: s.status() for n, s in self.sources.items()}
+
+    async def ctl_receiver_start(self, listen: str, tls: dict | None = None, autorollback: bool = False,
+                                 noresync: bool = False, receive_pool_bytes: int = 64 * 1024 * 1024,
+                                 stats_interval_s: float = 5.0, update: bool = True) -> dict:
+        if self.receiver is not None:
+            raise ServerError(f"the receiver server of {self.db.name} is already running on "
+                              f"{self.receiver.cfg.host}:{self.receiver.port}")
+        if noresync and not self.db.info.supplementary:
+            raise ConfigError("--noresync applies only to supplementary (SI) instances; "
+                              f"{self.db.name} is a BC instance")
+        host, port = parse_hostport(listen)
+        cfg = ReceiverConfig(host, port, tls=TLSConfig(**tls) if tls else None, autorollback=autorollback,
+                             noresync=noresync, receive_pool_high_bytes=receive_pool_bytes,
+                             receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s)
+        self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
+        if not self.db.info.supplementary and self.db.info.role != "secondary":
+            await self._set_role("secondary")
+        rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,
+                             self.receive_pool)
+        await rcv.start()
+        self.receiver = rcv
+        if update:
+            self.update.start()
+        return self._component("receiver.log", rcv.status())
+
+    async def _set_role(self, role: str) -> None:
+        def upd(info) -> None:
+            info.role = role
+        await asyncio.get_running_loop().run_in_executor(None, self.db.update_info, upd)
+        self.log.info("%s is now a %s", self.db.name, "replicating secondary" if role == "secondary"
+                      else "originating primary")
+
+    async def ctl_receiver_stop(self) -> dict:
+        if self.receiver is None:
+            raise ServerError(f"no receiver server is running on {self.db.name}")
+        await self.receiver.stop()
+        st = self.receiver.status()
+        self.receiver = None
+        await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
+        return self._component("receiver.log", st)
+
+    async def ctl_receiver_status(self) -> dict:
+        if self.receiver is None:
+            return self._component("receiver.log", {"state": "stopped", "seqno": self.db.seqno, "backlog": len(
+                self.receive_pool), "update_process": self.update.status()})
+        return self._component("receiver.log", self.receiver.status())
+
+    async def ctl_update_start(self) -> dict:
+        self.update.start()
+        return self._component("update.log", self.update.status())
+
+    async def ctl_update_stop(self) -> dict:
+        await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
+        return self._component("update.log", self.update.status())
+
+    async def ctl_update_status(self) -> dict:
+        return self._component("update.log", self.update.status())
+
+    # -- client protocol -------------------------------------------------------------------------
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buf = FrameBuffer()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await reader.read(1 << 20)
+                if not data:
+                    return
+                buf.feed(data)
+                while (req := buf.next()) is not None:
+                    rid, op, args = req
+                    try:
+                        result = await loop.run_in_executor(None, self._client_op, op, args)
+                        reply = [rid, True, result]
+                    except MultisiteError as e:
+                        reply = [rid, False, [e.code, e.message]]
+                    writer.write(encode(reply))
+                await writer.drain()
+        except (MultisiteError, OSError, ValueError) as e:
+            self.log.warning("client connection closed: %s", e)
+        finally:
+            writer.close()
+
+    def _client_op(self, op: str, a: dict) -> Any:
+        db = self.db
+        if op == "get":
+            return db.get(a["region"], tuple(a["key"]))
+        if op == "items":
+            rid = db._region(a["region"]).id
+            lo = encode_key(check_key(a["start"])) if a.get("start") else b""
+            hi = encode_key(check_key(a["stop"])) if a.get("stop") else None
+            with db._lock:
+                rows = db.store.page(rid, lo, hi, int(a.get("limit", 1000)), inclusive=a.get("inclusive", True))
+            return [[list(decode_key(k)), database.decode_value(v)] for k, v in rows]
+        if op == "commit":
+            ops = []
+            for opc, region, key, value in a["ops"]:
+                db._region(region)
+                ops.append((opc, region, check_key(key), database.encode_value(value) if opc == SET else None))
+            return db._commit(ops)
+        if op == "create_region":
+            db.create_region(a["name"], a.get("replicated", True), a.get("schema"))
+            return None
+        if op in ("info", "history"):
+            info = db.info
+            return {"name": info.name, "group": info.group, "supplementary": info.supplementary,
+                    "role": info.role, "seqno": db.seqno,
+                    "history": msgspec.to_builtins(to_entries(info.history))}
+        if op == "regions":
+            return db.regions()
+        raise ConfigError(f"unknown client operation {op!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m multisite.net.server")
+    ap.add_argument("dir")
+    ap.add_argument("--listen", default=None)
+    a = ap.parse_args(argv)
+    root = Path(a.dir).absolute()
+    h = logging.FileHandler(root / "log" / "server.log")
+    h.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger("multisite").addHandler(h)
+    logging.getLogger("multisite").setLevel(logging.INFO)
+    try:
+        asyncio.run(InstanceServer(root, a.listen).run())
+    except MultisiteError as e:
+        logging.getLogger("multisite").error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

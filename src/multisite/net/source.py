@@ -1,0 +1,373 @@
+"""Source Server: streams this instance's transactions to one secondary's Receiver Server.
+
+Theory of operation (GT.M seed 001, "Source Server"):
+
+- *Active*: connect (retrying with backoff until it succeeds), exchange Hello (history records),
+  agree the restart point (the receiver's seqno + 1, once history shows the receiver is not ahead),
+  then send transactions in seqno order. *Passive*: hold no connection until activated.
+  *Deactivate*: close the connection and sleep.
+- Records come from the journal pool; when the secondary needs records the pool no longer holds,
+  they are read from the journal files (through the segment back pointers) until the stream is
+  back inside the pool. In steady state nothing is read from disk.
+- A heartbeat goes out every ``heartbeat_interval_s``; no answer within ``heartbeat_timeout_s``
+  means the connection is lost: close it and reconnect. XOFF pauses sending until XON.
+- Every ``stats_interval_s`` the server logs backlog, records sent since the last log, rate, and
+  the start and current seqno; the last sent/confirmed seqnos go to the instance file's slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolError
+from ..journal.reader import iter_frames
+from ..protocol.connection import NEED_DATA, Connection, Role, State
+from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
+from ..replication.history import check_peer, common_point, hello_for
+from .tls import TLSConfig
+
+READ_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass
+class SourceConfig:
+    secondary: str
+    host: str
+    port: int
+    passive: bool = False
+    compress_level: int = 0
+    tls: TLSConfig | None = None
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    max_batch_bytes: int = 1024 * 1024
+    connect_backoff_max_s: float = 2.0
+    stats_interval_s: float = 5.0
+    slot_save_interval_s: float = 1.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("tls", "extra")}
+        d["tls"] = self.tls.to_dict() if self.tls else None
+        return d
+
+
+async def run_together(*coros) -> None:
+    """Run coroutines until the first one fails; cancel the rest and raise that first error."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for c in coros:
+                tg.create_task(c)
+    except BaseExceptionGroup as eg:
+        for e in eg.exceptions:
+            if not isinstance(e, asyncio.CancelledError):
+                raise e from None
+        raise
+
+
+class _Refused(Exception):
+    """The peer refused the connection (an Error message); reconnect after a pause."""
+
+
+async def read_event(conn: Connection, reader: asyncio.StreamReader):
+    """Next protocol event from a stream (raises ConnectionLost at end of stream)."""
+    while True:
+        ev = conn.next_event()
+        if ev is NEED_DATA:
+            conn.receive_data(await reader.read(READ_CHUNK_BYTES))
+            continue
+        if ev is State.CLOSED:
+            raise ConnectionLost("peer closed the connection")
+        return ev
+
+
+class SourceServer:
+    def __init__(self, server, cfg: SourceConfig, log: logging.Logger):
+        self.server, self.cfg, self.log = server, cfg, log
+        self.db = server.db
+        self.pool = server.pool
+        self.state = "passive" if cfg.passive else "starting"
+        self.active = not cfg.passive
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._xon = asyncio.Event()
+        self._xon.set()
+        self._next = 0
+        self.last_sent = 0
+        self.last_confirmed = 0
+        self.peer_received = 0
+        self.sent_records = 0
+        self.reading_from = "pool"
+        self.file_reads = 0
+        self.connects = 0
+        self.last_error: str | None = None
+        self.started_at = time.time()
+        self.start_seqno = self.db.seqno
+        self._fiter = None
+        self._fnext = -1
+        self._last_ack = 0.0
+        self._lag_s = 0.0
+        slot = self.db.info.slots.get(cfg.secondary)
+        if slot is not None:
+            self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
+
+    # -- control ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"source-{self.cfg.secondary}")
+        self.log.info("source server for %s started (%s), connect to %s:%d%s%s", self.cfg.secondary,
+                      "passive" if self.cfg.passive else "active", self.cfg.host, self.cfg.port,
+                      f", zstd level {self.cfg.compress_level}" if self.cfg.compress_level else "",
+                      ", TLS" if self.cfg.tls else "")
+
+    def activate(self, host: str | None = None, port: int | None = None) -> None:
+        if host:
+            self.cfg.host, self.cfg.port = host, port or self.cfg.port
+        self.active = True
+        self._wake.set()
+        self.log.info("activated: connecting to %s:%d", self.cfg.host, self.cfg.port)
+
+    def deactivate(self) -> None:
+        self.active = False
+        self._wake.set()
+        self.log.info("deactivated: closing the connection and going passive")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Send what is pending (up to ``timeout_s``), then close and exit."""
+        deadline = time.monotonic() + timeout_s
+        while (self.state == "streaming" and self.last_sent < self.db.seqno and time.monotonic() < deadline):
+            await asyncio.sleep(0.05)
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.state = "stopped"
+        self._save_slot()
+        self.log.info("source server for %s stopped at last sent seqno %d", self.cfg.secondary, self.last_sent)
+
+    # -- main loop -------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = 0.05
+        stats = asyncio.get_running_loop().create_task(self._stats_loop())
+        try:
+            while True:
+                if not self.active:
+                    self.state = "passive"
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                self.state = "connecting"
+                try:
+                    await self._connect_and_stream()
+                    backoff = 0.05
+                except asyncio.CancelledError:
+                    raise
+                except _Refused as e:
+                    self.last_error = str(e)
+                    backoff = max(backoff, 1.0)
+                except (OSError, ConnectionLost, MultisiteError, asyncio.IncompleteReadError) as e:
+                    if isinstance(e, JournalGap):
+                        self.last_error = str(e)
+                        self.state = "error"
+                        self.log.error("%s; this source server cannot continue", e)
+                        return
+                    if self.state != "connecting" or self.connects == 0 or self.last_error != str(e):
+                        self.log.warning("connection to %s lost: %s; reconnecting", self.cfg.secondary, e)
+                    self.last_error = str(e)
+                self._save_slot()
+                if self.active:
+                    self.state = "connecting"
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), backoff)
+                    except asyncio.TimeoutError:
+                        pass
+                    self._wake.clear()
+                    backoff = min(backoff * 2, self.cfg.connect_backoff_max_s)
+        finally:
+            stats.cancel()
+
+    async def _connect_and_stream(self) -> None:
+        cfg = self.cfg
+        ssl_ctx = cfg.tls.client_context() if cfg.tls else None
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(cfg.host, cfg.port, ssl=ssl_ctx), timeout=cfg.heartbeat_timeout_s)
+        self.connects += 1
+        try:
+            await self._session(reader, writer)
+        finally:
+            writer.transport.abort() if self.state == "lost" else writer.close()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cfg = self.cfg
+        conn = Connection(Role.SOURCE, compress_level=cfg.compress_level)
+        self.state = "handshake"
+        me = hello_for(self.db.info, self.db.seqno)
+        writer.write(conn.send(me))
+        await writer.drain()
+        peer = await asyncio.wait_for(read_event(conn, reader), cfg.heartbeat_timeout_s)
+        if isinstance(peer, Error):
+            self.log.error("receiver %s:%d refused: %s: %s", cfg.host, cfg.port, peer.code, peer.message)
+            raise _Refused(f"{peer.code}: {peer.message}")
+        assert isinstance(peer, Hello)
+        refusal = check_peer(me, peer, i_am="source")
+        if refusal is not None:
+            self.log.error("refusing %s: %s: %s", peer.name, refusal.code, refusal.message)
+            writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
+            await writer.drain()
+            raise _Refused(f"{refusal.code}: {refusal.message}")
+        common = common_point(me.history, me.seqno, peer.history, peer.seqno)
+        self._next = peer.seqno + 1
+        writer.write(conn.send(Start(self._next, common, me.history)))
+        await writer.drain()
+        self.log.info("connected to %s (seqno %d); common point %d; streaming from seqno %d",
+                      peer.name, peer.seqno, common, self._next)
+        self.last_confirmed = peer.seqno
+        self.state = "streaming"
+        self.last_error = None
+        self._fiter = None
+        self._xon.set()
+        self._last_ack = time.monotonic()
+        lock = asyncio.Lock()
+        await run_together(self._send_loop(conn, writer, lock), self._recv_loop(conn, reader),
+                           self._heartbeat_loop(conn, writer, lock), self._deactivate_watch())
+
+    async def _deactivate_watch(self) -> None:
+        while self.active:
+            self._wake.clear()
+            await self._wake.wait()
+        raise ConnectionLost("deactivated")
+
+    async def _send_loop(self, conn: Connection, writer: asyncio.StreamWriter, lock: asyncio.Lock) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._xon.is_set():
+                self.state = "xoff"
+                await self._xon.wait()
+                self.state = "streaming"
+            start = self._next
+            frames = self.pool.read(start, self.cfg.max_batch_bytes)
+            if frames is None:
+                frames = await loop.run_in_executor(None, self._read_files, start)
+                if not frames:
+                    raise JournalGap(f"seqno {start} is neither in the journal pool nor in the journal files")
+                if self.reading_from != "files":
+                    self.log.info("seqno %d is older than the journal pool (starts at %d): reading journal files",
+                                  start, self.pool.first_seqno)
+                self.reading_from = "files"
+            elif not frames:
+                if self.reading_from != "pool":
+                    self.log.info("caught up: back to the journal pool at seqno %d", start)
+                    self.reading_from = "pool"
+                    self._fiter = None
+                await self.pool.wait_beyond(start - 1, self.cfg.heartbeat_interval_s)
+                continue
+            elif self.reading_from != "pool":
+                self.log.info("caught up: back to the journal pool at seqno %d", start)
+                self.reading_from = "pool"
+                self._fiter = None
+            last = start + len(frames) - 1
+            data = conn.send(TxnBatch(start, last, b"".join(frames)))
+            async with lock:
+                writer.write(data)
+                await writer.drain()
+            self._next = last + 1
+            self.last_sent = last
+            self.sent_records += len(frames)
+
+    def _read_files(self, start: int) -> list[bytes]:
+        if self._fiter is None or self._fnext != start:
+            self._fiter = iter_frames(self.db.layout.journal, start, whole=True)
+        out, size = [], 0
+        for _, fr in self._fiter:
+            out.append(fr)
+            size += len(fr)
+            if size >= self.cfg.max_batch_bytes:
+                break
+        else:
+            self._fiter = None
+        self._fnext = start + len(out)
+        self.file_reads += 1
+        return out
+
+    async def _recv_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        while True:
+            ev = await read_event(conn, reader)
+            if isinstance(ev, HeartbeatAck):
+                self._last_ack = time.monotonic()
+                self._lag_s = max(0.0, time.time() - ev.sent_at)
+                self.last_confirmed = ev.applied_seqno
+                self.peer_received = ev.received_seqno
+            elif isinstance(ev, Xoff):
+                self.log.info("XOFF from %s at received seqno %d: pausing", self.cfg.secondary, ev.received_seqno)
+                self._xon.clear()
+            elif isinstance(ev, Xon):
+                self.log.info("XON from %s: resuming at seqno %d", self.cfg.secondary, self._next)
+                self._xon.set()
+            elif isinstance(ev, Error):
+                self.log.error("receiver %s reported %s: %s", self.cfg.secondary, ev.code, ev.message)
+                raise _Refused(f"{ev.code}: {ev.message}")
+            else:
+                raise RemoteProtocolError(f"unexpected {type(ev).__name__} from the receiver")
+
+    async def _heartbeat_loop(self, conn: Connection, writer: asyncio.StreamWriter, lock: asyncio.Lock) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_interval_s)
+            silent = time.monotonic() - self._last_ack
+            if silent > self.cfg.heartbeat_timeout_s:
+                self.state = "lost"
+                raise ConnectionLost(f"no heartbeat answer from {self.cfg.secondary} for {silent:.1f} s "
+                                     f"(heartbeat_timeout_s={self.cfg.heartbeat_timeout_s})")
+            seq += 1
+            data = conn.send(Heartbeat(seq, time.time(), self.db.seqno))
+            if lock.locked():  # the sender is blocked on a full socket: don't queue behind it
+                continue
+            async with lock:
+                writer.write(data)
+                await asyncio.wait_for(writer.drain(), self.cfg.heartbeat_timeout_s)
+
+    # -- statistics ------------------------------------------------------------------------------
+    @property
+    def backlog(self) -> int:
+        return max(0, self.db.seqno - self.last_confirmed)
+
+    def status(self) -> dict:
+        return {"secondary": self.cfg.secondary, "state": self.state, "mode": "active" if self.active else "passive",
+                "connect": f"{self.cfg.host}:{self.cfg.port}", "seqno": self.db.seqno, "last_sent": self.last_sent,
+                "last_confirmed": self.last_confirmed, "backlog": self.backlog,
+                "backlog_unsent": max(0, self.db.seqno - self.last_sent), "reading_from": self.reading_from,
+                "file_reads": self.file_reads, "pool_first_seqno": self.pool.first_seqno,
+                "pool_last_seqno": self.pool.last_seqno, "sent_records": self.sent_records,
+                "connects": self.connects, "lag_s": round(self._lag_s, 3), "start_seqno": self.start_seqno,
+                "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls)}
+
+    def _save_slot(self) -> None:
+        def upd(info) -> None:
+            s = info.slot(self.cfg.secondary)
+            s.last_sent, s.last_confirmed = self.last_sent, self.last_confirmed
+            s.mode, s.updated = ("active" if self.active else "passive"), time.time()
+        try:
+            self.db.update_info(upd)
+        except MultisiteError as e:
+            self.log.warning("could not save the slot for %s: %s", self.cfg.secondary, e)
+
+    async def _stats_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_t, last_sent = time.monotonic(), self.sent_records
+        next_save = time.monotonic()
+        while True:
+            await asyncio.sleep(min(self.cfg.stats_interval_s, self.cfg.slot_save_interval_s))
+            now = time.monotonic()
+            if now >= next_save:
+                await loop.run_in_executor(None, self._save_slot)
+                next_save = now + self.cfg.slot_save_interval_s
+            if now - last_t >= self.cfg.stats_interval_s:
+                n = self.sent_records - last_sent
+                self.log.info("stats: state %s, backlog %d, sent %d records in %.1f s (%.0f/s), seqno start %d "
+                              "current %d, last sent %d, confirmed %d, reading from %s", self.state, self.backlog, n,
+                              now - last_t, n / (now - last_t), self.start_seqno, self.db.seqno, self.last_sent,
+                              self.last_confirmed, self.reading_from)
+                last_t, last_sent = now, self.sent_records

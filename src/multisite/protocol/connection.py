@@ -1,0 +1,205 @@
+"""The replication connection as a sans-IO state machine (in the manner of h11).
+
+Feed it bytes with ``receive_data`` (``b""`` for end of stream), take messages out with
+``next_event`` (``NEED_DATA`` when it needs more bytes), and turn messages into bytes with ``send``.
+No sockets, no clock: the Source and Receiver Servers own the I/O; tests join two of these in memory
+and fuzz the parser.
+
+Legal transitions are one table per role. A message that is not legal in the current state, a
+malformed or oversized frame, or a transaction batch whose journal frames are damaged or out of
+order raises ``RemoteProtocolError`` (for what the peer sent) or ``LocalProtocolError`` (for what
+we tried to send), and the connection moves to ``ERROR`` for good. A batch is checked whole before
+it is returned, so nothing from a bad frame is ever applied.
+"""
+
+from __future__ import annotations
+
+import zlib
+from enum import Enum
+
+import msgspec
+import zstandard
+
+from ..errors import LocalProtocolError, RemoteProtocolError
+from ..journal.records import FRAME_HEADER_SIZE, parse_header
+from .messages import (COMPRESSED, FRAME_PREFIX, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
+                       Heartbeat, HeartbeatAck, Hello, Message, Start, TxnBatch, Xoff, Xon, decode_body,
+                       encode_message)
+
+
+class State(Enum):
+    IDLE = "idle"  # nothing exchanged yet
+    HELLO_SENT = "hello-sent"  # source: sent Hello, awaiting the receiver's
+    NEGOTIATING = "negotiating"  # source: has the receiver's Hello, must send Start or Error
+    WAIT_START = "wait-start"  # receiver: answered Hello, awaiting Start
+    STREAMING = "streaming"
+    CLOSED = "closed"
+    ERROR = "error"
+
+
+class Role(Enum):
+    SOURCE = "source"
+    RECEIVER = "receiver"
+
+
+NEED_DATA = object()
+S, R = Role.SOURCE, Role.RECEIVER
+SEND, RECV = "send", "recv"
+
+# (role, state, direction, message type) -> next state
+TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
+    (S, State.IDLE, SEND, Hello): State.HELLO_SENT,
+    (S, State.HELLO_SENT, RECV, Hello): State.NEGOTIATING,
+    (S, State.NEGOTIATING, SEND, Start): State.STREAMING,
+    (S, State.STREAMING, SEND, TxnBatch): State.STREAMING,
+    (S, State.STREAMING, SEND, Heartbeat): State.STREAMING,
+    (S, State.STREAMING, RECV, HeartbeatAck): State.STREAMING,
+    (S, State.STREAMING, RECV, Xoff): State.STREAMING,
+    (S, State.STREAMING, RECV, Xon): State.STREAMING,
+    (R, State.IDLE, RECV, Hello): State.IDLE,  # receiver must answer with its own Hello
+    (R, State.IDLE, SEND, Hello): State.WAIT_START,
+    (R, State.WAIT_START, RECV, Start): State.STREAMING,
+    (R, State.STREAMING, RECV, TxnBatch): State.STREAMING,
+    (R, State.STREAMING, RECV, Heartbeat): State.STREAMING,
+    (R, State.STREAMING, SEND, HeartbeatAck): State.STREAMING,
+    (R, State.STREAMING, SEND, Xoff): State.STREAMING,
+    (R, State.STREAMING, SEND, Xon): State.STREAMING,
+}
+
+
+class Connection:
+    def __init__(self, role: Role, *, max_frame_bytes: int = MAX_FRAME_BYTES, compress_level: int = 0):
+        self.role = role
+        self.state = State.IDLE
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._eof = False
+        self._compressor = zstandard.ZstdCompressor(level=compress_level) if compress_level else None
+        self._decompressor = zstandard.ZstdDecompressor()
+        self.next_seqno: int | None = None  # receiver: seqno the next batch must start at
+        self.peer_hello: Hello | None = None
+        self.bytes_in = self.bytes_out = 0
+
+    # -- state ---------------------------------------------------------------------------------
+    def _transition(self, direction: str, msg: Message) -> None:
+        if isinstance(msg, Error):  # either side may refuse or fail at any point
+            self.state = State.CLOSED
+            return
+        nxt = TRANSITIONS.get((self.role, self.state, direction, type(msg)))
+        if nxt is None:
+            what = f"{type(msg).__name__} in state {self.state.value} ({self.role.value})"
+            if direction == SEND:
+                raise LocalProtocolError(f"cannot send {what}")
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"peer sent {what}; closing the connection")
+        self.state = nxt
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, msg: Message) -> bytes:
+        if self.state in (State.ERROR, State.CLOSED):
+            raise LocalProtocolError(f"connection is {self.state.value}; cannot send {type(msg).__name__}")
+        if isinstance(msg, Hello) and msg.version != PROTOCOL_VERSION:
+            raise LocalProtocolError(f"Hello must carry protocol version {PROTOCOL_VERSION}")
+        self._transition(SEND, msg)
+        data = encode_message(msg, compressor=self._compressor)
+        self.bytes_out += len(data)
+        return data
+
+    # -- receiving -----------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        if not data:
+            self._eof = True
+        else:
+            self._buf += data
+            self.bytes_in += len(data)
+
+    def next_event(self):
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection already failed")
+        buf = self._buf
+        if len(buf) < FRAME_PREFIX.size:
+            return self._need_data()
+        length, t = FRAME_PREFIX.unpack_from(buf, 0)
+        if length < 1 or length - 1 > self.max_frame_bytes:
+            self._fail(f"frame length {length} is outside 1..{self.max_frame_bytes + 1}")
+        if (t & ~COMPRESSED) not in MESSAGE_TYPES:
+            self._fail(f"unknown message type 0x{t:02x}")
+        if len(buf) < 4 + length:
+            return self._need_data()
+        body = bytes(buf[FRAME_PREFIX.size : 4 + length])
+        del buf[: 4 + length]
+        if t & COMPRESSED:
+            try:
+                body = self._decompressor.decompress(body, max_output_size=self.max_frame_bytes)
+            except zstandard.ZstdError as e:
+                self._fail(f"compressed body does not decompress: {e}")
+            t &= ~COMPRESSED
+        try:
+            msg = decode_body(t, body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self._fail(f"malformed {MESSAGE_TYPES[t].__name__} message: {e}")
+        self._transition(RECV, msg)
+        self._check(msg)
+        return msg
+
+    def _need_data(self):
+        if self._eof:
+            if self._buf:
+                self._fail(f"connection closed in the middle of a frame ({len(self._buf)} bytes pending)")
+            self.state = State.CLOSED
+            return State.CLOSED
+        return NEED_DATA
+
+    def _fail(self, why: str) -> None:
+        self.state = State.ERROR
+        raise RemoteProtocolError(why)
+
+    def _check(self, msg: Message) -> None:
+        if isinstance(msg, Hello):
+            if msg.version != PROTOCOL_VERSION:
+                self._fail(f"peer speaks protocol version {msg.version}, this multisite speaks {PROTOCOL_VERSION}")
+            self.peer_hello = msg
+        elif isinstance(msg, Start):
+            if msg.from_seqno < 1:
+                self._fail(f"Start from seqno {msg.from_seqno}")
+            self.next_seqno = msg.from_seqno
+        elif isinstance(msg, TxnBatch):
+            self._check_batch(msg)
+        elif isinstance(msg, Xon) and msg.from_seqno < 1:
+            self._fail(f"Xon from seqno {msg.from_seqno}")
+
+    def _check_batch(self, b: TxnBatch) -> None:
+        """Every journal frame intact, seqnos contiguous from where the stream stands."""
+        data, off, expect = b.frames, 0, b.first_seqno
+        if self.next_seqno is not None and b.first_seqno != self.next_seqno:
+            self._fail(f"batch starts at seqno {b.first_seqno}, expected {self.next_seqno}")
+        while off < len(data):
+            if len(data) - off < FRAME_HEADER_SIZE:
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: truncated journal frame at byte {off}")
+            hdr = parse_header(data, off)
+            if hdr is None or off + hdr.total > len(data):
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: damaged journal frame header at byte {off}")
+            start = off + FRAME_HEADER_SIZE
+            if zlib.crc32(data[start : start + hdr.length]) != hdr.payload_crc:
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: checksum mismatch in seqno {hdr.seqno}")
+            if hdr.seqno != expect:
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: seqno {hdr.seqno} where {expect} was expected")
+            off += hdr.total
+            expect += 1
+        if expect - 1 != b.last_seqno or expect == b.first_seqno:
+            self._fail(f"batch claims seqnos {b.first_seqno}..{b.last_seqno} but holds "
+                       f"{b.first_seqno}..{expect - 1}")
+        self.next_seqno = expect
+
+    def resume_at(self, seqno: int) -> None:
+        """Receiver: after XOFF/XON the source resends from ``seqno`` (the receiver asked for it)."""
+        self.next_seqno = seqno
+
+
+def split_frames(data: bytes):
+    """Yield ``(seqno, frame bytes)`` from a checked batch."""
+    off = 0
+    while off < len(data):
+        hdr = parse_header(data, off)
+        yield hdr.seqno, data[off : off + hdr.total]
+        off += hdr.total

@@ -1,0 +1,115 @@
+"""Replication protocol messages and their framing (sans-IO: bytes in, messages out).
+
+Every message travels as one frame::
+
+    u32 length (of what follows) | u8 type | body
+
+The body is msgpack of the message's struct (array-like). Type ``0x80 | t`` means the body is
+zstd-compressed. The journal frames inside a ``TxnBatch`` are the journal's own frames, byte for
+byte, so their CRCs protect them end to end. See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+FRAME_PREFIX = struct.Struct("<IB")
+COMPRESSED = 0x80
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class HistoryEntry(msgspec.Struct, array_like=True, frozen=True):
+    start_seqno: int
+    root_primary: str
+    uid: int
+    role: str = "originating"
+    stream: int = 0
+    stream_start: int = 0
+
+
+class Hello(msgspec.Struct, array_like=True, tag=1):
+    """Both sides, once, first: who I am and where my journal stands."""
+
+    version: int
+    name: str
+    group: str
+    supplementary: bool
+    role: str
+    seqno: int
+    history: list[HistoryEntry]
+    flags: dict[str, Union[bool, int, str]] = {}
+
+
+class Start(msgspec.Struct, array_like=True, tag=2):
+    """Source → receiver: the agreed restart point; records from ``from_seqno`` follow."""
+
+    from_seqno: int
+    common_seqno: int
+    history: list[HistoryEntry]
+
+
+class TxnBatch(msgspec.Struct, array_like=True, tag=3):
+    """Source → receiver: journal frames for seqnos ``first_seqno``..``last_seqno``, in order."""
+
+    first_seqno: int
+    last_seqno: int
+    frames: bytes
+
+
+class Heartbeat(msgspec.Struct, array_like=True, tag=4):
+    seq: int
+    sent_at: float
+    source_seqno: int
+
+
+class HeartbeatAck(msgspec.Struct, array_like=True, tag=5):
+    """Receiver's answer to each heartbeat: the last seqno its Update Process applied."""
+
+    seq: int
+    sent_at: float
+    applied_seqno: int
+    received_seqno: int
+
+
+class Xoff(msgspec.Struct, array_like=True, tag=6):
+    """Receiver → source: stop sending; the receive pool passed its high-water mark."""
+
+    received_seqno: int
+
+
+class Xon(msgspec.Struct, array_like=True, tag=7):
+    """Receiver → source: resume sending from ``from_seqno``."""
+
+    from_seqno: int
+
+
+class Error(msgspec.Struct, array_like=True, tag=8):
+    """Either side: a refusal or failure with a stable code; the sender closes after it."""
+
+    code: str
+    message: str
+    common_seqno: int = -1
+
+
+Message = Union[Hello, Start, TxnBatch, Heartbeat, HeartbeatAck, Xoff, Xon, Error]
+MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__args__}  # type: ignore[attr-defined]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
+
+
+def encode_message(msg: Message, *, compressor=None) -> bytes:
+    t = type(msg).__struct_config__.tag
+    body = _encoder.encode(msg)
+    if compressor is not None and isinstance(msg, TxnBatch) and len(body) > 256:
+        body = compressor.compress(body)
+        t |= COMPRESSED
+    return FRAME_PREFIX.pack(len(body) + 1, t) + body
+
+
+def decode_body(t: int, body: bytes) -> Message:
+    return _decoders[t].decode(body)

@@ -1,0 +1,147 @@
+"""The journal pool (primary side) and the receive pool (secondary side).
+
+Journal pool: a bounded in-memory window of the newest journal frames, filled by the commit path
+(under the commit lock, so in seqno order) and read by Source Servers. It never blocks a commit:
+when full it forgets its oldest frames, and a Source Server that needs them reads journal files
+instead, returning to the pool once caught up. Seqnos in the pool are contiguous, so a read is an
+index computation.
+
+Receive pool: the frames a Receiver Server has received and the Update Process has not yet applied,
+in order, with a byte count that drives XOFF/XON flow control.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+
+
+class JournalPool:
+    def __init__(self, capacity_bytes: int):
+        self.capacity_bytes = capacity_bytes
+        self._frames: list[bytes] = []
+        self._head = 0  # index of the oldest kept frame in _frames
+        self.first_seqno = 0  # seqno of _frames[_head]
+        self.last_seqno = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self.appended = 0
+        self.evicted = 0
+
+    def reset(self, last_seqno: int) -> None:
+        """Start empty after ``last_seqno`` (at server start, and after a rollback)."""
+        with self._lock:
+            self._frames, self._head, self.bytes = [], 0, 0
+            self.last_seqno = last_seqno
+            self.first_seqno = last_seqno + 1
+
+    def append(self, seqno: int, frame: bytes) -> None:
+        """Commit listener: called under the commit lock, in seqno order."""
+        with self._lock:
+            if seqno != self.last_seqno + 1:  # discontinuity (a rollback): start over
+                self._frames, self._head, self.bytes = [], 0, 0
+            if self._head == len(self._frames):
+                self.first_seqno = seqno
+            self._frames.append(frame)
+            self.bytes += len(frame)
+            self.last_seqno = seqno
+            self.appended += 1
+            while self.bytes > self.capacity_bytes and len(self._frames) - self._head > 1:
+                self.bytes -= len(self._frames[self._head])
+                self._head += 1
+                self.first_seqno += 1
+                self.evicted += 1
+            if self._head > 4096 and self._head * 2 > len(self._frames):
+                del self._frames[: self._head]
+                self._head = 0
+            waiters, self._waiters = self._waiters, []
+        for loop, ev in waiters:
+            loop.call_soon_threadsafe(ev.set)
+
+    def read(self, from_seqno: int, max_bytes: int) -> list[bytes] | None:
+        """Frames from ``from_seqno`` on (up to about ``max_bytes``); [] if none yet; None if
+        ``from_seqno`` is older than the pool holds (read the journal files instead)."""
+        with self._lock:
+            if from_seqno > self.last_seqno:
+                return []
+            if from_seqno < self.first_seqno or self._head == len(self._frames):
+                return None
+            i = self._head + (from_seqno - self.first_seqno)
+            out, size = [], 0
+            frames = self._frames
+            while i < len(frames) and size < max_bytes:
+                out.append(frames[i])
+                size += len(frames[i])
+                i += 1
+            return out
+
+    async def wait_beyond(self, seqno: int, timeout: float) -> None:
+        """Wait until a frame after ``seqno`` is in the pool, or ``timeout`` seconds."""
+        ev = asyncio.Event()
+        with self._lock:
+            if self.last_seqno > seqno:
+                return
+            self._waiters.append((asyncio.get_running_loop(), ev))
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+
+class ReceivePool:
+    """Frames received and not yet applied. ``put`` from the receiver, ``take`` from the Update Process."""
+
+    def __init__(self, high_bytes: int, low_bytes: int):
+        self.high_bytes, self.low_bytes = high_bytes, low_bytes
+        self._q: deque[tuple[int, bytes]] = deque()
+        self.bytes = 0
+        self.received_seqno = 0
+        self._cond = threading.Condition()
+        self.generation = 0  # bumped by clear(): frames taken before it must not be applied
+        self.apply_lock = threading.Lock()  # held by the Update Process while it applies a batch
+        self.on_drained = None  # called (from the Update Process thread) when bytes fall below low
+
+    def put_many(self, frames: list[tuple[int, bytes]]) -> bool:
+        """Add frames; True if the pool is now above its high-water mark (send XOFF)."""
+        with self._cond:
+            for seqno, fr in frames:
+                self._q.append((seqno, fr))
+                self.bytes += len(fr)
+            if frames:
+                self.received_seqno = frames[-1][0]
+            self._cond.notify()
+            return self.bytes > self.high_bytes
+
+    def take(self, max_items: int, timeout: float) -> tuple[int, list[tuple[int, bytes]]]:
+        """Up to ``max_items`` frames (waiting up to ``timeout`` s for one), with the generation
+        they belong to."""
+        with self._cond:
+            if not self._q:
+                self._cond.wait(timeout)
+            gen = self.generation
+            out = []
+            while self._q and len(out) < max_items:
+                seqno, fr = self._q.popleft()
+                self.bytes -= len(fr)
+                out.append((seqno, fr))
+            below = self.bytes < self.low_bytes
+        if out and below and self.on_drained is not None:
+            self.on_drained()
+        return gen, out
+
+    def clear(self, received_seqno: int) -> None:
+        with self._cond:
+            self._q.clear()
+            self.bytes = 0
+            self.received_seqno = received_seqno
+            self.generation += 1
+
+    def quiesce(self) -> None:
+        """Wait for the Update Process to finish the batch it is applying (call after clear)."""
+        with self.apply_lock:
+            pass
+
+    def __len__(self) -> int:
+        return len(self._q)

@@ -1,0 +1,90 @@
+"""The Update Process: applies received transactions from the receive pool, in order, exactly once.
+
+It runs as a thread of the instance server (it needs the engine, which the server owns) and can be
+stopped and started on its own: while it is stopped, the Receiver Server keeps filling the receive
+pool until it sends XOFF. Each batch goes through ``Database.apply_records``: journal first (keeping
+the originating seqno), then the store, then the secondary's own journal pool, so that it can feed a
+further secondary. Its restart point is always the instance's own seqno, so restarts of any process
+neither skip nor repeat a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..database import Database
+from ..errors import MultisiteError
+from ..journal.records import FRAME_HEADER_SIZE, decode_payload
+from .pools import ReceivePool
+
+UPDATE_BATCH_MAX = 512
+
+
+class UpdateProcess:
+    def __init__(self, db: Database, pool: ReceivePool, log: logging.Logger, *, stats_interval_s: float = 5.0):
+        self.db, self.pool, self.log = db, pool, log
+        self.stats_interval_s = stats_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.applied = 0
+        self.started_at = 0.0
+        self.start_seqno = 0
+        self.error: str | None = None
+        self.on_gap = None  # called when the stream has a gap: the receiver must restart the connection
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stop.clear()
+        self.error = None
+        self.started_at, self.start_seqno = time.time(), self.db.seqno
+        self._thread = threading.Thread(target=self._run, name="update-process", daemon=True)
+        self._thread.start()
+        self.log.info("update process started at seqno %d", self.start_seqno)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.running:
+            return
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout)
+        self.log.info("update process stopped at seqno %d (%d applied since start)", self.db.seqno, self.applied)
+
+    def _run(self) -> None:
+        last_log, last_applied = time.monotonic(), 0
+        while not self._stop.is_set():
+            gen, items = self.pool.take(UPDATE_BATCH_MAX, timeout=0.2)
+            if items:
+                try:
+                    with self.pool.apply_lock:
+                        if gen != self.pool.generation:
+                            continue  # the receiver restarted the stream; these will come again
+                        before = self.db.seqno
+                        self.db.apply_records([decode_payload(memoryview(fr)[FRAME_HEADER_SIZE:])
+                                               for _, fr in items])
+                        self.applied += self.db.seqno - before
+                except MultisiteError as e:
+                    self.error = str(e)
+                    self.log.error("update process: %s; asking the receiver to restart from seqno %d",
+                                   e, self.db.seqno + 1)
+                    self.pool.clear(self.db.seqno)
+                    if self.on_gap:
+                        self.on_gap()
+            now = time.monotonic()
+            if now - last_log >= self.stats_interval_s:
+                n = self.applied - last_applied
+                self.log.info("stats: applied %d transactions in %.1f s (%.0f/s), seqno %d (started at %d), "
+                              "receive pool backlog %d", n, now - last_log, n / (now - last_log), self.db.seqno,
+                              self.start_seqno, len(self.pool))
+                last_log, last_applied = now, self.applied
+
+    def status(self) -> dict:
+        return {"state": "running" if self.running else "stopped", "applied": self.applied,
+                "seqno": self.db.seqno, "start_seqno": self.start_seqno, "backlog": len(self.pool),
+                "error": self.error}
