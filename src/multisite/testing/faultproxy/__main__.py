@@ -1,0 +1,5 @@
+"""``python -m multisite.testing.faultproxy``: see ``control.py``."""
+
+from .control import main
+
+main()
