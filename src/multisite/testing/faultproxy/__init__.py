@@ -8,10 +8,16 @@ In process (asyncio)::
     async with FaultProxy("127.0.0.1", 0, "127.0.0.1", server_port) as proxy:
         ... connect to proxy.port ...; proxy.stall(); proxy.resume(); proxy.cut()
 
+In a child process, from plain synchronous tests::
+
+    with ProxyProcess("127.0.0.1", server_port) as proxy:
+        ... connect to proxy.address ...; proxy.delay(0.05, direction="upstream")
+
 From a shell: ``python -m multisite.testing.faultproxy --target HOST:PORT`` (see ``control.py``).
 """
 
 from .lane import BOTH, DIRECTIONS, DOWNSTREAM, UPSTREAM
+from .process import ProxyCommandError, ProxyProcess
 from .proxy import FaultProxy
 
-__all__ = ["BOTH", "DIRECTIONS", "DOWNSTREAM", "UPSTREAM", "FaultProxy"]
+__all__ = ["BOTH", "DIRECTIONS", "DOWNSTREAM", "UPSTREAM", "FaultProxy", "ProxyCommandError", "ProxyProcess"]
