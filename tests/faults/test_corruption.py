@@ -68,10 +68,16 @@ def _copy(history, dest: Path, store: str) -> Path:
 
 @pytest.mark.parametrize("store", ["store-19", "store-empty"])
 def test_truncating_the_last_record_at_every_offset_cuts_the_torn_tail(history, tmp_path, store):
+    """Every offset with the store one transaction behind; with an empty store (all 19 replayed), every
+    offset of the header and a sample of the payload. Some cuts also check that the journal goes on."""
     seg = sorted((history["root"] / "journal").glob("*.msj"))[-1]
     start, end, seqno = _frames(seg)[-1]
     assert seqno == 20 and end == seg.stat().st_size
-    for cut in range(start, end):
+    cuts = list(range(start, end))
+    if store == "store-empty":
+        cuts = [c for c in cuts if c < start + 24 or c % 5 == 0 or c == end - 1]
+    for n, cut in enumerate(cuts):
+        go_on = n % 8 == 0 or cut >= end - 2
         root = _copy(history, tmp_path / f"cut{cut}", store)
         tail = root / "journal" / seg.name
         os.truncate(tail, cut)
@@ -81,11 +87,13 @@ def test_truncating_the_last_record_at_every_offset_cuts_the_torn_tail(history, 
             assert _state(db) == history["before_last"], cut
             assert tail.stat().st_size == start  # the torn bytes are gone from the file
             if cut > start:
-                assert any("torn" in n for n in db.recovery.notes)
-            db.set("acct", ("after",), cut)  # the journal takes new records after the cut
-        with multisite.open(root) as db:
-            assert db.seqno == 20 and db.get("acct", ("after",)) == cut
-            assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 21))
+                assert any("torn" in note for note in db.recovery.notes)
+            if go_on:
+                db.set("acct", ("after",), cut)  # the journal takes new records after the cut
+        if go_on:
+            with multisite.open(root) as db:
+                assert db.seqno == 20 and db.get("acct", ("after",)) == cut
+                assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 21))
         shutil.rmtree(root)
 
 
