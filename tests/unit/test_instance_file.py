@@ -110,3 +110,16 @@ def test_create_writes_an_instance_file_and_close_records_the_seqno(tmp_path):
         db.set("r", ("k",), 1)
         db.set("r", ("k",), 2)
     assert ifile.load(Layout(root).instance_file).seqno == 2
+
+
+def test_open_refuses_a_damaged_instance_file(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A")
+    p = Layout(root).instance_file
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 0x01
+    p.write_bytes(data)
+    with pytest.raises(InstanceFileCorrupt) as ei:
+        multisite.open(root)
+    assert str(p) in str(ei.value)
+    with pytest.raises(InstanceFileCorrupt):  # the lock was released: the error is the same again
+        multisite.open(root)
