@@ -7,6 +7,8 @@ refusal. Waits are bounded at a fraction of a second.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 
 import pytest
@@ -23,6 +25,7 @@ class Echo:
     def __init__(self, transform=lambda data: data) -> None:
         self.transform = transform
         self.errors: list[Exception] = []
+        self.finished = 0  # connections whose handler has ended (end of file or error)
 
     async def __aenter__(self) -> Echo:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -40,7 +43,14 @@ class Echo:
         except ConnectionError as e:
             self.errors.append(e)
         finally:
+            self.finished += 1
             writer.close()
+
+
+def abort(writer: asyncio.StreamWriter) -> None:
+    """Close with RST (SO_LINGER 0), as a crashed or timed-out peer might."""
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 def run(test):
@@ -145,6 +155,28 @@ def test_stall_of_one_direction_holds_only_that_direction():
         proxy.resume(direction="downstream")
         assert await asyncio.wait_for(reader.readexactly(4), 1.0) == b"ping"
         writer.close()
+
+    run(test)
+
+
+def test_a_stall_hides_a_close_or_a_reset_until_resume():
+    async def test(echo, proxy):
+        closed_r, closed_w = await connect(proxy)
+        reset_r, reset_w = await connect(proxy)
+        await round_trip(closed_r, closed_w, b"a")
+        await round_trip(reset_r, reset_w, b"b")
+        proxy.stall()
+        closed_w.close()  # FIN
+        abort(reset_w)  # RST
+        await asyncio.sleep(0.2)
+        assert echo.errors == [] and echo.finished == 0  # the server has not noticed either
+        proxy.resume()
+        for _ in range(100):
+            if echo.finished == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert echo.finished == 2
+        assert [type(e) for e in echo.errors] == [ConnectionResetError]
 
     run(test)
 

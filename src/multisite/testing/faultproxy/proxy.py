@@ -2,8 +2,10 @@
 
 Each accepted client gets its own connection to the target and four tasks: per direction, a
 reader that stamps chunks and queues them in a bounded pipe, and a writer that takes them out
-through the lane's faults (see ``lane.py``). An end of file is forwarded as a half-close (FIN)
-once the bytes before it are out; an error or reset on either side aborts both sides with RST.
+through the lane's faults (see ``lane.py``). An end of file is forwarded as a half-close (FIN),
+and a reset as a reset (RST), in their place in the stream: delayed and held by a stall like the
+bytes before them, so that a stalled link hides a peer's departure as a real partition would.
+A failed write, a ``cut`` or ``stop`` resets both sides at once.
 
 The listening socket is created synchronously, so ``refuse(False)`` listens again before it
 returns (connections wait in the kernel's backlog until the accept task runs), and ``refuse(True)``
@@ -167,8 +169,8 @@ class FaultProxy:
             self._refusing = True
             self._close_listener()
         elif not refusing and self._refusing:
+            self._listen()  # may raise (port taken meanwhile): then still refusing
             self._refusing = False
-            self._listen()
 
     def set_target(self, target_host: str, target_port: int) -> None:
         """Send new connections to another target (a restarted server on a new port)."""
@@ -283,43 +285,52 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 class _Pipe:
-    """A FIFO of ``(arrival_time, chunk)`` bounded near ``capacity_bytes``; ``b""`` is end of file."""
+    """A FIFO of ``(arrival_time, chunk)`` bounded near ``capacity_bytes``."""
 
     def __init__(self, capacity_bytes: int) -> None:
-        self._items: deque[tuple[float, bytes]] = deque()
+        self._items: deque[tuple[float, bytes | None]] = deque()
         self._bytes = 0
         self._capacity_bytes = capacity_bytes
         self._changed = asyncio.Condition()
 
-    async def put(self, arrival: float, chunk: bytes) -> None:
+    async def put(self, arrival: float, chunk: bytes | None) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: self._bytes < self._capacity_bytes)
             self._items.append((arrival, chunk))
-            self._bytes += len(chunk)
+            self._bytes += len(chunk or b"")
             self._changed.notify_all()
 
-    async def get(self) -> tuple[float, bytes]:
+    async def get(self) -> tuple[float, bytes | None]:
         async with self._changed:
             await self._changed.wait_for(lambda: self._items)
             arrival, chunk = self._items.popleft()
-            self._bytes -= len(chunk)
+            self._bytes -= len(chunk or b"")
             self._changed.notify_all()
             return arrival, chunk
 
 
 async def _collect(reader: asyncio.StreamReader, pipe: _Pipe) -> None:
+    """Read chunks into ``pipe``: ``b""`` marks end of file, ``None`` a reset or read error."""
     loop = asyncio.get_running_loop()
     while True:
-        chunk = await reader.read(chunk_bytes)
+        try:
+            chunk = await reader.read(chunk_bytes)
+        except OSError:
+            await pipe.put(loop.time(), None)
+            return
         await pipe.put(loop.time(), chunk)
         if not chunk:
             return
 
 
 async def _deliver(pipe: _Pipe, writer: asyncio.StreamWriter, lane: Lane) -> None:
+    """Write ``pipe``'s chunks through ``lane``'s faults; a FIN or a reset is delayed and held too,
+    so that during a stall neither side learns that the other has gone."""
     while True:
         arrival, chunk = await pipe.get()
         await lane.release(arrival)
+        if chunk is None:
+            raise ConnectionResetError(f"{lane.name}: the sending side was reset")
         if not chunk:
             if writer.can_write_eof():
                 writer.write_eof()
