@@ -108,6 +108,7 @@ class Database:
         self._local = threading.local()
         self._closed = False
         self.commit_listeners: list[Callable[[int, bytes], None]] = []
+        self.rollback_listeners: list[Callable[[int], None]] = []
         t0 = time.perf_counter()
         js = recover_journal(lay.journal)
         self.store = Store(lay.store_file)
@@ -121,15 +122,23 @@ class Database:
                                      durability=durability or self.info.durability,
                                      segment_bytes=segment_bytes or self.info.segment_bytes)
         self._seqno = js.last_seqno
-        self._stream_seqnos: dict[int, int] = {}
+        self._stream_seqnos = self.store.stream_seqnos  # SI: last stream_seqno per stream (1..15)
         if self.store.applied_seqno < js.last_seqno:
             t1 = time.perf_counter()
             rep.replayed = self._roll_forward(self.store.applied_seqno + 1, js.last_seqno)
             self.store.flush()
             rep.replay_seconds = time.perf_counter() - t1
         self.recovery = rep
-        self.open_seconds = time.perf_counter() - t0
         self._last_flush = time.monotonic()
+        self._q_lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._combining = False
+        from .replication.rollback import finish_interrupted
+
+        done = finish_interrupted(self)
+        if done is not None:
+            rep.notes.append(f"completed an interrupted rollback: {done.summary()}")
+        self.open_seconds = time.perf_counter() - t0
         self._q_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._combining = False
@@ -139,6 +148,8 @@ class Database:
         n = 0
         for rec in iter_records(self.layout.journal, first, last):
             self._apply_to_store(rec.updates, rec.seqno)
+            if rec.stream:
+                self._stream_seqnos[rec.stream] = rec.stream_seqno
             n += 1
         if n != last - first + 1:
             raise JournalError(f"journal of {self.layout.root} is missing records {first}..{last} needed to "

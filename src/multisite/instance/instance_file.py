@@ -59,8 +59,9 @@ class StreamInfo(msgspec.Struct):
 
     stream: int
     source_group: str
-    root_primary: str
+    root_primary: str = ""
     last_stream_seqno: int = 0
+    history: list[HistoryRecord] = msgspec.field(default_factory=list)  # the originating group's history
 
 
 class InstanceFile(msgspec.Struct):
@@ -105,8 +106,8 @@ class InstanceFile(msgspec.Struct):
         return rec
 
     def truncate_history(self, last_seqno: int) -> None:
-        """Drop history for seqnos after ``last_seqno`` (rollback)."""
-        while len(self.history) > 1 and self.history[-1].start_seqno > last_seqno + 1:
+        """Drop the records that cover only seqnos after ``last_seqno`` (rollback); one always stays."""
+        while len(self.history) > 1 and self.history[-1].start_seqno > last_seqno:
             self.history.pop()
 
     def slot(self, name: str, kind: str = "secondary") -> SourceSlot:

@@ -11,6 +11,7 @@ value), keys in a BLOB primary key whose byte order is the key order (see ``mult
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class Store:
             self.regions[name] = RegionInfo(rid, name, bool(repl), seqno, schema)
         row = c.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
         self.applied_seqno: int = row[0] if row else 0
+        self.stream_seqnos: dict[int, int] = self._load_streams()
         self.flushed_seqno = self.applied_seqno
         self._dirty_regions: set[str] = set()
         self._in_txn = False
@@ -72,6 +74,9 @@ class Store:
             return
         c = self.conn
         c.execute("INSERT OR REPLACE INTO meta VALUES ('applied_seqno', ?)", (self.applied_seqno,))
+        if self.stream_seqnos:
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('stream_seqnos', ?)",
+                      (json.dumps({str(k): v for k, v in self.stream_seqnos.items()}),))
         for name in self._dirty_regions:
             r = self.regions[name]
             c.execute("UPDATE regions SET seqno=? WHERE id=?", (r.seqno, r.id))
@@ -96,6 +101,13 @@ class Store:
             self.regions[name] = RegionInfo(rid, name, bool(repl), seqno, schema)
         row = self.conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
         self.applied_seqno = self.flushed_seqno = row[0] if row else 0
+        self.stream_seqnos.clear()
+        self.stream_seqnos.update(self._load_streams())
+
+    def _load_streams(self) -> dict[int, int]:
+        """SI: the last seqno received per stream (1..15), as of the last flush."""
+        row = self.conn.execute("SELECT v FROM meta WHERE k='stream_seqnos'").fetchone()
+        return {int(k): v for k, v in json.loads(row[0]).items()} if row else {}
 
     def close(self) -> None:
         self.flush()

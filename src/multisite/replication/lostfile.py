@@ -1,0 +1,137 @@
+"""Unreplicated Transaction Logs (lost-transaction files): what a rollback took off an instance.
+
+One file per rollback in ``<instance>/lost/``, named ``<time>-<instance>-<first>-<last>.mslost``.
+Line-oriented JSON (one object per line), so that it can be read by people, grep and programs:
+
+    line 1      {"format": "multisite-lost/1", "instance": …, "group": …, "from_seqno": F, "to_seqno": T,
+                 "common_seqno": C, "reason": …, "created": …}
+    lines 2..   one transaction per line, in commit order:
+                {"seqno": …, "stream": …, "stream_seqno": …, "origin": …, "time": …,
+                 "updates": [{"op": "set", "region": …, "key": […], "value": …, "before": …},
+                             {"op": "kill", …, "killed": [[key, value], …]}, {"op": "zkill", …, "before": …}],
+                 "payload": "<base64 of the exact journal record>"}
+    last line   {"end": true, "count": N, "crc32": <CRC-32 of every byte before this line>}
+
+Values are shown as JSON; ``payload`` keeps the exact record (bytes values included), which
+``LostFile.records()`` decodes for applications that reprocess the transactions.
+``may_have_changed`` answers GT.M's $ZQGBLMOD question: could this key have been changed by the
+lost transactions (so a reprocessing application must look at it with care)?
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import LostFileCorrupt
+from ..fsutil import fsync_dir, write_all
+from ..journal.extract import record_to_dict
+from ..journal.records import Record, decode_payload, encode_payload
+
+FORMAT = "multisite-lost/1"
+SUFFIX = ".mslost"
+
+
+def _line(obj: dict) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, default=_default, separators=(",", ":")) + "\n").encode()
+
+
+def _default(o: object) -> object:
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(o)).decode()}
+    return repr(o)
+
+
+def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,
+                    reason: str) -> Path:
+    """Write the records (in commit order) crash-safely; returns the file's path."""
+    first, last = records[0].seqno, records[-1].seqno
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = lost_dir / f"{stamp}-{instance}-{first}-{last}{SUFFIX}"
+    n = 1
+    while path.exists():
+        path = lost_dir / f"{stamp}-{instance}-{first}-{last}.{n}{SUFFIX}"
+        n += 1
+    crc = 0
+    chunks: list[bytes] = []
+    head = _line({"format": FORMAT, "instance": instance, "group": group, "from_seqno": first, "to_seqno": last,
+                  "common_seqno": common_seqno, "reason": reason, "created": time.time(), "count": len(records)})
+    chunks.append(head)
+    for rec in records:
+        d = record_to_dict(rec)
+        d["payload"] = base64.b64encode(encode_payload(rec)).decode()
+        chunks.append(_line(d))
+    body = b"".join(chunks)
+    crc = zlib.crc32(body)
+    body += _line({"end": True, "count": len(records), "crc32": crc})
+    tmp = path.with_name("." + path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, body, str(path))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(lost_dir)
+    return path
+
+
+@dataclass
+class LostFile:
+    path: Path
+    header: dict
+    transactions: list[dict]
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "LostFile":
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise LostFileCorrupt(f"cannot read lost-transaction file {p}: {e}") from e
+        lines = data.splitlines(keepends=True)
+        if len(lines) < 2:
+            raise LostFileCorrupt(f"{p} is not a complete lost-transaction file (fewer than 2 lines)")
+        try:
+            head = json.loads(lines[0])
+            tail = json.loads(lines[-1])
+        except ValueError as e:
+            raise LostFileCorrupt(f"{p}: header or trailer line is not JSON ({e}); the file is damaged") from e
+        if not isinstance(head, dict) or head.get("format") != FORMAT:
+            raise LostFileCorrupt(f"{p} is not a multisite lost-transaction file (format {head!r:.60})")
+        if not isinstance(tail, dict) or not tail.get("end"):
+            raise LostFileCorrupt(f"{p} is truncated: its last line is not the end marker")
+        body = b"".join(lines[:-1])
+        if zlib.crc32(body) != tail.get("crc32"):
+            raise LostFileCorrupt(f"{p} is damaged: checksum mismatch (expected {tail.get('crc32')})")
+        txns = [json.loads(x) for x in lines[1:-1]]
+        if len(txns) != tail.get("count"):
+            raise LostFileCorrupt(f"{p} holds {len(txns)} transactions but its end marker says {tail.get('count')}")
+        return cls(p, head, txns)
+
+    def records(self) -> Iterator[Record]:
+        """The exact journal records, in commit order, for reprocessing."""
+        for t in self.transactions:
+            yield decode_payload(base64.b64decode(t["payload"]))
+
+    def may_have_changed(self, region: str, key: tuple) -> bool:
+        """Could ``region``/``key`` have been changed by these lost transactions? ($ZQGBLMOD)"""
+        k = list(key)
+        for t in self.transactions:
+            for u in t["updates"]:
+                if u["region"] != region:
+                    continue
+                uk = u["key"]
+                if uk == k or (u["op"] == "kill" and k[: len(uk)] == uk):
+                    return True
+        return False
+
+
+def list_lost_files(lost_dir: Path) -> list[Path]:
+    return sorted(lost_dir.glob("*" + SUFFIX))

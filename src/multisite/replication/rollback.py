@@ -1,0 +1,183 @@
+"""Rollback: take every transaction after a common seqno off an instance, into a lost-transaction file.
+
+Steps, each safe to repeat (so a crash at any point is finished by the next open):
+
+1. read the records after ``to_seqno`` from the journal (checked);
+2. write them, in commit order, to an Unreplicated Transaction Log in ``lost/`` (fsynced), and
+   a marker ``run/rollback.json`` naming the target and the file;
+3. undo them in the store, newest first, with their before-images, and commit the store at
+   ``to_seqno``;
+4. cut the journal back to ``to_seqno`` (later segments removed, the one holding it truncated);
+5. trim the instance file's history (a primary starts a new history record at ``to_seqno + 1``,
+   so that its later transactions are told apart from the ones it rolled off) and its slots;
+6. remove the marker.
+
+If the marker is found on open, recovery has already rolled the store forward over whatever the
+journal still holds, and the rollback simply runs again to the same target and file name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RollbackError
+from ..fsutil import atomic_write, fsync_dir
+from ..journal.reader import iter_records
+from ..journal.records import KILL, SET, Record
+from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
+from ..journal.writer import JournalWriter
+from ..keys import encode_key
+from .lostfile import write_lost_file
+
+MARKER = "rollback.json"
+
+
+@dataclass
+class RollbackReport:
+    instance: str
+    from_seqno: int  # seqno before the rollback
+    to_seqno: int  # seqno after it
+    rolled_back: int
+    lost_file: str | None
+    seconds: float
+
+    def summary(self) -> str:
+        if not self.rolled_back:
+            return f"{self.instance} is at seqno {self.to_seqno}: nothing to roll back"
+        rate = self.rolled_back / self.seconds if self.seconds else 0
+        return (f"{self.instance} rolled back {self.rolled_back} transaction(s), seqno {self.from_seqno} -> "
+                f"{self.to_seqno}, in {self.seconds:.2f} s ({rate:,.0f}/s); lost transactions in {self.lost_file}")
+
+
+def rollback(db, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None) -> RollbackReport:
+    """Roll ``db`` (an open Database) back to ``to_seqno``. A no-op if it is not ahead of it."""
+    with db._lock:
+        return _rollback_locked(db, to_seqno, reason, to_seqno if common_seqno is None else common_seqno)
+
+
+def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackReport:
+    t0 = time.perf_counter()
+    start = db._seqno
+    if to_seqno < 0:
+        raise RollbackError(f"cannot roll back to seqno {to_seqno}")
+    if to_seqno >= start:
+        return RollbackReport(db.name, start, start, 0, None, 0.0)
+    lay = db.layout
+    infos = list_segments(lay.journal)
+    if infos and to_seqno + 1 < infos[0].first_seqno:
+        raise RollbackError(f"cannot roll {db.name} back to seqno {to_seqno}: the journal starts at "
+                            f"{infos[0].first_seqno} (older segments were pruned); restore from a backup")
+    db._flush_locked()
+    records = list(iter_records(lay.journal, to_seqno + 1, start, infos))
+    if len(records) != start - to_seqno:
+        raise RollbackError(f"journal of {db.name} holds {len(records)} of the {start - to_seqno} records after "
+                            f"seqno {to_seqno}; cannot roll back")
+    marker = lay.run / MARKER
+    lost = None
+    if marker.exists():
+        m = json.loads(marker.read_text())
+        if m.get("to_seqno") == to_seqno and Path(m.get("lost_file", "")).exists():
+            lost = Path(m["lost_file"])
+    if lost is None:
+        lost = write_lost_file(lay.lost, instance=db.name, group=db.info.group, records=records,
+                               common_seqno=common, reason=reason)
+        atomic_write(marker, json.dumps({"to_seqno": to_seqno, "lost_file": str(lost)}).encode())
+    _undo_store(db, records, to_seqno)
+    _cut_journal(db, to_seqno)
+    _trim_info(db, to_seqno, records)
+    db._seqno = to_seqno
+    marker.unlink(missing_ok=True)
+    fsync_dir(lay.run)
+    for listener in db.rollback_listeners:
+        listener(to_seqno)
+    return RollbackReport(db.name, start, to_seqno, len(records), str(lost), time.perf_counter() - t0)
+
+
+def _undo_store(db, records: list[Record], to_seqno: int) -> None:
+    st = db.store
+    for rec in reversed(records):
+        for u in reversed(rec.updates):
+            r = st.regions.get(u.region) or st.create_region(u.region, True)
+            kb = encode_key(u.key)
+            if u.op == KILL:
+                for k, v in u.killed or []:
+                    st.put(r.id, encode_key(tuple(k)), v)
+            elif u.before is None:
+                if u.op == SET:
+                    st.delete(r.id, kb)
+            else:
+                st.put(r.id, kb, u.before)
+        if rec.stream:
+            prev = db._stream_seqnos.get(rec.stream)
+            if prev is None or rec.stream_seqno - 1 < prev:
+                db._stream_seqnos[rec.stream] = rec.stream_seqno - 1
+    for r in st.regions.values():
+        if r.seqno > to_seqno:
+            r.seqno = to_seqno
+            st._dirty_regions.add(r.name)
+    st.applied_seqno = to_seqno
+    st._begin()
+    st.flush()
+
+
+def _cut_journal(db, to_seqno: int) -> None:
+    lay = db.layout
+    db.journal.close()
+    infos = list_segments(lay.journal)
+    keep = infos[0]
+    for s in infos:
+        if s.first_seqno <= to_seqno + 1:
+            keep = s
+    cut = SEGMENT_HEADER_SIZE
+    with SegmentView(keep) as view:
+        for off, hdr in view.frames(tail=keep is infos[-1]):
+            if hdr.seqno > to_seqno:
+                cut = off
+                break
+            cut = off + hdr.total
+    fd = os.open(keep.path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    for s in infos:
+        if s.index > keep.index:
+            s.path.unlink()
+    fsync_dir(lay.journal)
+    db.journal = JournalWriter(lay.journal, index=keep.index, path=keep.path, last_seqno=to_seqno,
+                               durability=db.journal.durability, segment_bytes=db.journal.segment_bytes)
+
+
+def _trim_info(db, to_seqno: int, records: list[Record]) -> None:
+    info = db.info
+    info.truncate_history(to_seqno)
+    if info.role == "primary":
+        info.add_history(to_seqno + 1, info.name, "originating")
+    for s in info.slots.values():
+        s.last_sent = min(s.last_sent, to_seqno)
+        s.last_confirmed = min(s.last_confirmed, to_seqno)
+    for num, st in info.streams.items():
+        st.last_stream_seqno = db._stream_seqnos.get(num, st.last_stream_seqno)
+        if st.history:
+            st.history = [h for h in st.history if h.start_seqno <= st.last_stream_seqno + 1] or st.history[:1]
+    db._seqno = to_seqno
+    db.save_info()
+
+
+def finish_interrupted(db) -> RollbackReport | None:
+    """On open: complete a rollback that a crash interrupted (its marker is still there)."""
+    marker = db.layout.run / MARKER
+    if not marker.exists():
+        return None
+    to = int(json.loads(marker.read_text())["to_seqno"])
+    if db.seqno > to:
+        return rollback(db, to, reason="completing an interrupted rollback")
+    with db._lock:  # journal and store were already cut back: finish the instance file
+        _trim_info(db, to, [])
+        marker.unlink(missing_ok=True)
+    return RollbackReport(db.name, to, to, 0, None, 0.0)
