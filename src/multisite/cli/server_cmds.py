@@ -49,13 +49,26 @@ def stop_server(root: Path, timeout: float = 10.0) -> int:
     control.call(lay.root, "shutdown", timeout=timeout + 5)
     deadline = time.monotonic() + timeout + 10
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _exited(pid):
             return pid
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     return pid
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` is gone. A server started by this process (tests, the demo) stays a zombie,
+    which ``kill(pid, 0)`` still reaches, until it is reaped here."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 @click.group()
