@@ -402,7 +402,8 @@ def markdown(rows: list[Row], env: dict[str, str]) -> str:
     lines = [BEGIN, "## Commit benchmark (`bench/commit.py`, issue 2)", "",
              f"Run {env['when']} on commit {env['git']}: {env['machine']}.", "",
              f"Disk: `{env['dir']}` on {env['device']} ({env['fstype']}, mounted at {env['mount']}); "
-             f"every measure below ran in one run on that disk.", "",
+             f"every measure below ran in one run on that disk. Load average {env['load']} (before, after): "
+             f"the CPU-bound figures (none mode, recovery) drop when other work shares the machine.", "",
              "| measure | rate | target | ratio | verdict | note |", "|---|---:|---|---|---|---|"]
     for r in rows:
         f = r.figure
@@ -445,6 +446,7 @@ def main() -> None:
     console.print(f"scratch folder {work} on {dev} ({fstype}); {seconds:g} s per measure, "
                   f"{records:,} records to recover")
     size = frame_size()
+    load0 = os.getloadavg()[0]
     figs: dict[str, Figure] = {}
     try:
         fsync_bound: list[Loop] = []
@@ -469,6 +471,7 @@ def main() -> None:
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
+    env["load"] = f"{load0:.1f}, {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     rows = evaluate(figs)
     print_table(rows, f"commit benchmark{' (quick)' if a.quick else ''}: {env['machine']}")
     if (a.write or not a.quick) and not a.no_write:
