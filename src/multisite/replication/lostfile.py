@@ -12,7 +12,7 @@ Line-oriented JSON (one object per line), so that it can be read by people, grep
                  "payload": "<base64 of the exact journal record>"}
     last line   {"end": true, "count": N, "crc32": <CRC-32 of every byte before this line>}
 
-Values are shown as JSON; ``payload`` keeps the exact record (bytes values included), which
+Values are shown as JSON (a bytes value as its base64 text); ``payload`` keeps the exact record, which
 ``LostFile.records()`` decodes for applications that reprocess the transactions.
 ``may_have_changed`` answers GT.M's $ZQGBLMOD question: could this key have been changed by the
 lost transactions (so a reprocessing application must look at it with care)?
@@ -25,6 +25,8 @@ import json
 import os
 import time
 import zlib
+
+import msgspec
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,14 +40,11 @@ FORMAT = "multisite-lost/1"
 SUFFIX = ".mslost"
 
 
+_json = msgspec.json.Encoder()
+
+
 def _line(obj: dict) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, default=_default, separators=(",", ":")) + "\n").encode()
-
-
-def _default(o: object) -> object:
-    if isinstance(o, (bytes, bytearray, memoryview)):
-        return {"$bytes": base64.b64encode(bytes(o)).decode()}
-    return repr(o)
+    return _json.encode(obj) + b"\n"
 
 
 def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,

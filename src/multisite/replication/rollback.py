@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import RollbackError
 from ..fsutil import atomic_write, fsync_dir
 from ..journal.reader import iter_records
-from ..journal.records import KILL, SET, Record
+from ..journal.records import KILL, Record
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from ..journal.writer import JournalWriter
 from ..keys import encode_key
@@ -98,23 +98,30 @@ def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackRep
 
 
 def _undo_store(db, records: list[Record], to_seqno: int) -> None:
+    """Put every touched key back to its state at ``to_seqno``: the before-image of the first
+    rolled-off update that touched it (a kill's before-image lists every key it removed)."""
     st = db.store
-    for rec in reversed(records):
-        for u in reversed(rec.updates):
-            r = st.regions.get(u.region) or st.create_region(u.region, True)
-            kb = encode_key(u.key)
+    state: dict[tuple[str, bytes], bytes | None] = {}
+    for rec in records:
+        for u in rec.updates:
             if u.op == KILL:
                 for k, v in u.killed or []:
-                    st.put(r.id, encode_key(tuple(k)), v)
-            elif u.before is None:
-                if u.op == SET:
-                    st.delete(r.id, kb)
+                    state.setdefault((u.region, encode_key(tuple(k))), v)
             else:
-                st.put(r.id, kb, u.before)
+                state.setdefault((u.region, encode_key(u.key)), u.before)
+    for rec in reversed(records):
         if rec.stream:
             prev = db._stream_seqnos.get(rec.stream)
             if prev is None or rec.stream_seqno - 1 < prev:
                 db._stream_seqnos[rec.stream] = rec.stream_seqno - 1
+    by_region: dict[str, tuple[list, list]] = {}
+    for (region, kb), vb in state.items():
+        puts, dels = by_region.setdefault(region, ([], []))
+        (dels.append(kb) if vb is None else puts.append((kb, vb)))
+    for region, (puts, dels) in by_region.items():
+        r = st.regions.get(region) or st.create_region(region, True)
+        st.delete_many(r.id, dels)
+        st.put_many(r.id, puts) if puts else None
     for r in st.regions.values():
         if r.seqno > to_seqno:
             r.seqno = to_seqno

@@ -155,6 +155,11 @@ class Store:
         self._begin()
         self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
 
+    def delete_many(self, rid: int, kbs: list[bytes]) -> None:
+        if kbs:
+            self._begin()
+            self.conn.executemany("DELETE FROM kv WHERE r=? AND k=?", [(rid, k) for k in kbs])
+
     def delete(self, rid: int, kb: bytes) -> None:
         self._begin()
         self.conn.execute("DELETE FROM kv WHERE r=? AND k=?", (rid, kb))
