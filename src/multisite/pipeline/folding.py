@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, functions as F
 
-POS = F.struct(F.col("seqno"), F.col("ord"))
 
 
 def latest_points(events: DataFrame, payload: list[str]) -> DataFrame:

@@ -1,0 +1,157 @@
+"""Pipeline figures (issue 5): the journal source vs Parquet, export, incremental export, verify.
+
+    .venv/bin/python bench/pipeline.py [--updates 5000000] [--keys 1000000]
+
+Builds (once, cached under bench/out/) an instance with UPDATES journal updates in 100-update
+transactions over about KEYS keys in two regions (one with a declared schema), then measures in
+one run: a full-scan aggregate (group by region: count, sum of value sizes) over the journal
+source and over the same rows written to Parquet; ``export`` of the whole journal; an incremental
+export of 1,000 new transactions as a fresh process (Spark start included); ``snapshot`` + ``seed``
+of a second 1M-key instance and ``verify`` of the two as a fresh process. Prints a JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+TXN_UPDATES = 100
+
+
+def build(path: Path, updates: int, keys: int, seed: int = 5) -> None:
+    import multisite
+
+    stamp = path / "BENCH_PARAMS"
+    want = f"{updates} {keys} {seed}"
+    if stamp.exists() and stamp.read_text() == want:
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    t0 = time.time()
+    multisite.create(path, name="bench", durability="none")
+    rnd = random.Random(seed)
+    half = keys // 2
+    with multisite.open(path) as db:
+        db.create_region("acct", schema='{"owner": "string", "n": "long", "amt": "double"}')
+        db.create_region("log")
+        i = 0
+        while i < updates:
+            with db.transaction() as tx:
+                for _ in range(TXN_UPDATES):
+                    k = rnd.randrange(half)
+                    if i % 2:
+                        tx.set("acct", ("a", k), {"owner": f"owner{k % 1000}", "n": i, "amt": i * 0.25})
+                    else:
+                        tx.set("log", (k, "e"), f"event {i} of key {k}")
+                    i += 1
+            if i % 1_000_000 == 0:
+                print(f"  built {i:,} updates in {time.time() - t0:.0f}s", file=sys.stderr)
+    stamp.write_text(want)
+    print(f"built {updates:,} updates in {time.time() - t0:.0f}s", file=sys.stderr)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def cli(*args: str) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    exe = Path(sys.executable).parent / "multisite"
+    p = subprocess.run([str(exe), *args, "--json"], capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"{args} failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout), dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=5_000_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--master", default="local[*]")
+    a = ap.parse_args()
+    OUT.mkdir(exist_ok=True)
+    src = OUT / f"pipeline-{a.updates}"
+    build(src, a.updates, a.keys)
+    work = OUT / "pipeline-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    inst = work / "A"
+    shutil.copytree(src, inst)
+
+    from pyspark.sql import functions as F
+
+    from multisite import pipeline
+
+    report: dict = {"updates": a.updates, "keys": a.keys, "cores": os.cpu_count(), "master": a.master}
+    spark, dt = timed(lambda: pipeline.session(a.master))
+    report["spark_start_s"] = round(dt, 1)
+
+    def agg(df):
+        return df.groupBy("region").agg(F.count(F.lit(1)).alias("n"), F.sum("value_size").alias("bytes")).collect()
+
+    journal = spark.read.format("multisite").load(str(inst))
+    narrow = spark.read.format("multisite").schema("region string, value_size int").load(str(inst))
+    agg(narrow)  # warm the Python workers
+    res_j, t_j = timed(lambda: agg(journal))
+    res_n, t_n = timed(lambda: agg(narrow))
+    pq = work / "journal-parquet"
+    _, t_w = timed(lambda: journal.write.parquet(str(pq)))
+    parquet = spark.read.parquet(str(pq))
+    agg(parquet)
+    res_p, t_p = timed(lambda: agg(parquet))
+    assert sorted(map(tuple, res_j)) == sorted(map(tuple, res_p)) == sorted(map(tuple, res_n))
+    report["scan"] = {
+        "journal_full_schema_s": round(t_j, 2), "journal_full_schema_rows_per_s": int(a.updates / t_j),
+        "journal_projected_s": round(t_n, 2), "journal_projected_rows_per_s": int(a.updates / t_n),
+        "parquet_s": round(t_p, 2), "parquet_rows_per_s": int(a.updates / t_p),
+        "ratio_full_schema": round(t_p / t_j, 3), "ratio_projected": round(t_p / t_n, 3),
+        "journal_to_parquet_write_s": round(t_w, 1),
+    }
+    print(json.dumps(report["scan"]), file=sys.stderr)
+
+    lake = work / "lake"
+    rep, t_e = timed(lambda: pipeline.export(str(inst), str(lake), spark=spark))
+    report["export_full"] = {"seconds": round(t_e, 1), "updates": rep.updates,
+                             "updates_per_s": int(rep.updates / t_e)}
+    print(json.dumps(report["export_full"]), file=sys.stderr)
+
+    import multisite
+
+    with multisite.open(inst) as db:
+        rnd = random.Random(99)
+        for t in range(1000):
+            with db.transaction() as tx:
+                for j in range(TXN_UPDATES):
+                    k = rnd.randrange(a.keys // 2)
+                    tx.set("log", (k, "e"), f"late event {t}.{j}")
+    out, t_inc = cli("pipeline", "export", str(inst), "--to", str(lake), "--master", a.master)
+    report["export_incremental"] = {"transactions": out["transactions"], "updates": out["updates"],
+                                    "wall_s_including_spark_start": round(t_inc, 1), "job_s": round(out["seconds"], 1)}
+    print(json.dumps(report["export_incremental"]), file=sys.stderr)
+
+    snap = work / "snap"
+    rep, t_s = timed(lambda: pipeline.snapshot(str(inst), str(snap), spark=spark))
+    seeded, t_seed = timed(lambda: pipeline.seed(str(snap), str(work / "B"), name="B"))
+    report["snapshot"] = {"keys": rep.keys, "seconds": round(t_s, 1)}
+    report["seed"] = {"keys": seeded.keys, "seconds": round(t_seed, 1)}
+    spark.stop()
+    out, t_v = cli("pipeline", "verify", str(inst), str(work / "B"), "--master", a.master)
+    report["verify"] = {"keys_a": out["keys_a"], "keys_b": out["keys_b"], "equal": out["equal"],
+                        "wall_s_including_spark_start": round(t_v, 1), "job_s": round(out["seconds"], 1)}
+    print(json.dumps(report, indent=2))
+    (OUT / "pipeline-report.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
