@@ -89,9 +89,9 @@ def test_history_at_and_truncate():
         inst.add_history(start, root, "originating" if root == "A" else "replicating")
     assert inst.history_at(0) is None
     assert [inst.history_at(s).root_primary for s in (1, 99, 100, 199, 200, 10**9)] == list("AABBAA")
-    inst.truncate_history(199)  # a record starting at the next seqno stays (it says who originates next)
+    inst.truncate_history(200)  # seqno 200 stays: so does the record of its range
     assert [h.start_seqno for h in inst.history] == [1, 100, 200]
-    inst.truncate_history(198)  # rollback to 198: the range starting at 200 is gone
+    inst.truncate_history(199)  # rollback to 199: the range starting at 200 is gone
     assert [h.start_seqno for h in inst.history] == [1, 100]
     inst.truncate_history(150)  # 150 is inside the range starting at 100: it stays
     assert [h.start_seqno for h in inst.history] == [1, 100]
