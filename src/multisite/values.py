@@ -22,16 +22,21 @@ _SCALAR_BASES = (int, float, str, bytes, bytearray, memoryview)  # subclasses su
 
 
 def _check_document(value: Any) -> None:
+    """Raise TypeError unless ``value`` is a document. Scalar members are checked inline, not by a call."""
     t = type(value)
     if t in _SCALARS:
         return
+    scalars = _SCALARS
     if t is dict or (t is not list and t is not tuple and isinstance(value, dict)):
         for k, v in value.items():
-            _check_document(k)
-            _check_document(v)
+            if type(k) not in scalars:
+                _check_document(k)
+            if type(v) not in scalars:
+                _check_document(v)
     elif t is list or t is tuple or isinstance(value, (list, tuple)):
         for v in value:
-            _check_document(v)
+            if type(v) not in scalars:
+                _check_document(v)
     elif not isinstance(value, _SCALAR_BASES):
         raise TypeError(f"a {t.__name__} is not a document type")
 
@@ -39,7 +44,14 @@ def _check_document(value: Any) -> None:
 def encode_value(value: Any) -> bytes:
     """The msgpack bytes of ``value``; ValueEncodeError if it is not a document."""
     try:
-        if type(value) not in _SCALARS:
+        t = type(value)
+        if t is dict:  # the common document: a flat dict of scalars, checked without a call
+            scalars = _SCALARS
+            for k, v in value.items():
+                if type(k) not in scalars or type(v) not in scalars:
+                    _check_document(value)
+                    break
+        elif t not in _SCALARS:
             _check_document(value)
         return _encode(value)
     except (TypeError, OverflowError, ValueError, RecursionError) as e:
