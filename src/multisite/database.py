@@ -406,22 +406,29 @@ class Database:
             if r is not mine:
                 r.wake.release()
 
-    def apply_records(self, recs: list[Record]) -> int:
+    def apply_records(self, recs: list[Record], *, si_stream: int | None = None) -> int:
         """Apply transactions received from upstream, in order, with one journal write and one
-        fsync (the Update Process). BC: each keeps its seqno; a record at or below the current seqno
-        was applied already and is skipped, so a replay after any restart applies exactly once."""
+        fsync (the Update Process).
+
+        BC (``si_stream`` None): each keeps its seqno, stream tag and origin. SI: a supplementary
+        instance gives each its own next seqno and tags it ``si_stream`` with the originating seqno
+        as ``stream_seqno``. Either way a record already applied is skipped, so a replay after any
+        restart applies exactly once."""
         with self._lock:
             frames = []
             for rec in recs:
-                if rec.seqno <= self._seqno:
+                if si_stream is None:
+                    pos, num, kw = self._seqno, rec.seqno, {"stream": rec.stream, "stream_seqno": rec.stream_seqno}
+                else:
+                    pos, num = self._stream_seqnos.get(si_stream, 0), rec.seqno
+                    kw = {"stream": si_stream, "stream_seqno": rec.seqno}
+                if num <= pos:
                     continue
-                if rec.seqno != self._seqno + 1:
-                    raise JournalGap(f"instance {self.name} is at seqno {self._seqno}; received seqno {rec.seqno} "
-                                     f"leaves a gap")
+                if num != pos + 1:
+                    raise JournalGap(f"instance {self.name} is at {'seqno' if si_stream is None else 'stream seqno'} "
+                                     f"{pos}; received seqno {num} leaves a gap")
                 ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
-                seqno, data = self._prepare(ops, origin=rec.origin, stream=rec.stream,
-                                            stream_seqno=rec.stream_seqno, replicated_apply=True,
-                                            commit_time=rec.time)
+                seqno, data = self._prepare(ops, origin=rec.origin, replicated_apply=True, commit_time=rec.time, **kw)
                 frames.append((seqno, data))
             if frames:
                 self._write(frames)
@@ -429,6 +436,17 @@ class Database:
                     self.journal.sync()
             self._maybe_flush()
             return self._seqno
+
+    def stream_seqno(self, stream: int) -> int:
+        """SI: the last originating seqno received on ``stream``."""
+        return self._stream_seqnos.get(stream, 0)
+
+    def set_stream_seqno(self, stream: int, seqno: int) -> None:
+        """SI ``--noresync``: continue ``stream`` from ``seqno`` without rolling anything back."""
+        with self._lock:
+            self._stream_seqnos[stream] = seqno
+            self.store._begin()
+            self._flush_locked()
 
     def apply_record(self, rec: Record, *, keep_seqno: bool = True, stream: int | None = None) -> int:
         """Apply a transaction received from upstream (Update Process). BC keeps the seqno."""

@@ -16,6 +16,7 @@ from ..errors import ConnectionLost, MultisiteError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import FrameBuffer, encode
+from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
 from .tls import parse_hostport
 
 
@@ -134,3 +135,11 @@ class RemoteTransaction:
 def connect(address: str, timeout: float = 30.0) -> RemoteDatabase:
     """Connect to the instance server listening at ``HOST:PORT``."""
     return RemoteDatabase(address, timeout)
+
+
+def fetch_hello(address: str) -> Hello:
+    """The instance server at ``address`` describes itself as a source would (for --fetchresync)."""
+    with RemoteDatabase(address) as remote:
+        h = remote._call("history")
+    return Hello(version=PROTOCOL_VERSION, name=h["name"], group=h["group"], supplementary=h["supplementary"],
+                 role=h["role"], seqno=h["seqno"], history=[HistoryEntry(*e) for e in h["history"]])

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from ..errors import ConnectionLost, MultisiteError, ProtocolError
 from ..protocol.connection import Connection, Role, split_frames
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
-from ..replication.history import check_peer, hello_for, to_records
+from ..instance.instance_file import StreamInfo
+from ..replication.history import (SI_STREAM, check_peer, hello_for, is_si, si_hello_for, streams_from,
+                                  to_records)
 from ..replication.pools import ReceivePool
 from ..replication.update import UpdateProcess
 from .source import read_event
@@ -146,8 +148,21 @@ class ReceiverServer:
         # The restart point: empty the pool, let the Update Process finish its batch.
         self.pool.clear(self.db.seqno)
         await loop.run_in_executor(None, self.pool.quiesce)
-        me = hello_for(self.db.info, self.db.seqno)
-        refusal = check_peer(me, peer, i_am="receiver")
+        si = is_si(peer.supplementary, self.db.info.supplementary)
+        me, refusal = self._position(peer, si)
+        if refusal is not None and refusal.code == "ROLLBACK_NEEDED":
+            if si and self.cfg.noresync:
+                self.log.warning("%s; --noresync: keeping this instance's transactions and continuing the SI "
+                                 "stream from %s's seqno %d", refusal.message, peer.name, refusal.common_seqno)
+                await loop.run_in_executor(None, self.db.set_stream_seqno, SI_STREAM, refusal.common_seqno)
+                me, refusal = self._position(peer, si)
+            elif self.cfg.autorollback:
+                self.log.warning("%s; --autorollback: rolling back", refusal.message)
+                rep = await loop.run_in_executor(None, self.server.rollback_to_common, refusal.common_seqno, si,
+                                                 f"autorollback for {peer.name}")
+                self.log.warning("%s", rep.summary())
+                self.server.kick_sources()
+                me, refusal = self._position(peer, si)
         if refusal is not None:
             self.refusals += 1
             self.last_error = f"{refusal.code}: {refusal.message}"
@@ -163,10 +178,11 @@ class ReceiverServer:
             self.log.error("source %s refused: %s: %s", peer.name, start.code, start.message)
             return
         assert isinstance(start, Start)
-        if start.from_seqno != self.db.seqno + 1:
+        if start.from_seqno != me.seqno + 1:
             raise ProtocolError(f"source wants to start at seqno {start.from_seqno}, this instance needs "
-                                f"{self.db.seqno + 1}")
-        await loop.run_in_executor(None, self._adopt_history, peer, start)
+                                f"{me.seqno + 1}")
+        await loop.run_in_executor(None, self._adopt_history, peer, start, si)
+        self.update.si_stream = SI_STREAM if si else None
         self.peer = peer.name
         self._conn, self._writer = conn, writer
         self._xoff_sent = False
@@ -202,16 +218,48 @@ class ReceiverServer:
         finally:
             restart.cancel()
 
-    def _adopt_history(self, peer: Hello, start: Start) -> None:
-        """This instance now holds (a prefix of) the source's history: record it as its own."""
+    def _position(self, peer: Hello, si: bool):
+        """This instance's Hello for ``peer`` and the refusal it calls for, if any."""
+        info = self.db.info
+        if si:
+            me = si_hello_for(info, self.db.stream_seqno(SI_STREAM))
+            group = info.streams[SI_STREAM].source_group if SI_STREAM in info.streams else None
+        else:
+            me, group = hello_for(info, self.db.seqno), None
+        return me, check_peer(me, peer, i_am="receiver", si_source_group=group)
+
+    def _adopt_history(self, peer: Hello, start: Start, si: bool) -> None:
+        """This instance now holds (a prefix of) the source's history: record it as its own, or,
+        in SI mode, as the history of the stream it receives."""
         new = to_records(start.history, upstream=peer.name)
-        if [(h.uid, h.start_seqno) for h in self.db.info.history] != [(h.uid, h.start_seqno) for h in new]:
-            def upd(info) -> None:
-                info.history = new
-                info.receiving_from = peer.name
-            self.db.update_info(upd)
-            self.log.info("history now follows %s (%d record(s), root primary %s)", peer.name, len(new),
-                          new[-1].root_primary if new else "-")
+        info = self.db.info
+        if si:
+            cur = info.streams.get(SI_STREAM)
+            if cur is not None and [(h.uid, h.start_seqno) for h in cur.history] == \
+                    [(h.uid, h.start_seqno) for h in new]:
+                return
+
+            def upd(i) -> None:
+                i.streams[SI_STREAM] = StreamInfo(stream=SI_STREAM, source_group=peer.group, root_primary=peer.name,
+                                                  last_stream_seqno=self.db.stream_seqno(SI_STREAM), history=new)
+                i.receiving_from = peer.name
+        else:
+            streams = streams_from(start.streams, peer.name, dict(self.db._stream_seqnos))
+            if [(h.uid, h.start_seqno) for h in info.history] == [(h.uid, h.start_seqno) for h in new] \
+                    and list(info.streams) == list(streams):
+                return
+
+            def upd(i) -> None:
+                i.history = new
+                i.streams = streams
+                i.receiving_from = peer.name
+        self.db.update_info(upd)
+        self.log.info("%s now follows %s (%d record(s), root primary %s)", "SI stream history" if si else "history",
+                      peer.name, len(new), new[-1].root_primary if new else "-")
+
+    def restart_stream(self) -> None:
+        """End the current connection (after a rollback); the source reconnects and renegotiates."""
+        self._restart.set()
 
     def _maybe_xon(self) -> None:
         if self._xoff_sent and self._conn is not None and self._writer is not None \

@@ -29,9 +29,13 @@ from ..errors import ConfigError, MultisiteError, ServerError
 from ..journal.records import SET
 from ..keys import check_key, decode_key, encode_key
 from ..protocol.client import FrameBuffer, encode
-from ..replication.history import to_entries
+from ..replication.history import SI_STREAM, to_entries
+from ..replication.resync import local_target_for_stream
+from ..replication.roles import change_role, resync_instance
+from ..replication.rollback import rollback
 from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
+from .client import fetch_hello
 from .control import control_address
 from .receiver import ReceiverConfig, ReceiverServer
 from .source import SourceConfig, SourceServer
@@ -69,6 +73,7 @@ class InstanceServer:
         self.pool = JournalPool(db.info.journal_pool_bytes)
         self.pool.reset(db.seqno)
         db.commit_listeners.append(self.pool.append)
+        db.rollback_listeners.append(self.pool.reset)
         self.receive_pool = ReceivePool(64 * 1024 * 1024, 16 * 1024 * 1024)
         self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
@@ -216,7 +221,7 @@ class InstanceServer:
                              receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
         if not self.db.info.supplementary and self.db.info.role != "secondary":
-            await self._set_role("secondary")
+            await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, "secondary")
         rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,
                              self.receive_pool)
         await rcv.start()
@@ -224,13 +229,6 @@ class InstanceServer:
         if update:
             self.update.start()
         return self._component("receiver.log", rcv.status())
-
-    async def _set_role(self, role: str) -> None:
-        def upd(info) -> None:
-            info.role = role
-        await asyncio.get_running_loop().run_in_executor(None, self.db.update_info, upd)
-        self.log.info("%s is now a %s", self.db.name, "replicating secondary" if role == "secondary"
-                      else "originating primary")
 
     async def ctl_receiver_stop(self) -> dict:
         if self.receiver is None:
@@ -257,6 +255,40 @@ class InstanceServer:
 
     async def ctl_update_status(self) -> dict:
         return self._component("update.log", self.update.status())
+
+    # -- failover: roles and rollback ----------------------------------------------------------
+    def rollback_to_common(self, common: int, si: bool, reason: str):
+        """Roll back to the common point found with a source (in its seqno space when ``si``).
+        Runs in a worker thread; the receiver has emptied the receive pool and quiesced first."""
+        to = local_target_for_stream(self.db, SI_STREAM, common) if si else common
+        return rollback(self.db, to, reason=reason, common_seqno=common)
+
+    def kick_sources(self) -> None:
+        for s in self.sources.values():
+            s.kick()
+
+    async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None) -> dict:
+        loop = asyncio.get_running_loop()
+        if self.receiver is not None:
+            self.receive_pool.clear(self.db.seqno)
+            await loop.run_in_executor(None, self.receive_pool.quiesce)
+        primary = await loop.run_in_executor(None, fetch_hello, fetchresync) if fetchresync else None
+        rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
+        if rep.rolled_back:
+            self.log.warning("%s", rep.summary())
+            self.kick_sources()
+            if self.receiver is not None:
+                self.receiver.restart_stream()
+        return {"pid": os.getpid(), **rep.__dict__}
+
+    async def ctl_role(self, role: str) -> dict:
+        if role == "primary" and self.receiver is not None:
+            raise ServerError(f"{self.db.name} has a running receiver server: stop it first "
+                              f"(multisite receiver stop {self.root}), then make it primary")
+        info = await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, role)
+        self.log.info("role of %s is now %s", self.db.name, role)
+        return {"pid": os.getpid(), "role": info.role, "seqno": self.db.seqno,
+                "history": msgspec.to_builtins(info.history)}
 
     # -- client protocol -------------------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -26,7 +26,7 @@ from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolE
 from ..journal.reader import iter_frames
 from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
-from ..replication.history import check_peer, common_point, hello_for
+from ..replication.history import check_peer, common_point, hello_for, stream_entries
 from .tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -109,6 +109,7 @@ class SourceServer:
         self._fnext = -1
         self._last_ack = 0.0
         self._lag_s = 0.0
+        self._kicked = False
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -127,6 +128,11 @@ class SourceServer:
         self.active = True
         self._wake.set()
         self.log.info("activated: connecting to %s:%d", self.cfg.host, self.cfg.port)
+
+    def kick(self) -> None:
+        """End the current session (after a rollback): reconnect and agree a new restart point."""
+        self._kicked = True
+        self._wake.set()
 
     def deactivate(self) -> None:
         self.active = False
@@ -220,7 +226,7 @@ class SourceServer:
             raise _Refused(f"{refusal.code}: {refusal.message}")
         common = common_point(me.history, me.seqno, peer.history, peer.seqno)
         self._next = peer.seqno + 1
-        writer.write(conn.send(Start(self._next, common, me.history)))
+        writer.write(conn.send(Start(self._next, common, me.history, stream_entries(self.db.info))))
         await writer.drain()
         self.log.info("connected to %s (seqno %d); common point %d; streaming from seqno %d",
                       peer.name, peer.seqno, common, self._next)
@@ -235,10 +241,11 @@ class SourceServer:
                            self._heartbeat_loop(conn, writer, lock), self._deactivate_watch())
 
     async def _deactivate_watch(self) -> None:
-        while self.active:
+        self._kicked = False
+        while self.active and not self._kicked:
             self._wake.clear()
             await self._wake.wait()
-        raise ConnectionLost("deactivated")
+        raise ConnectionLost("deactivated" if not self.active else "restarting after a rollback")
 
     async def _send_loop(self, conn: Connection, writer: asyncio.StreamWriter, lock: asyncio.Lock) -> None:
         loop = asyncio.get_running_loop()

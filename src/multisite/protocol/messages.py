@@ -44,12 +44,24 @@ class Hello(msgspec.Struct, array_like=True, tag=1):
     flags: dict[str, Union[bool, int, str]] = {}
 
 
+class StreamEntry(msgspec.Struct, array_like=True, frozen=True):
+    """SI: a stream a supplementary instance receives (1..15), its source group and that group's history."""
+
+    stream: int
+    source_group: str
+    history: list[HistoryEntry]
+
+
 class Start(msgspec.Struct, array_like=True, tag=2):
-    """Source → receiver: the agreed restart point; records from ``from_seqno`` follow."""
+    """Source → receiver: the agreed restart point; records from ``from_seqno`` follow.
+
+    ``history`` is the source's (the receiver records it as its own, or as the stream's history
+    in SI mode); ``streams`` carries a supplementary source's SI streams to its BC standby."""
 
     from_seqno: int
     common_seqno: int
     history: list[HistoryEntry]
+    streams: list[StreamEntry] = []
 
 
 class TxnBatch(msgspec.Struct, array_like=True, tag=3):

@@ -6,6 +6,15 @@ generated from the same originating instance. Here a history record is identifie
 receives the range), so "the same root primary" means "the same record": this also tells apart two
 ranges that one primary originated before and after an online rollback.
 
+Replication kinds, decided from the two Hellos:
+
+- **BC**: both alike (both BC, or both supplementary): same LMS group; seqnos are shared.
+- **SI**: a BC source feeding a supplementary receiver: the receiver compares and positions
+  itself in the source's seqno space through its stream (``SI_STREAM``): its Hello carries that
+  stream's last ``stream_seqno`` and history, and it applies what it receives under its own seqnos.
+  A supplementary instance receives its SI stream from one group only, for good.
+- A supplementary source never feeds a BC instance.
+
 Pure functions: no I/O, used by both Source and Receiver Servers and by rollback.
 """
 
@@ -13,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..instance.instance_file import HistoryRecord, InstanceFile
-from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
+from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
+from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello, StreamEntry
+
+SI_STREAM = 1  # the stream number a supplementary instance gives what it receives from its BC group
 
 
 def to_entries(history: list[HistoryRecord]) -> list[HistoryEntry]:
@@ -25,6 +36,16 @@ def to_records(entries: list[HistoryEntry], upstream: str) -> list[HistoryRecord
     return [HistoryRecord(start_seqno=e.start_seqno, root_primary=e.root_primary, role="replicating",
                           upstream=upstream, stream=e.stream, stream_start=e.stream_start, uid=e.uid)
             for e in entries]
+
+
+def stream_entries(info: InstanceFile) -> list[StreamEntry]:
+    return [StreamEntry(s.stream, s.source_group, to_entries(s.history)) for s in info.streams.values()]
+
+
+def streams_from(entries: list[StreamEntry], upstream: str, positions: dict[int, int]) -> dict[int, StreamInfo]:
+    return {e.stream: StreamInfo(stream=e.stream, source_group=e.source_group,
+                                 last_stream_seqno=positions.get(e.stream, 0),
+                                 history=to_records(e.history, upstream)) for e in entries}
 
 
 def common_point(a: list[HistoryEntry], a_seqno: int, b: list[HistoryEntry], b_seqno: int) -> int:
@@ -47,6 +68,18 @@ def hello_for(info: InstanceFile, seqno: int, **flags: object) -> Hello:
                  role=info.role, seqno=seqno, history=to_entries(info.history), flags=dict(flags))
 
 
+def si_hello_for(info: InstanceFile, stream_seqno: int) -> Hello:
+    """A supplementary receiver's Hello to a BC source: its position in the source's seqno space."""
+    st = info.streams.get(SI_STREAM)
+    hist = to_entries(st.history) if st else []
+    return Hello(version=PROTOCOL_VERSION, name=info.name, group=info.group, supplementary=True, role=info.role,
+                 seqno=stream_seqno, history=hist, flags={"si": True})
+
+
+def is_si(source_supplementary: bool, receiver_supplementary: bool) -> bool:
+    return receiver_supplementary and not source_supplementary
+
+
 @dataclass(frozen=True)
 class Refusal:
     code: str
@@ -54,19 +87,25 @@ class Refusal:
     common_seqno: int = -1
 
 
-def check_peer(me: Hello, peer: Hello, *, i_am: str) -> Refusal | None:
-    """Group and identity rules both sides apply to the other's Hello (BC replication)."""
-    if peer.name == me.name:
-        return Refusal("SAME_NAME", f"peer instance is named {peer.name!r} like this one; every instance in an "
-                                    f"LMS group needs its own name")
-    if peer.group != me.group:
-        return Refusal("GROUP_MISMATCH", f"{peer.name} belongs to LMS group {peer.group!r} and {me.name} to "
-                                         f"{me.group!r}; instances replicate only within their group")
-    if peer.supplementary != me.supplementary:
-        return Refusal("SUPPLEMENTARY_MISMATCH",
-                       f"{peer.name} is {'' if peer.supplementary else 'not '}supplementary and {me.name} is "
-                       f"{'' if me.supplementary else 'not '}; BC replication needs both alike")
-    source, receiver = (me, peer) if i_am == "source" else (peer, me)
+def check_pair(source: Hello, receiver: Hello, *, si_source_group: str | None = None) -> Refusal | None:
+    """The group and identity rules for a source/receiver pair, and the history check.
+
+    ``si_source_group``: the group a supplementary receiver already takes its SI stream from.
+    In SI mode ``receiver`` must be the receiver's SI Hello (stream position and history)."""
+    if source.name == receiver.name:
+        return Refusal("SAME_NAME", f"peer instance is named {source.name!r} like this one; every instance "
+                                    f"needs its own name")
+    if source.supplementary and not receiver.supplementary:
+        return Refusal("SUPPLEMENTARY_MISMATCH", f"{source.name} is a supplementary instance and {receiver.name} "
+                       f"a BC instance: a supplementary instance never feeds a BC instance")
+    if is_si(source.supplementary, receiver.supplementary):
+        if si_source_group and si_source_group != source.group:
+            return Refusal("GROUP_MISMATCH", f"{receiver.name} receives its SI stream from LMS group "
+                           f"{si_source_group!r}; {source.name} is in group {source.group!r}, and an instance "
+                           f"never joins a second group")
+    elif source.group != receiver.group:
+        return Refusal("GROUP_MISMATCH", f"{source.name} belongs to LMS group {source.group!r} and {receiver.name} "
+                                         f"to {receiver.group!r}; BC replication stays within a group")
     common = common_point(source.history, source.seqno, receiver.history, receiver.seqno)
     if receiver.seqno > common:
         return Refusal("ROLLBACK_NEEDED",
@@ -74,3 +113,8 @@ def check_peer(me: Hello, peer: Hello, *, i_am: str) -> Refusal | None:
                        f"to seqno {common}; roll {receiver.name} back first (multisite rollback DIR --fetchresync "
                        f"HOST:PORT) or start its receiver with --autorollback", common)
     return None
+
+
+def check_peer(me: Hello, peer: Hello, *, i_am: str, si_source_group: str | None = None) -> Refusal | None:
+    source, receiver = (me, peer) if i_am == "source" else (peer, me)
+    return check_pair(source, receiver, si_source_group=si_source_group)

@@ -33,6 +33,7 @@ class UpdateProcess:
         self.start_seqno = 0
         self.error: str | None = None
         self.on_gap = None  # called when the stream has a gap: the receiver must restart the connection
+        self.si_stream: int | None = None  # SI: apply under this stream with local seqnos
 
     @property
     def running(self) -> bool:
@@ -67,7 +68,7 @@ class UpdateProcess:
                             continue  # the receiver restarted the stream; these will come again
                         before = self.db.seqno
                         self.db.apply_records([decode_payload(memoryview(fr)[FRAME_HEADER_SIZE:])
-                                               for _, fr in items])
+                                               for _, fr in items], si_stream=self.si_stream)
                         self.applied += self.db.seqno - before
                 except MultisiteError as e:
                     self.error = str(e)

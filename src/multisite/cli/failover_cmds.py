@@ -1,0 +1,99 @@
+"""``multisite rollback``, ``multisite instance role`` and ``multisite lost show``: failover tools.
+
+Each works on a running instance server (through its control channel) or, when none runs, on the
+instance directory directly.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import database
+from ..instance.layout import Layout
+from ..net import control
+from ..net.client import fetch_hello
+from ..replication.lostfile import LostFile
+from ..replication.roles import change_role, resync_instance
+from .output import console, print_json, table
+
+
+@click.command("rollback")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--fetchresync", default=None, metavar="HOST:PORT",
+              help="Ask the primary at HOST:PORT (its client port) for the common point and roll back to it.")
+@click.option("--resync", type=int, default=None, metavar="SEQNO", help="Roll back to SEQNO.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json: bool) -> None:
+    """Roll the instance back to a common point; rolled-off transactions go to a lost-transaction file.
+
+    A no-op when the instance is not ahead. Example: multisite rollback /data/A --fetchresync b.example:7000
+    """
+    root = Layout.existing(dir).root
+    if control.is_running(root):
+        rep = control.call(root, "rollback", resync=resync, fetchresync=fetchresync)
+    else:
+        primary = fetch_hello(fetchresync) if fetchresync else None
+        with database.open(root) as db:
+            rep = resync_instance(db, resync, primary, fetchresync or "").__dict__
+    if as_json:
+        print_json(rep)
+    elif rep["rolled_back"]:
+        console.print(f"{rep['instance']}: rolled back {rep['rolled_back']} transaction(s), seqno {rep['from_seqno']}"
+                      f" -> {rep['to_seqno']}; lost transactions in {rep['lost_file']}")
+    else:
+        console.print(f"{rep['instance']} is not ahead (seqno {rep['to_seqno']}): nothing to roll back")
+
+
+@click.command("role")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("role", type=click.Choice(["primary", "secondary"]))
+def role_cmd(dir: str, role: str) -> None:
+    """Make the instance an originating primary or a replicating secondary.
+
+    Refused while a receiver runs when making it primary (stop the receiver first).
+    Example: multisite instance role /data/B primary
+    """
+    root = Layout.existing(dir).root
+    if control.is_running(root):
+        res = control.call(root, "role", role=role)
+        console.print(f"{root.name} is now {res['role']} at seqno {res['seqno']}")
+    else:
+        with database.open(root) as db:
+            change_role(db, role)
+            console.print(f"{db.name} is now {db.info.role} at seqno {db.seqno}")
+
+
+@click.group()
+def lost() -> None:
+    """Unreplicated Transaction Logs (lost-transaction files) written by rollbacks."""
+
+
+@lost.command("show")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object: header and transactions.")
+def lost_show(file: str, as_json: bool) -> None:
+    """List the transactions in a lost-transaction file.
+
+    Example: multisite lost show /data/A/lost/20260101T000000-A-99-99.mslost
+    """
+    lf = LostFile.read(file)
+    if as_json:
+        print_json({"header": lf.header, "transactions": [{k: v for k, v in t.items() if k != "payload"}
+                                                          for t in lf.transactions]})
+        return
+    h = lf.header
+    console.print(f"{lf.path.name}: {len(lf.transactions)} transaction(s) rolled off {h['instance']} "
+                  f"(seqnos {h['from_seqno']}..{h['to_seqno']}, common point {h['common_seqno']}; {h['reason']})")
+    rows = []
+    for t in lf.transactions:
+        for u in t["updates"]:
+            rows.append((t["seqno"], f"{t['stream']}:{t['stream_seqno']}", t["origin"], u["op"], u["region"],
+                         u["key"], u.get("value", u.get("killed")), u.get("before")))
+    table("lost transactions", ["seqno", "stream", "origin", "op", "region", "key", "value", "before"], rows)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(rollback_cmd)
+    cli.add_command(lost)
+    inst = cli.commands["instance"]
+    inst.add_command(role_cmd)  # type: ignore[attr-defined]

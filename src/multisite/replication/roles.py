@@ -1,0 +1,58 @@
+"""Role changes and resynchronization of an open instance (used by the CLI and the instance server).
+
+- ``change_role``: primary (originating: accepts application updates, starts a new history record)
+  or secondary (replicating: only its Update Process writes; its history follows its source).
+- ``resync_instance``: ``--resync SEQNO`` rolls back to a given point; ``--fetchresync HOST:PORT``
+  asks the (new) primary for its history, finds the common point as a Receiver Server would, and
+  rolls back to it. Both are no-ops when the instance is not ahead.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError, GroupMismatch, HistoryMismatch, RollbackError
+from ..instance.instance_file import ROLES, InstanceFile
+from ..protocol.messages import Hello
+from .history import SI_STREAM, check_pair, hello_for, is_si, si_hello_for
+from .resync import local_target_for_stream
+from .rollback import RollbackReport, rollback
+
+
+def change_role(db, role: str) -> InstanceFile:
+    if role not in ROLES:
+        raise ConfigError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+
+    def upd(info: InstanceFile) -> None:
+        if info.role == role:
+            return
+        info.role = role
+        if role == "primary":  # it now originates: a new range with a new identity
+            info.add_history(db.seqno + 1, info.name, "originating")
+
+    db.update_info(upd)
+    return db.info
+
+
+def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
+                    address: str = "") -> RollbackReport:
+    """Roll back to ``resync``, or to the common point with ``primary`` (its Hello, fetched from
+    ``address`` by the caller: see ``net.client.fetch_hello``)."""
+    if (resync is None) == (primary is None):
+        raise ConfigError("give exactly one of --resync SEQNO or --fetchresync HOST:PORT")
+    if resync is not None:
+        if resync < 0 or resync > db.seqno:
+            raise RollbackError(f"--resync {resync} is past the end of {db.name}, which is at seqno {db.seqno}; "
+                                f"nothing was changed")
+        return rollback(db, resync, reason=f"--resync {resync}")
+    info = db.info
+    si = is_si(primary.supplementary, info.supplementary)
+    me = si_hello_for(info, db.stream_seqno(SI_STREAM)) if si else hello_for(info, db.seqno)
+    group = info.streams[SI_STREAM].source_group if si and SI_STREAM in info.streams else None
+    refusal = check_pair(primary, me, si_source_group=group)
+    if refusal is None:
+        return RollbackReport(db.name, db.seqno, db.seqno, 0, None, 0.0)
+    if refusal.code != "ROLLBACK_NEEDED":
+        cls = GroupMismatch if refusal.code == "GROUP_MISMATCH" else HistoryMismatch
+        raise cls(f"cannot resynchronize {db.name} with {primary.name}: {refusal.message}")
+    target = local_target_for_stream(db, SI_STREAM, refusal.common_seqno) if si else refusal.common_seqno
+    return rollback(db, target, reason=f"fetchresync from {primary.name} at {address}",
+                    common_seqno=refusal.common_seqno)
