@@ -148,7 +148,7 @@ class Database:
         n = 0
         for rec in iter_records(self.layout.journal, first, last):
             self._apply_to_store(rec.updates, rec.seqno)
-            if rec.stream:
+            if rec.stream or self.info.supplementary:
                 self._stream_seqnos[rec.stream] = rec.stream_seqno
             n += 1
         if n != last - first + 1:
@@ -325,11 +325,14 @@ class Database:
         if not updates:
             return 0, b""
         seqno = self._seqno + 1
-        rec = Record(seqno, stream, seqno if stream_seqno is None else stream_seqno,
-                     origin or self.name, commit_time or time.time(), updates)
+        if stream_seqno is None:  # a local transaction: stream 0
+            # A supplementary instance counts its own transactions on stream 0 (GT.M's {102,0,11});
+            # elsewhere the stream seqno of a local transaction is its seqno.
+            stream_seqno = self._stream_seqnos.get(0, 0) + 1 if self.info.supplementary else seqno
+        rec = Record(seqno, stream, stream_seqno, origin or self.name, commit_time or time.time(), updates)
         self._seqno = seqno
-        if stream:
-            self._stream_seqnos[stream] = rec.stream_seqno
+        if stream or self.info.supplementary:
+            self._stream_seqnos[stream] = stream_seqno
         st.mark_applied(seqno, touched)
         return seqno, frame(seqno, encode_payload(rec))
 

@@ -110,7 +110,7 @@ def _undo_store(db, records: list[Record], to_seqno: int) -> None:
             else:
                 state.setdefault((u.region, encode_key(u.key)), u.before)
     for rec in reversed(records):
-        if rec.stream:
+        if rec.stream or db.info.supplementary:
             prev = db._stream_seqnos.get(rec.stream)
             if prev is None or rec.stream_seqno - 1 < prev:
                 db._stream_seqnos[rec.stream] = rec.stream_seqno - 1
