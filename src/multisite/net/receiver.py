@@ -43,6 +43,7 @@ class ReceiverConfig:
     receive_pool_high_bytes: int = 64 * 1024 * 1024
     receive_pool_low_bytes: int = 16 * 1024 * 1024
     handshake_timeout_s: float = 10.0
+    idle_timeout_s: float = 30.0  # no heartbeat or batch from the source for this long: drop it
     stats_interval_s: float = 5.0
 
     def to_dict(self) -> dict:
@@ -62,7 +63,8 @@ class ReceiverServer:
         self.peer: str | None = None
         self.port = cfg.port
         self._srv: asyncio.AbstractServer | None = None
-        self._busy = False
+        self._active: asyncio.Task | None = None  # the task serving the current source
+        self._active_peer: str | None = None
         self._xoff_sent = False
         self._conn: Connection | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -102,34 +104,55 @@ class ReceiverServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         addr = writer.get_extra_info("peername")
         conn = Connection(Role.RECEIVER)
-        if self._busy:
-            self.log.warning("refusing a second source from %s: already receiving from %s", addr, self.peer)
-            writer.write(conn.send(Error("BUSY", f"receiver already has a source ({self.peer})")))
+        try:
+            peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
+            if not isinstance(peer, Hello):
+                raise ProtocolError(f"expected Hello, got {type(peer).__name__}")
+        except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.TimeoutError,
+                MultisiteError) as e:
+            self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
             await self._close(writer)
             return
-        self._busy = True
+        old = self._active
+        if old is not None and not old.done() and peer.name == self._active_peer:
+            # The same source again: the old connection is dead on its side (a cut we never saw).
+            self.log.warning("%s connected again: dropping its previous connection", peer.name)
+            if self._writer is not None:
+                self._writer.transport.abort()
+            try:
+                await asyncio.wait_for(asyncio.shield(old), 5.0)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        if self._active is not None and not self._active.done():
+            self.log.warning("refusing source %s from %s: already receiving from %s", peer.name, addr,
+                             self._active_peer)
+            writer.write(conn.send(Error("BUSY", f"receiver already has a source ({self._active_peer})")))
+            await self._close(writer)
+            return
+        self._active, self._active_peer = asyncio.current_task(), peer.name
         self.connections += 1
         try:
-            await self._serve(conn, reader, writer)
+            await self._serve(conn, reader, writer, peer)
         except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError) as e:
-            self.log.warning("connection from %s ended: %s", self.peer or addr, e)
+            self.log.warning("connection from %s ended: %s", peer.name, e)
             self.last_error = str(e)
         except ProtocolError as e:
-            self.log.error("protocol error from %s: %s; closing the connection", self.peer or addr, e)
+            self.log.error("protocol error from %s: %s; closing the connection", peer.name, e)
             self.last_error = str(e)
             try:
                 writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
             except MultisiteError:
                 pass
         except asyncio.TimeoutError:
-            self.log.warning("connection from %s timed out during the handshake", addr)
+            self.log.warning("connection from %s timed out during the handshake", peer.name)
         except MultisiteError as e:
             self.log.error("%s", e)
             self.last_error = str(e)
         finally:
-            self._busy = False
-            self._conn = self._writer = None
-            self.state = "listening"
+            if self._active is asyncio.current_task():
+                self._active = None
+                self._conn = self._writer = None
+                self.state = "listening"
             await self._close(writer)
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
@@ -139,12 +162,10 @@ class ReceiverServer:
         except (OSError, asyncio.TimeoutError, ssl.SSLError):
             writer.transport.abort()
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     peer: Hello) -> None:
         loop = asyncio.get_running_loop()
         self.state = "handshake"
-        peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
-        if not isinstance(peer, Hello):
-            raise ProtocolError(f"expected Hello, got {type(peer).__name__}")
         # The restart point: empty the pool, let the Update Process finish its batch.
         self.pool.clear(self.db.seqno)
         await loop.run_in_executor(None, self.pool.quiesce)
@@ -195,7 +216,12 @@ class ReceiverServer:
         try:
             while True:
                 nxt = loop.create_task(read_event(conn, reader))
-                done, _ = await asyncio.wait({nxt, restart}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({nxt, restart}, timeout=self.cfg.idle_timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    nxt.cancel()
+                    raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
+                                         f"(idle_timeout_s): the source or the network is gone")
                 if restart in done:
                     nxt.cancel()
                     raise ConnectionLost("the update process found a gap; restarting the connection")
