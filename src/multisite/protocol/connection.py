@@ -31,6 +31,7 @@ class State(Enum):
     IDLE = "idle"  # nothing exchanged yet
     HELLO_SENT = "hello-sent"  # source: sent Hello, awaiting the receiver's
     NEGOTIATING = "negotiating"  # source: has the receiver's Hello, must send Start or Error
+    HELLO_RECEIVED = "hello-received"  # receiver: has the source's Hello, must answer Hello or Error
     WAIT_START = "wait-start"  # receiver: answered Hello, awaiting Start
     STREAMING = "streaming"
     CLOSED = "closed"
@@ -56,8 +57,8 @@ TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
     (S, State.STREAMING, RECV, HeartbeatAck): State.STREAMING,
     (S, State.STREAMING, RECV, Xoff): State.STREAMING,
     (S, State.STREAMING, RECV, Xon): State.STREAMING,
-    (R, State.IDLE, RECV, Hello): State.IDLE,  # receiver must answer with its own Hello
-    (R, State.IDLE, SEND, Hello): State.WAIT_START,
+    (R, State.IDLE, RECV, Hello): State.HELLO_RECEIVED,
+    (R, State.HELLO_RECEIVED, SEND, Hello): State.WAIT_START,
     (R, State.WAIT_START, RECV, Start): State.STREAMING,
     (R, State.STREAMING, RECV, TxnBatch): State.STREAMING,
     (R, State.STREAMING, RECV, Heartbeat): State.STREAMING,
@@ -88,17 +89,20 @@ class Connection:
         nxt = TRANSITIONS.get((self.role, self.state, direction, type(msg)))
         if nxt is None:
             what = f"{type(msg).__name__} in state {self.state.value} ({self.role.value})"
+            self.state = State.ERROR
             if direction == SEND:
                 raise LocalProtocolError(f"cannot send {what}")
-            self.state = State.ERROR
             raise RemoteProtocolError(f"peer sent {what}; closing the connection")
         self.state = nxt
 
     # -- sending -------------------------------------------------------------------------------
     def send(self, msg: Message) -> bytes:
         if self.state in (State.ERROR, State.CLOSED):
-            raise LocalProtocolError(f"connection is {self.state.value}; cannot send {type(msg).__name__}")
+            what = self.state.value
+            self.state = State.ERROR
+            raise LocalProtocolError(f"connection is {what}; cannot send {type(msg).__name__}")
         if isinstance(msg, Hello) and msg.version != PROTOCOL_VERSION:
+            self.state = State.ERROR
             raise LocalProtocolError(f"Hello must carry protocol version {PROTOCOL_VERSION}")
         self._transition(SEND, msg)
         data = encode_message(msg, compressor=self._compressor)
@@ -129,8 +133,14 @@ class Connection:
         body = bytes(buf[FRAME_PREFIX.size : 4 + length])
         del buf[: 4 + length]
         if t & COMPRESSED:
+            # zstandard ignores max_output_size when the frame declares its size, so check the
+            # declared size first: a small body must not expand into gigabytes (a zstd bomb).
             try:
-                body = self._decompressor.decompress(body, max_output_size=self.max_frame_bytes)
+                size = zstandard.frame_content_size(body)
+                if not 0 <= size <= self.max_frame_bytes:
+                    self._fail(f"compressed body declares {'no' if size < 0 else size} decompressed size "
+                               f"(limit {self.max_frame_bytes})")
+                body = self._decompressor.decompress(body)
             except zstandard.ZstdError as e:
                 self._fail(f"compressed body does not decompress: {e}")
             t &= ~COMPRESSED
