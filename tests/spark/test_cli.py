@@ -34,3 +34,13 @@ def test_export_snapshot_seed_verify_from_the_command_line(spark, tmp_path, know
         db.set("log", ("extra",), 1)
     out = r.invoke(cli, ["pipeline", "verify", str(known), str(other), "--at", "5"])
     assert out.exit_code == 1 and "DIFFERENT" in out.output
+
+
+def test_import_multisite_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, multisite, multisite.pipeline, multisite.cli.main; "
+            "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
