@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 import multisite
+
+# No per-example deadline: these tests touch real files, and a busy CI machine must not turn a slow
+# fsync into a failure. Property failures still fail.
+settings.register_profile("multisite", deadline=None)
+settings.load_profile("multisite")
 
 
 @pytest.fixture
