@@ -1,0 +1,81 @@
+"""Checks shared by the replication tests: polling with deadlines, data and journal comparisons, logs.
+
+Tests of real processes must not sleep for a fixed time and hope; they poll a condition until a
+deadline and, on timeout, fail with the last value seen, so that a slow machine only makes them
+slower and a real failure says what was wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from .. import database
+from ..journal.reader import iter_records
+
+T = TypeVar("T")
+
+
+def wait_until(probe: Callable[[], T], *, timeout_s: float = 30.0, what: str = "condition",
+               poll_s: float = 0.02) -> T:
+    """Call ``probe`` until it returns something truthy (returned) or ``timeout_s`` passes (AssertionError,
+    with the last value). Exceptions from ``probe`` propagate."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last value: {got!r}")
+        time.sleep(poll_s)
+
+
+def replicated_data(root: Path) -> dict[str, list]:
+    """Every non-empty replicated region's content, read from a stopped instance's files."""
+    with database.open(root) as db:
+        out = {r: list(db.items(r)) for r, replicated in sorted(db.regions().items()) if replicated}
+    return {r: rows for r, rows in out.items() if rows}
+
+
+def assert_same_data(primary: Path, secondary: Path) -> dict[str, list]:
+    """The secondary holds exactly the primary's replicated data (both stopped); returns it."""
+    a, b = replicated_data(primary), replicated_data(secondary)
+    if a != b:
+        diffs = []
+        for r in sorted(set(a) | set(b)):
+            ra, rb = dict(a.get(r, [])), dict(b.get(r, []))
+            for k in sorted(set(ra) | set(rb), key=repr):
+                if ra.get(k, "<absent>") != rb.get(k, "<absent>"):
+                    diffs.append(f"{r}{k}: {ra.get(k, '<absent>')!r} != {rb.get(k, '<absent>')!r}")
+        raise AssertionError(f"{secondary.name} differs from {primary.name} in {len(diffs)} key(s): "
+                             + "; ".join(diffs[:10]))
+    return a
+
+
+def journal_seqnos(root: Path) -> list[int]:
+    """The seqnos of every record in an instance's journal, in file order (decoding each record)."""
+    return [rec.seqno for rec in iter_records(Path(root) / "journal")]
+
+
+def assert_contiguous_journal(root: Path, last: int) -> None:
+    """The journal holds seqnos 1..last exactly once each, in order: no gap, no duplicate."""
+    got = journal_seqnos(root)
+    if got != list(range(1, last + 1)):
+        dup = sorted({s for s in got if got.count(s) > 1})[:5]
+        missing = sorted(set(range(1, last + 1)) - set(got))[:5]
+        raise AssertionError(f"journal of {Path(root).name}: {len(got)} records, expected 1..{last}; "
+                             f"duplicates {dup}, missing {missing}, first/last {got[:1]}/{got[-1:]}")
+
+
+def journal_records(root: Path) -> list[Any]:
+    """Every record as (seqno, stream, stream_seqno, origin, updates) for cross-instance comparison."""
+    return [(r.seqno, r.stream, r.stream_seqno, r.origin, [(u.op, u.region, tuple(u.key), u.value)
+                                                           for u in r.updates])
+            for r in iter_records(Path(root) / "journal")]
+
+
+def log_text(root: Path, filename: str) -> str:
+    """A component's log (``server.log``, ``receiver.log``, ``source-NAME.log``, ``update.log``)."""
+    p = Path(root) / "log" / filename
+    return p.read_text(errors="replace") if p.exists() else ""

@@ -1,0 +1,30 @@
+"""Fixtures for the integration tier: real instance servers on 127.0.0.1 with ephemeral ports."""
+
+from __future__ import annotations
+
+import pytest
+
+from multisite.testing.checks import log_text
+from multisite.testing.cluster import Cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    """A Cluster in the test's directory; every server is stopped (or killed) afterwards, and the
+    servers' logs are printed when the test failed."""
+    c = Cluster(tmp_path, durability="group")
+    yield c
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    c.stop_all()
+    if failed:
+        for node in c.nodes.values():
+            for f in sorted((node.root / "log").glob("*.log")):
+                print(f"===== {node.name}/log/{f.name} (last 40 lines)")
+                print("\n".join(log_text(node.root, f.name).splitlines()[-40:]))
