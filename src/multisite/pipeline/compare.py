@@ -42,6 +42,15 @@ class VerifyReport:
         return d
 
 
+def _readable(row: dict) -> dict:
+    import msgspec
+
+    for side in ("a", "b"):
+        raw = row.pop(f"value_raw_{side}")
+        row[f"value_{side}"] = None if raw is None else msgspec.json.encode(msgspec.msgpack.decode(raw)).decode()
+    return row
+
+
 def _is_snapshot(path: str) -> bool:
     return (Path(path) / "snapshot.json").exists()
 
@@ -54,8 +63,9 @@ def _side(spark, path: str, at: int | None):
         if at is not None and at != meta["seqno"]:
             raise ConfigError(f"snapshot {path} is at seqno {meta['seqno']}, not {at}")
         df = spark.read.parquet(str(Path(path) / "state"))
-        return df.select("region", "key_text", "key_bytes", "value", "value_raw"), meta["seqno"]
-    return state_df(spark, path, at, with_fields=False)
+        return df.select("region", "key_text", "key_bytes", "value_raw"), meta["seqno"]
+    # Only what the comparison needs: JSON values are made for the differing keys alone.
+    return state_df(spark, path, at, with_fields=False, payload=["key_bytes", "value_raw"])
 
 
 def _end(path: str) -> int:
@@ -79,7 +89,7 @@ def verify(a: str, b: str, *, at: int | None = None, out: str | None = None, spa
         progress(f"comparing {a} and {b} at seqno {at}")
     da, _ = _side(spark, a, at)
     db, _ = _side(spark, b, at)
-    cols = ["key_text", "value", "value_raw"]
+    cols = ["key_text", "value_raw"]
     da = da.select("region", "key_bytes", *[F.col(c).alias(f"a_{c}") for c in cols], F.lit(1).alias("a_n"))
     db = db.select("region", "key_bytes", *[F.col(c).alias(f"b_{c}") for c in cols], F.lit(1).alias("b_n"))
     j = da.join(db, ["region", "key_bytes"], "full_outer")
@@ -95,13 +105,13 @@ def verify(a: str, b: str, *, at: int | None = None, out: str | None = None, spa
         totals = j.agg(F.sum("a_n"), F.sum("b_n")).collect()[0]
         diffs = j.where(F.col("difference").isNotNull()).select(
             "difference", "region", F.coalesce("a_key_text", "b_key_text").alias("key_text"), "key_bytes",
-            F.col("a_value").alias("value_a"), F.col("b_value").alias("value_b"))
+            F.col("a_value_raw").alias("value_raw_a"), F.col("b_value_raw").alias("value_raw_b"))
         n_diff = sum(v for k, v in counts.items() if k is not None)
         diff_path = None
         sample = []
         if n_diff:
-            sample = [r.asDict() for r in diffs.drop("key_bytes").orderBy("region", "key_text").limit(SAMPLE_ROWS)
-                      .collect()]
+            sample = [_readable(r.asDict()) for r in
+                      diffs.drop("key_bytes").orderBy("region", "key_text").limit(SAMPLE_ROWS).collect()]
             if out:
                 diffs.write.mode("overwrite").parquet(out)
                 diff_path = str(Path(out).absolute())

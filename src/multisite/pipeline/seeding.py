@@ -48,7 +48,8 @@ def _journal_ddl(names: list[str], fields: dict) -> str:
     return C.ddl(cols, fields)
 
 
-def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool = True):
+def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool = True,
+             payload: list[str] | None = None):
     """``(DataFrame, seqno)``: the state of ``instance`` at ``at`` (default: its journal end)."""
     from pyspark.sql import functions as F
 
@@ -67,7 +68,7 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
         store_seqno = row[0] if row else 0
     finally:
         conn.close()
-    cols = ["region", "key_text", *STATE_PAYLOAD] + (["fields"] if fields else [])
+    cols = ["region", "key_text", *(payload or STATE_PAYLOAD)] + (["fields"] if fields else [])
     jcols = ["seqno", "ord", "op", *cols]
     journal = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(ref.path))
     if at >= store_seqno:
