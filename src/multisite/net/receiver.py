@@ -52,6 +52,11 @@ class ReceiverConfig:
         return d
 
 
+def _stream_ids(streams: dict[int, StreamInfo]) -> list:
+    """What identifies the SI streams an instance holds: numbers, groups and history records."""
+    return [(n, s.source_group, [(h.uid, h.start_seqno) for h in s.history]) for n, s in sorted(streams.items())]
+
+
 class ReceiverServer:
     def __init__(self, server, cfg: ReceiverConfig, log: logging.Logger, update: UpdateProcess,
                  pool: ReceivePool):
@@ -202,7 +207,10 @@ class ReceiverServer:
         if start.from_seqno != me.seqno + 1:
             raise ProtocolError(f"source wants to start at seqno {start.from_seqno}, this instance needs "
                                 f"{me.seqno + 1}")
-        await loop.run_in_executor(None, self._adopt_history, peer, start, si)
+        if await loop.run_in_executor(None, self._adopt_history, peer, start, si):
+            # What this instance tells its own secondaries in their Start changed (a supplementary
+            # standby learns its SI stream's history only there): make them renegotiate.
+            self.server.kick_sources()
         self.update.si_stream = SI_STREAM if si else None
         self.peer = peer.name
         self._conn, self._writer = conn, writer
@@ -254,16 +262,16 @@ class ReceiverServer:
             me, group = hello_for(info, self.db.seqno), None
         return me, check_peer(me, peer, i_am="receiver", si_source_group=group)
 
-    def _adopt_history(self, peer: Hello, start: Start, si: bool) -> None:
+    def _adopt_history(self, peer: Hello, start: Start, si: bool) -> bool:
         """This instance now holds (a prefix of) the source's history: record it as its own, or,
-        in SI mode, as the history of the stream it receives."""
+        in SI mode, as the history of the stream it receives. True if anything changed."""
         new = to_records(start.history, upstream=peer.name)
         info = self.db.info
         if si:
             cur = info.streams.get(SI_STREAM)
             if cur is not None and [(h.uid, h.start_seqno) for h in cur.history] == \
                     [(h.uid, h.start_seqno) for h in new]:
-                return
+                return False
 
             def upd(i) -> None:
                 i.streams[SI_STREAM] = StreamInfo(stream=SI_STREAM, source_group=peer.group, root_primary=peer.name,
@@ -272,8 +280,8 @@ class ReceiverServer:
         else:
             streams = streams_from(start.streams, peer.name, dict(self.db._stream_seqnos))
             if [(h.uid, h.start_seqno) for h in info.history] == [(h.uid, h.start_seqno) for h in new] \
-                    and list(info.streams) == list(streams):
-                return
+                    and _stream_ids(info.streams) == _stream_ids(streams):
+                return False
 
             def upd(i) -> None:
                 i.history = new
@@ -282,6 +290,7 @@ class ReceiverServer:
         self.db.update_info(upd)
         self.log.info("%s now follows %s (%d record(s), root primary %s)", "SI stream history" if si else "history",
                       peer.name, len(new), new[-1].root_primary if new else "-")
+        return True
 
     def restart_stream(self) -> None:
         """End the current connection (after a rollback); the source reconnects and renegotiates."""
