@@ -1,6 +1,4 @@
-"""The main job: a scenario on the embedded defaults that shows the system working end to end.
-
-Act 1 (engine): commit a workload with a progress bar; start a writer process, SIGKILL it mid-stream,
+"""Act 1 (engine): commit a workload with a progress bar; start a writer process, SIGKILL it mid-stream,
 reopen, report what recovery found and check that every acknowledged transaction is there.
 """
 
@@ -11,15 +9,13 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import database
-from .journal.reader import iter_records
+from .. import database
+from ..journal.reader import iter_records
 
 
 def _progress(console: Console) -> Progress:
@@ -84,12 +80,3 @@ def act_crash_recovery(console: Console, root: Path, *, transactions: int = 20_0
                   else "[bold red]RECOVERY CHECK FAILED[/]")
     return ok
 
-
-def run(console: Console | None = None, workdir: str | None = None) -> bool:
-    console = console or Console()
-    root = Path(workdir or tempfile.mkdtemp(prefix="multisite-demo-"))
-    console.print(f"demo instances in {root}")
-    t0 = time.perf_counter()
-    ok = act_crash_recovery(console, root)
-    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s: {'OK' if ok else 'FAILED'}")
-    return ok

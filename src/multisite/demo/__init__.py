@@ -1,0 +1,46 @@
+"""The main job (``multisite demo``): scenarios that show the system working end to end.
+
+One act per module; each is a function ``act_…(console, root) -> bool`` that creates its instances
+under ``root``, tells its story on ``console`` and returns whether its checks passed. ``run`` plays
+them in order, every act even after a failure, and passes only if all of them do.
+
+- Act 1, ``crash_recovery``: journaled commits, a SIGKILLed writer, recovery.
+- Act 2, ``log_shipping``: a primary and two secondaries (one cascading) as server processes, a live
+  workload, a secondary SIGKILLed mid-run that catches up from journal files, a key-by-key check.
+
+The helpers the acts share (a workload thread, the live status board, the comparison of instances)
+live beside them in ``workload``, ``board`` and ``compare``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from .crash_recovery import act_crash_recovery
+from .log_shipping import act_log_shipping
+
+Act = Callable[[Console, Path], bool]
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping)
+
+__all__ = ["ACTS", "act_crash_recovery", "act_log_shipping", "run"]
+
+
+def run(console: Console | None = None, workdir: str | None = None) -> bool:
+    console = console or Console()
+    root = Path(workdir or tempfile.mkdtemp(prefix="multisite-demo-"))
+    console.print(f"demo instances in {root}")
+    t0 = time.perf_counter()
+    results = []
+    for act in ACTS:
+        t = time.perf_counter()
+        ok = act(console, root)
+        results.append(ok)
+        console.print(f"{act.__name__}: {'OK' if ok else 'FAILED'} in {time.perf_counter() - t:.1f} s")
+    ok = all(results)
+    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s: {'OK' if ok else 'FAILED'}")
+    return ok
