@@ -7,6 +7,8 @@ them in order, every act even after a failure, and passes only if all of them do
 - Act 1, ``crash_recovery``: journaled commits, a SIGKILLed writer, recovery.
 - Act 2, ``log_shipping``: a primary and two secondaries (one cascading) as server processes, a live
   workload, a secondary SIGKILLed mid-run that catches up from journal files, a key-by-key check.
+- Act 3, ``failover``: the primary dies, its secondary is promoted, the old primary rolls back its
+  unreplicated transactions into a lost-transaction file and rejoins as a secondary.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -22,12 +24,13 @@ from typing import Callable
 from rich.console import Console
 
 from .crash_recovery import act_crash_recovery
+from .failover import act_failover
 from .log_shipping import act_log_shipping
 
 Act = Callable[[Console, Path], bool]
-ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping)
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_log_shipping", "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

@@ -23,7 +23,7 @@ def _progress(console: Console) -> Progress:
                     console=console)
 
 
-def act_crash_recovery(console: Console, root: Path, *, transactions: int = 20_000) -> bool:
+def act_crash_recovery(console: Console, root: Path, *, transactions: int = 5_000) -> bool:
     console.rule("[bold]Act 1: journaled commits, a SIGKILLed writer, recovery")
     inst = root / "A"
     database.create(inst, "A", durability="group")
