@@ -34,5 +34,11 @@ def test_demo_passes_and_tells_its_story(tmp_path: Path):
     assert re.search(r"B ← A\s+\d+\s+[\d,]+\s+0\s+[\d.]+ s\s+streaming\s+pool\s+[1-9]", out), out
     for name in "BC":
         assert re.search(rf"^\s*{name}\s+[\d,]+\s+0\s+0\s+0\s+1\.\.[\d,]+\s+0\s+OK\s*$", out, re.M), out
+    # Act 3: failover, rollback into a lost-transaction file, rejoin
+    for phrase in ("Act 3: failover", "B promoted to primary and accepting commits",
+                   "rolled back 5 transaction(s)", "Unreplicated Transaction Log", "never reached B",
+                   "A rejoined as B's secondary",
+                   "A and B hold the same data; A's unreplicated transactions are in its lost file"):
+        assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
     assert re.search(r"demo finished in [\d.]+ s: OK", text)
     assert {p.name for p in (workdir / "log-shipping").iterdir()} >= {"A", "B", "C"}
