@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolError
 from ..journal.reader import iter_frames
+from ..journal.records import FRAME_HEADER_SIZE, decode_payload
 from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
 from ..replication.history import check_peer, common_point, hello_for, stream_entries
@@ -109,6 +110,7 @@ class SourceServer:
         self._fnext = -1
         self._last_ack = 0.0
         self._lag_s = 0.0
+        self._rtt_s = 0.0
         self._kicked = False
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
@@ -304,7 +306,7 @@ class SourceServer:
             ev = await read_event(conn, reader)
             if isinstance(ev, HeartbeatAck):
                 self._last_ack = time.monotonic()
-                self._lag_s = max(0.0, time.time() - ev.sent_at)
+                self._rtt_s = max(0.0, time.time() - ev.sent_at)
                 self.last_confirmed = ev.applied_seqno
                 self.peer_received = ev.received_seqno
             elif isinstance(ev, Xoff):
@@ -341,6 +343,19 @@ class SourceServer:
     def backlog(self) -> int:
         return max(0, self.db.seqno - self.last_confirmed)
 
+    def lag_s(self) -> float:
+        """Replication lag in time: how long ago the oldest transaction the secondary has not yet
+        applied was committed (0 when it has everything). Read from the journal pool; when that
+        transaction has left the pool, the last known figure stands."""
+        if self.last_confirmed >= self.db.seqno:
+            self._lag_s = 0.0
+        else:
+            frames = self.pool.read(self.last_confirmed + 1, 1)
+            if frames:
+                rec = decode_payload(memoryview(frames[0])[FRAME_HEADER_SIZE:])
+                self._lag_s = max(0.0, time.time() - rec.time)
+        return self._lag_s
+
     def status(self) -> dict:
         return {"secondary": self.cfg.secondary, "state": self.state, "mode": "active" if self.active else "passive",
                 "connect": f"{self.cfg.host}:{self.cfg.port}", "seqno": self.db.seqno, "last_sent": self.last_sent,
@@ -348,7 +363,8 @@ class SourceServer:
                 "backlog_unsent": max(0, self.db.seqno - self.last_sent), "reading_from": self.reading_from,
                 "file_reads": self.file_reads, "pool_first_seqno": self.pool.first_seqno,
                 "pool_last_seqno": self.pool.last_seqno, "sent_records": self.sent_records,
-                "connects": self.connects, "lag_s": round(self._lag_s, 3), "start_seqno": self.start_seqno,
+                "connects": self.connects, "lag_s": round(self.lag_s(), 3),
+                "rtt_s": round(self._rtt_s, 4), "start_seqno": self.start_seqno,
                 "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls)}
 
     def _save_slot(self) -> None:
