@@ -33,6 +33,18 @@ from .source import read_event
 from .tls import TLSConfig
 
 
+READER_LIMIT_BYTES = 64 * 1024  # asyncio's default for start_server
+
+
+class _PausedAtConnect(asyncio.StreamReaderProtocol):
+    """Reads nothing until ``_handle`` resumes it or starts TLS: otherwise the peer's TLS ClientHello
+    can reach the plain stream first and ``start_tls`` waits for it forever."""
+
+    def connection_made(self, transport) -> None:
+        transport.pause_reading()
+        super().connection_made(transport)
+
+
 @dataclass
 class ReceiverConfig:
     host: str
@@ -68,6 +80,7 @@ class ReceiverServer:
         self.peer: str | None = None
         self.port = cfg.port
         self._srv: asyncio.AbstractServer | None = None
+        self._tls_ctx: ssl.SSLContext | None = None
         self._active: asyncio.Task | None = None  # the task serving the current source
         self._active_peer: str | None = None
         self._xoff_sent = False
@@ -86,8 +99,12 @@ class ReceiverServer:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        ctx = self.cfg.tls.server_context() if self.cfg.tls else None
-        self._srv = await asyncio.start_server(self._handle, self.cfg.host, self.cfg.port, ssl=ctx)
+        ctx = self._tls_ctx = self.cfg.tls.server_context() if self.cfg.tls else None
+        # TLS starts inside _handle, not in start_server: there a failed handshake would only reach
+        # asyncio's debug log, and a peer without a valid certificate must be refused *and logged*.
+        self._srv = await self._loop.create_server(
+            lambda: _PausedAtConnect(asyncio.StreamReader(limit=READER_LIMIT_BYTES), self._handle),
+            self.cfg.host, self.cfg.port)
         self.port = self._srv.sockets[0].getsockname()[1]
         self.pool.on_drained = lambda: self._loop.call_soon_threadsafe(self._maybe_xon)
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._restart.set)
@@ -109,6 +126,10 @@ class ReceiverServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         addr = writer.get_extra_info("peername")
         conn = Connection(Role.RECEIVER)
+        if self._tls_ctx is None:
+            writer.transport.resume_reading()
+        elif not await self._start_tls(writer, addr):
+            return
         try:
             peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
             if not isinstance(peer, Hello):
@@ -159,6 +180,19 @@ class ReceiverServer:
                 self._conn = self._writer = None
                 self.state = "listening"
             await self._close(writer)
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, addr) -> bool:
+        try:
+            await asyncio.wait_for(writer.start_tls(self._tls_ctx), self.cfg.handshake_timeout_s)
+            return True
+        except (ssl.SSLError, OSError, asyncio.TimeoutError) as e:
+            why = f"TLS handshake failed: {e or type(e).__name__}"
+            self.refusals += 1
+            self.last_error = why
+            self.log.error("refusing a connection from %s: %s (a source needs a certificate signed by the CA in "
+                           "%s)", addr, why, self.cfg.tls.ca if self.cfg.tls else "-")
+            writer.transport.abort()
+            return False
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         try:
