@@ -186,7 +186,7 @@ class ReceiverServer:
             await asyncio.wait_for(writer.start_tls(self._tls_ctx), self.cfg.handshake_timeout_s)
             return True
         except (ssl.SSLError, OSError, asyncio.TimeoutError) as e:
-            why = f"TLS handshake failed: {e or type(e).__name__}"
+            why = f"TLS handshake failed: {str(e) or type(e).__name__}"
             self.refusals += 1
             self.last_error = why
             self.log.error("refusing a connection from %s: %s (a source needs a certificate signed by the CA in "
