@@ -16,6 +16,7 @@ from ..errors import ConnectionLost, MultisiteError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import FrameBuffer, encode
+from ..values import encode_value
 from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
 from .tls import parse_hostport
 
@@ -89,7 +90,7 @@ class RemoteDatabase:
         return RemoteTransaction(self)
 
     def set(self, region: str, key: tuple, value: Any) -> int:
-        return self._call("commit", ops=[[SET, region, list(check_key(key)), value]])
+        return self._call("commit", ops=[[SET, region, list(check_key(key)), _document(value)]])
 
     def kill(self, region: str, key: tuple) -> int:
         return self._call("commit", ops=[[KILL, region, list(check_key(key)), None]])
@@ -123,13 +124,20 @@ class RemoteTransaction:
             self.seqno = self.db._call("commit", ops=self.ops)
 
     def set(self, region: str, key: tuple, value: Any) -> None:
-        self.ops.append([SET, region, list(check_key(key)), value])
+        self.ops.append([SET, region, list(check_key(key)), _document(value)])
 
     def kill(self, region: str, key: tuple) -> None:
         self.ops.append([KILL, region, list(check_key(key)), None])
 
     def zkill(self, region: str, key: tuple) -> None:
         self.ops.append([ZKILL, region, list(check_key(key)), None])
+
+
+def _document(value: Any) -> Any:
+    """Refuse here what the embedded engine refuses (ValueEncodeError): on the wire a set or a tuple
+    would silently become a list and read back as something else than was written."""
+    encode_value(value)
+    return value
 
 
 def connect(address: str, timeout: float = 30.0) -> RemoteDatabase:
