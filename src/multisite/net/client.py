@@ -134,7 +134,7 @@ class RemoteTransaction:
 
 
 def _document(value: Any) -> Any:
-    """Refuse here what the embedded engine refuses (ValueEncodeError): on the wire a set or a tuple
+    """Refuse here what the embedded engine refuses (ValueEncodeError): on the wire a set, say,
     would silently become a list and read back as something else than was written."""
     encode_value(value)
     return value
