@@ -640,3 +640,17 @@ def test_client_frame_oversized_or_malformed():
 def test_errors_are_protocol_errors():
     assert issubclass(RemoteProtocolError, ProtocolError) and issubclass(LocalProtocolError, ProtocolError)
     assert (RemoteProtocolError.code, LocalProtocolError.code) == ("REMOTE_PROTOCOL", "LOCAL_PROTOCOL")
+
+
+def test_the_documented_state_tables_are_the_code():
+    """docs/protocol.md §3 lists every transition of TRANSITIONS, and nothing else."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    rows = set()
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in ("source", "receiver"):
+            rows.add(tuple(cells))
+    code = {(r.value, s_.value, d, t.__name__, n.value) for (r, s_, d, t), n in TRANSITIONS.items()}
+    assert rows == code, (sorted(rows - code), sorted(code - rows))
