@@ -30,6 +30,7 @@ from .errors import (InstanceExists, JournalError, JournalGap, NotPrimary, Regio
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
 from .journal.reader import iter_records
+from .journal import records as journal_records
 from .journal.records import KILL, SET, ZKILL, Record, Update, encode_payload, frame
 from .journal.recovery import recover_journal
 from .journal.writer import DEFAULT_SEGMENT_BYTES, DURABILITY_MODES, JournalWriter, create_segment
@@ -39,6 +40,7 @@ from .store.sqlite import Store
 from .values import decode_value, encode_value  # noqa: F401 - re-exported for older imports
 
 STORE_FLUSH_INTERVAL_S = 0.5
+BATCH, REQUEST = "ms_batch", "ms_request"  # store savepoints: a commit or batch, one request in it
 STORE_FLUSH_TXNS = 50_000
 
 
@@ -268,11 +270,32 @@ class Database:
                 wake.acquire()
             return self._commit_grouped(_Request(ops, kw, wake))
         with self._lock:
-            seqno, data = self._prepare(ops, **kw)
-            if data:
-                self._write([(seqno, data)])
+            self._check_open()
+            snap = self._savepoint()
+            try:
+                seqno, data = self._prepare(ops, **kw)
+                if data:
+                    self._write([(seqno, data)])
+            except BaseException:
+                self._rollback_to(snap)
+                raise
+            self.store.release(BATCH)
             self._maybe_flush()
         return seqno
+
+    def _savepoint(self) -> tuple:
+        """Open the savepoint a commit (or a batch of them) can be undone to, with the in-memory
+        positions to restore: a failed journal write or an oversized record then leaves no trace,
+        and nothing else unflushed is lost."""
+        self.store.savepoint(BATCH)
+        return self._seqno, dict(self._stream_seqnos), self.store.positions()
+
+    def _rollback_to(self, snap: tuple) -> None:
+        self.store.rollback_to(BATCH)
+        self._seqno = snap[0]
+        self._stream_seqnos.clear()
+        self._stream_seqnos.update(snap[1])
+        self.store.restore_positions(snap[2])
 
     def _prepare(self, ops: list[tuple[int, str, tuple, bytes | None]], *, origin: str | None = None,
                  stream: int = 0, stream_seqno: int | None = None, replicated_apply: bool = False,
@@ -330,20 +353,20 @@ class Database:
             # elsewhere the stream seqno of a local transaction is its seqno.
             stream_seqno = self._stream_seqnos.get(0, 0) + 1 if self.info.supplementary else seqno
         rec = Record(seqno, stream, stream_seqno, origin or self.name, commit_time or time.time(), updates)
+        payload = encode_payload(rec)
+        limit = journal_records.MAX_RECORD_BYTES
+        if len(payload) > limit:
+            raise TransactionError(f"transaction of {len(payload):,} bytes exceeds the journal's record limit of "
+                                   f"{limit:,} bytes; split it into smaller transactions")
         self._seqno = seqno
         if stream or self.info.supplementary:
             self._stream_seqnos[stream] = stream_seqno
         st.mark_applied(seqno, touched)
-        return seqno, frame(seqno, encode_payload(rec))
+        return seqno, frame(seqno, payload)
 
     def _write(self, frames: list[tuple[int, bytes]]) -> None:
         """Under the commit lock: journal prepared frames, then hand them to the commit listeners."""
-        try:
-            self.journal.append(frames[0][1] if len(frames) == 1 else b"".join(f for _, f in frames),
-                                frames[-1][0])
-        except BaseException:
-            self._reset_store()
-            raise
+        self.journal.append(frames[0][1] if len(frames) == 1 else b"".join(f for _, f in frames), frames[-1][0])
         for seqno, data in frames:
             for listener in self.commit_listeners:
                 listener(seqno, data)
@@ -383,19 +406,27 @@ class Database:
     def _run_batch(self, batch: list["_Request"], mine: "_Request") -> None:
         frames: list[tuple[int, bytes]] = []
         err: BaseException | None = None
+        st = self.store
         with self._lock:
+            snap = self._savepoint()
             for r in batch:
+                st.savepoint(REQUEST)
                 try:
                     r.seqno, data = self._prepare(r.ops, **r.kw)
                     if data:
                         frames.append((r.seqno, data))
-                except Exception as e:  # this request only: it applied nothing
-                    r.error = e
+                    st.release(REQUEST)
+                except Exception as e:  # this request only: it leaves nothing behind
+                    st.rollback_to(REQUEST)
+                    r.error, r.seqno = e, 0
             if frames:
                 try:
                     self._write(frames)
                 except BaseException as e:
                     err = e
+                    self._rollback_to(snap)
+            if err is None:
+                st.release(BATCH)
             self._maybe_flush()
         if frames and err is None:
             try:
@@ -418,27 +449,38 @@ class Database:
         as ``stream_seqno``. Either way a record already applied is skipped, so a replay after any
         restart applies exactly once."""
         with self._lock:
+            self._check_open()
             frames = []
-            for rec in recs:
-                if si_stream is None:
-                    pos, num, kw = self._seqno, rec.seqno, {"stream": rec.stream, "stream_seqno": rec.stream_seqno}
-                else:
-                    pos, num = self._stream_seqnos.get(si_stream, 0), rec.seqno
-                    kw = {"stream": si_stream, "stream_seqno": rec.seqno}
-                if num <= pos:
-                    continue
-                if num != pos + 1:
-                    raise JournalGap(f"instance {self.name} is at {'seqno' if si_stream is None else 'stream seqno'} "
-                                     f"{pos}; received seqno {num} leaves a gap")
-                ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
-                seqno, data = self._prepare(ops, origin=rec.origin, replicated_apply=True, commit_time=rec.time, **kw)
-                frames.append((seqno, data))
-            if frames:
-                self._write(frames)
-                if self.journal.durability == "group":
-                    self.journal.sync()
+            snap = self._savepoint()
+            try:
+                self._prepare_received(recs, si_stream, frames)
+                if frames:
+                    self._write(frames)
+            except BaseException:
+                self._rollback_to(snap)
+                raise
+            self.store.release(BATCH)
+            if frames and self.journal.durability == "group":
+                self.journal.sync()
             self._maybe_flush()
             return self._seqno
+
+    def _prepare_received(self, recs: list[Record], si_stream: int | None, frames: list) -> None:
+        """Under the commit lock: prepare received records not applied yet, checking continuity."""
+        for rec in recs:
+            if si_stream is None:
+                pos, num, kw = self._seqno, rec.seqno, {"stream": rec.stream, "stream_seqno": rec.stream_seqno}
+            else:
+                pos, num = self._stream_seqnos.get(si_stream, 0), rec.seqno
+                kw = {"stream": si_stream, "stream_seqno": rec.seqno}
+            if num <= pos:
+                continue
+            if num != pos + 1:
+                raise JournalGap(f"instance {self.name} is at {'seqno' if si_stream is None else 'stream seqno'} "
+                                 f"{pos}; received seqno {num} leaves a gap")
+            ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
+            seqno, data = self._prepare(ops, origin=rec.origin, replicated_apply=True, commit_time=rec.time, **kw)
+            frames.append((seqno, data))
 
     def stream_seqno(self, stream: int) -> int:
         """SI: the last originating seqno received on ``stream``."""
@@ -458,13 +500,6 @@ class Database:
             raise JournalError(f"instance {self.name} is at seqno {self._seqno}; cannot apply {rec.seqno}")
         return self._commit(ops, origin=rec.origin, stream=rec.stream if stream is None else stream,
                             stream_seqno=rec.stream_seqno, replicated_apply=True, commit_time=rec.time)
-
-    def _reset_store(self) -> None:
-        """A journal write failed: drop the store's unflushed state and roll forward from the journal."""
-        self.store.discard()
-        self._seqno = self.journal.written_seqno
-        if self.store.applied_seqno < self.journal.written_seqno:
-            self._roll_forward(self.store.applied_seqno + 1, self.journal.written_seqno)
 
     def _maybe_flush(self) -> None:
         st = self.store

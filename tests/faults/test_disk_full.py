@@ -77,9 +77,6 @@ def test_the_journal_stays_valid_and_reopens(outcome):
     assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 13))
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a failed journal write discards the store's whole unflushed "
-                                       "SQLite transaction and rolls forward from the journal, which does not "
-                                       "hold unreplicated updates, so those committed since the last flush vanish")
 def test_unreplicated_updates_committed_before_the_failure_survive(outcome):
     _, out = outcome
     assert out["u"] == "unreplicated, committed before the failure"

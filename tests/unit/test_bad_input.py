@@ -198,9 +198,6 @@ def test_the_lock_is_per_process_not_per_handle(inst):
         assert str(os.getpid()) in str(ei.value)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a transaction whose record exceeds records.MAX_RECORD_BYTES "
-                                       "(256 MiB) is journaled and acknowledged, then on open its frame is taken "
-                                       "for a torn tail and cut (or is JournalCorrupt if not last)")
 def test_a_transaction_too_large_to_journal_is_refused(db, snap, monkeypatch):
     from multisite.journal import records
 

@@ -86,23 +86,31 @@ class Store:
         self.dirty = False
         self.flushed_seqno = self.applied_seqno
 
-    def discard(self) -> None:
-        """Drop what was applied since the last flush (after a failed journal write)."""
-        if self._in_txn:
-            self.conn.execute("ROLLBACK")
-            self._in_txn = False
-        self.dirty = False
-        self._reload()
+    # -- savepoints: undo one commit without losing the rest of the open transaction ------------
+    def savepoint(self, name: str) -> None:
+        self._begin()
+        self.conn.execute(f"SAVEPOINT {name}")
 
-    def _reload(self) -> None:
-        self.regions.clear()
-        for rid, name, repl, seqno, schema in self.conn.execute(
-                "SELECT id, name, replicated, seqno, schema FROM regions"):
-            self.regions[name] = RegionInfo(rid, name, bool(repl), seqno, schema)
-        row = self.conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
-        self.applied_seqno = self.flushed_seqno = row[0] if row else 0
-        self.stream_seqnos.clear()
-        self.stream_seqnos.update(self._load_streams())
+    def release(self, name: str) -> None:
+        self.conn.execute(f"RELEASE {name}")
+
+    def rollback_to(self, name: str) -> None:
+        """Undo everything since ``savepoint(name)``; regions created since are forgotten too."""
+        self.conn.execute(f"ROLLBACK TO {name}")
+        self.conn.execute(f"RELEASE {name}")
+        known = {rid for (rid,) in self.conn.execute("SELECT id FROM regions")}
+        for n in [n for n, r in self.regions.items() if r.id not in known]:
+            del self.regions[n]
+            self._dirty_regions.discard(n)
+
+    def positions(self) -> tuple:
+        return self.applied_seqno, {n: r.seqno for n, r in self.regions.items()}, set(self._dirty_regions)
+
+    def restore_positions(self, pos: tuple) -> None:
+        self.applied_seqno = pos[0]
+        for n, r in self.regions.items():
+            r.seqno = pos[1].get(n, 0)
+        self._dirty_regions = set(pos[2]) & set(self.regions)
 
     def _load_streams(self) -> dict[int, int]:
         """SI: the last seqno received per stream (1..15), as of the last flush."""
