@@ -272,13 +272,17 @@ class InstanceServer:
         if self.receiver is not None:
             self.receive_pool.clear(self.db.seqno)
             await loop.run_in_executor(None, self.receive_pool.quiesce)
-        primary = await loop.run_in_executor(None, fetch_hello, fetchresync) if fetchresync else None
-        rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
+        try:
+            primary = await loop.run_in_executor(None, fetch_hello, fetchresync) if fetchresync else None
+            rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
+        finally:
+            if self.receiver is not None:
+                # The receive pool was emptied: what it held must be sent again, rolled back or not
+                # (a no-op rollback left the connection up, and the frames it had delivered were lost).
+                self.receiver.restart_stream()
         if rep.rolled_back:
             self.log.warning("%s", rep.summary())
             self.kick_sources()
-            if self.receiver is not None:
-                self.receiver.restart_stream()
         return {"pid": os.getpid(), **rep.__dict__}
 
     async def ctl_role(self, role: str) -> dict:

@@ -1,0 +1,36 @@
+"""Rollback on a running instance server, beside a live receiver."""
+
+from __future__ import annotations
+
+import pytest
+
+from multisite.testing.cluster import Cluster
+from multisite.testing.scenario import commit, labels, lost_files, wait_for, wait_has
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, durability="group")
+    yield c
+    c.stop_all()
+
+
+def test_a_routine_no_op_rollback_keeps_what_the_receive_pool_held(cluster):
+    """Seed 000, note [b]: a secondary may routinely run rollback --fetchresync; when it is not
+    ahead nothing changes. The rollback empties the receive pool first; what the pool held must then
+    come again, or the secondary silently stops short of its primary."""
+    a = cluster.instance("A", group="g")
+    b = cluster.instance("B", group="g")
+    cluster.link(a, b)
+    commit(a, "A1")
+    wait_has(b, "A1")
+    b.call("update.stop")
+    commit(a, "A2")
+    wait_for(lambda: b.call("receiver.status")["backlog"] == 1, "A2 in B's receive pool")
+    rep = b.call("rollback", fetchresync=f"127.0.0.1:{a.client_port}")
+    assert rep["rolled_back"] == 0 and lost_files(b) == []
+    b.call("update.start")
+    wait_has(b, "A2", timeout_s=10)  # with nothing committed after it (a later one would reveal the gap)
+    commit(a, "A3")
+    wait_has(b, "A3")
+    assert labels(b) == ["A1", "A2", "A3"]
