@@ -77,6 +77,11 @@ class UpdateProcess:
                     self.pool.clear(self.db.seqno)
                     if self.on_gap:
                         self.on_gap()
+                except Exception as e:  # a record this instance cannot apply: stop, but visibly
+                    self.error = f"{type(e).__name__}: {e}"
+                    self.log.exception("update process stopped at seqno %d: cannot apply received records (%s); "
+                                       "fix the cause, then `multisite update start`", self.db.seqno, self.error)
+                    return
             now = time.monotonic()
             if now - last_log >= self.stats_interval_s:
                 n = self.applied - last_applied
