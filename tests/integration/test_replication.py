@@ -248,3 +248,31 @@ def test_zstd_compression_replicates_and_sends_fewer_bytes(cluster):
         zstd_bytes = zstd.stats()["upstream"]["bytes_forwarded"]
         assert zstd_bytes * 3 < plain_bytes, (zstd_bytes, plain_bytes)
         finish(cluster, a, b, c)
+
+
+def test_stopping_the_primary_sends_what_is_pending_first(cluster):
+    a, b = cluster.instance("A"), cluster.instance("B")
+    cluster.link(a, b)
+    last = workload(a, 1500, value_bytes=200)
+    a.stop(timeout=20)  # returns once A's server is gone; its source flushed before that
+    assert b.seqno() == last
+    cluster.stop_all()
+    assert_same_data(a.root, b.root)
+    assert_contiguous_journal(b.root, last)
+
+
+def test_statistics_are_logged_every_interval(cluster):
+    a, b = cluster.instance("A"), cluster.instance("B")
+    b.start_receiver(stats_interval_s=0.3)
+    a.start_source(b, stats_interval_s=0.3)
+    last = workload(a, 100)
+    cluster.wait_caught_up(a, b)
+    src = wait_until(lambda: [ln for ln in log_text(a.root, "source-B.log").splitlines()
+                              if "stats:" in ln and f"current {last}" in ln], what="a source stats line")
+    for word in ("backlog", "sent", "/s)", "seqno start 0", f"current {last}", "confirmed"):
+        assert word in src[-1], (word, src[-1])
+    rcv = wait_until(lambda: [ln for ln in log_text(b.root, "receiver.log").splitlines()
+                              if "stats:" in ln and f"applied seqno {last}" in ln], what="a receiver stats line")
+    for word in ("received", "/s)", f"received seqno {last}", "started at 0", "backlog"):
+        assert word in rcv[-1], (word, rcv[-1])
+    finish(cluster, a, b)
