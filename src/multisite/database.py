@@ -372,10 +372,11 @@ class Database:
                 listener(seqno, data)
 
     def _commit_grouped(self, req: "_Request") -> int:
-        """Group commit by combining: one committer at a time (the combiner) takes every queued
-        request, applies them as one batch, writes one buffer and runs one fdatasync; the others
-        sleep on their own lock until their request is hard. A finishing combiner hands the role to
-        the oldest waiting request, so each caller is woken exactly once."""
+        """Group commit by combining, pipelined: one committer at a time (the combiner) takes every
+        queued request, applies them as one batch and writes one buffer; it then hands the combiner
+        role to the oldest waiting request *before* its fdatasync, so the next batch is prepared
+        while this one is being hardened. Each caller is woken exactly once: when its batch is
+        hard, or when it becomes the combiner."""
         with self._q_lock:
             self._queue.append(req)
             lead = not self._combining
@@ -386,26 +387,34 @@ class Database:
                 if req.error is not None:
                     raise req.error
                 return req.seqno
-        while True:
-            with self._q_lock:
-                batch, self._queue = self._queue, []
-            self._run_batch(batch, req)
-            with self._q_lock:
-                if req.done:
-                    if self._queue:
-                        nxt = self._queue[0]
-                        nxt.promoted = True
-                        nxt.wake.release()
-                    else:
-                        self._combining = False
-                    break
+        with self._q_lock:
+            batch, self._queue = self._queue, []
+        token, err = self._prepare_batch(batch)
+        with self._q_lock:  # the next batch may start now
+            if self._queue:
+                nxt = self._queue[0]
+                nxt.promoted = True
+                nxt.wake.release()
+            else:
+                self._combining = False
+        if token is not None and err is None:
+            try:
+                self.journal.harden(token)
+            except BaseException as e:
+                err = e
+        for r in batch:
+            if err is not None and r.error is None and r.seqno:
+                r.error = err
+            r.done = True
+            if r is not req:
+                r.wake.release()
         if req.error is not None:
             raise req.error
         return req.seqno
 
-    def _run_batch(self, batch: list["_Request"], mine: "_Request") -> None:
+    def _prepare_batch(self, batch: list["_Request"]) -> tuple[tuple | None, BaseException | None]:
+        """Under the commit lock: apply and journal a batch; returns what ``harden`` needs."""
         frames: list[tuple[int, bytes]] = []
-        err: BaseException | None = None
         st = self.store
         with self._lock:
             snap = self._savepoint()
@@ -419,26 +428,17 @@ class Database:
                 except Exception as e:  # this request only: it leaves nothing behind
                     st.rollback_to(REQUEST)
                     r.error, r.seqno = e, 0
-            if frames:
-                try:
-                    self._write(frames)
-                except BaseException as e:
-                    err = e
-                    self._rollback_to(snap)
-            if err is None:
-                st.release(BATCH)
-            self._maybe_flush()
-        if frames and err is None:
+            token = None
             try:
-                self.journal.sync_written()
+                if frames:
+                    self._write(frames)
+                    token = self.journal.sync_token()
             except BaseException as e:
-                err = e
-        for r in batch:
-            if err is not None and r.error is None and r.seqno:
-                r.error = err
-            r.done = True
-            if r is not mine:
-                r.wake.release()
+                self._rollback_to(snap)
+                return None, e
+            st.release(BATCH)
+            self._maybe_flush()
+        return token, None
 
     def apply_records(self, recs: list[Record], *, si_stream: int | None = None) -> int:
         """Apply transactions received from upstream, in order, with one journal write and one

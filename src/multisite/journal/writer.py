@@ -5,7 +5,7 @@
   ``Database._commit_grouped``); each is still hardened before it returns.
 - ``none``: written to the OS (survives a process crash, not a power cut), never fsynced.
 
-``append`` must be called under the database's commit lock (it keeps seqno order); ``sync_written``
+``append`` must be called under the database's commit lock (it keeps seqno order); ``harden``
 runs outside it, so that readers and the next batch are not held up by the fsync.
 
 Segment switch: when a segment passes ``segment_bytes`` the writer fsyncs it (in every mode: a
@@ -103,16 +103,20 @@ class JournalWriter:
         self._size = os.fstat(self._fd).st_size
 
     # -- called without the commit lock -----------------------------------------------------------
-    def sync_written(self) -> None:
-        """Harden everything written so far, without the commit lock (the group-commit combiner,
-        the only appender in group mode, calls it after writing a batch)."""
-        fd, gen, target = self._fd, self._generation, self.written_seqno
+    def sync_token(self) -> tuple[int, int, int]:
+        """Under the commit lock: what ``harden`` needs to make everything written so far durable."""
+        return self._fd, self._generation, self.written_seqno
+
+    def harden(self, token: tuple[int, int, int]) -> None:
+        """fdatasync without the commit lock (group commit), so the next batch is prepared meanwhile.
+        Concurrent calls serialize on the fsync lock; a segment switch in between already synced."""
+        fd, gen, target = token
         with self._fsync_lock:
-            if gen == self._generation:  # else a segment switch already fsynced it
+            if gen == self._generation and self.durable_seqno < target:
                 os.fdatasync(fd)
                 self.fsyncs += 1
-        if target > self.durable_seqno:
-            self.durable_seqno = target
+            if target > self.durable_seqno:
+                self.durable_seqno = target
 
     def sync(self) -> None:
         """Harden everything written so far (any mode). Caller holds the commit lock."""
