@@ -147,32 +147,38 @@ class Database:
 
     # -- recovery --------------------------------------------------------------------------------
     def _roll_forward(self, first: int, last: int) -> int:
+        """Replay journal records ``first..last`` into the store (recovery). Sets are written in
+        bulk; a kill or zkill first writes the sets before it, so the order of updates holds."""
+        st = self.store
+        regions = st.regions
+        puts: list[tuple[int, bytes, bytes]] = []
         n = 0
+        track_streams = self.info.supplementary
+        last_in: dict[str, int] = {}  # region -> last seqno that touched it
         for rec in iter_records(self.layout.journal, first, last):
-            self._apply_to_store(rec.updates, rec.seqno)
-            if rec.stream or self.info.supplementary:
+            for u in rec.updates:
+                r = regions.get(u.region) or st.create_region(u.region, True)
+                if u.op == SET:
+                    puts.append((r.id, encode_key(u.key), u.value))
+                else:
+                    if puts:
+                        st.put_rows(puts)
+                        puts = []
+                    (st.delete_subtree if u.op == KILL else st.delete)(r.id, encode_key(u.key))
+                last_in[u.region] = rec.seqno
+            if rec.stream or track_streams:
                 self._stream_seqnos[rec.stream] = rec.stream_seqno
             n += 1
+        if puts:
+            st.put_rows(puts)
+        for region, seqno in last_in.items():
+            st.mark_applied(seqno, (region,))
+        if n:
+            st.mark_applied(last, ())
         if n != last - first + 1:
             raise JournalError(f"journal of {self.layout.root} is missing records {first}..{last} needed to "
                                f"roll the store forward")
         return n
-
-    def _apply_to_store(self, updates: list[Update], seqno: int) -> None:
-        st = self.store
-        regions = st.regions
-        names = set()
-        for u in updates:
-            r = regions.get(u.region) or st.create_region(u.region, True)
-            kb = encode_key(u.key)
-            if u.op == SET:
-                st.put(r.id, kb, u.value)
-            elif u.op == KILL:
-                st.delete_subtree(r.id, kb)
-            else:
-                st.delete(r.id, kb)
-            names.add(u.region)
-        st.mark_applied(seqno, names)
 
     # -- properties ------------------------------------------------------------------------------
     @property

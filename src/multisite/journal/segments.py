@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import JournalCorrupt
-from .records import FRAME_HEADER_SIZE, FrameHeader, parse_header, payload_ok
+from .records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES, FrameHeader, parse_header, payload_ok
 
 MAGIC = b"MSJSEG01"
 VERSION = 1
@@ -143,25 +143,30 @@ class SegmentView:
         expect = self.info.first_seqno
         off = SEGMENT_HEADER_SIZE
         count = 0
-        while off < size:
-            hdr = parse_header(buf, off) if size - off >= FRAME_HEADER_SIZE else None
+        unpack, crc32, hsize = FRAME_HEADER.unpack_from, zlib.crc32, FRAME_HEADER_SIZE
+        while off < size:  # the checks of records.parse_header/payload_ok, inlined: this is the hot loop
             bad = None
-            if hdr is None:
-                bad = "frame header is damaged or truncated"
-            elif off + hdr.total > size:
-                bad = f"frame of {hdr.length} bytes runs past the end of the file"
-            elif not payload_ok(hdr, buf, off):
-                bad = "payload checksum mismatch"
-            elif hdr.seqno != expect:
-                raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {hdr.seqno} where {expect} "
-                                     f"was expected", path=str(path), offset=off)
+            if size - off < hsize:
+                bad = "frame header is truncated"
+            else:
+                length, seqno, pcrc, hcrc = unpack(buf, off)
+                end = off + hsize + length
+                if crc32(buf[off : off + 16]) != hcrc or length > MAX_RECORD_BYTES:
+                    bad = "frame header is damaged"
+                elif end > size:
+                    bad = f"frame of {length} bytes runs past the end of the file"
+                elif crc32(buf[off + hsize : end]) != pcrc:
+                    bad = "payload checksum mismatch"
+                elif seqno != expect:
+                    raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {seqno} where {expect} "
+                                         f"was expected", path=str(path), offset=off)
             if bad is not None:
                 if tail and not self._valid_frame_after(off, expect):
                     break  # torn tail: the crash interrupted this write
                 raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
                                      + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
-            yield off, hdr
-            off += hdr.total
+            yield off, FrameHeader(length, seqno, pcrc)
+            off = end
             expect += 1
             count += 1
         if scan is not None:

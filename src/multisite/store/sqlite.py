@@ -159,6 +159,11 @@ class Store:
         else:
             self.conn.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", [(rid, k, v) for k, v in rows])
 
+    def put_rows(self, rows: list[tuple[int, bytes, bytes]]) -> None:
+        """Bulk ``(region id, key, value)`` writes, in order (recovery)."""
+        self._begin()
+        self.conn.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", rows)
+
     def put(self, rid: int, kb: bytes, vb: bytes) -> None:
         self._begin()
         self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
