@@ -133,12 +133,15 @@ def test_dropped_bytes_are_detected_and_the_stream_recovers(link):
 
 def test_delays_slow_the_stream_but_break_nothing(link):
     cluster, a, b, proxy = link
+    a.call("source.stop", secondary="B")  # again with the default timeout: no false alarm on a loaded machine
+    a.start_source(b, port=proxy.port, heartbeat_interval_s=HEARTBEAT_INTERVAL_S, heartbeat_timeout_s=5.0)
+    wait_until(lambda: source(a)["state"] == "streaming", what="connected")
     proxy.delay(0.08, direction="both")  # well below the heartbeat timeout
     last = write(a, 300)
     cluster.wait_caught_up(a, b, timeout=60)
     st = wait_until(lambda: (s := source(a))["last_confirmed"] == last and s, what="confirmation")
     assert st["connects"] == 1 and st["last_error"] is None  # no reconnection was needed
-    assert b.call("receiver.status")["connections"] == 1
+    assert b.call("receiver.status")["connections"] == 2  # the fixture's source, then this one
     converge(cluster, a, b, proxy)
 
 
