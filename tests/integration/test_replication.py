@@ -196,7 +196,7 @@ def test_a_secondary_refuses_application_updates(cluster):
     finish(cluster, a, b)
 
 
-def refused_both_sides(cluster, a: Node, secondary_name: str, b: Node, code: str) -> None:
+def refused_both_sides(cluster, a: Node, secondary_name: str, b: Node, code: str, b_seqno: int = 0) -> None:
     st = wait_until(lambda: (s := a.call("source.status", secondary=secondary_name))["last_error"]
                     and code in s["last_error"] and s, what=f"{code} in the source's last_error")
     assert st["state"] != "streaming"
@@ -204,7 +204,7 @@ def refused_both_sides(cluster, a: Node, secondary_name: str, b: Node, code: str
     wait_until(lambda: code in log_text(b.root, "receiver.log"), what="receiver log")
     rs = b.call("receiver.status")
     assert rs["refusals"] >= 1 and code in rs["last_error"]
-    assert b.seqno() == 0
+    assert b.seqno() == b_seqno
 
 
 def test_receiver_refuses_a_source_from_another_group(cluster):
@@ -275,4 +275,30 @@ def test_statistics_are_logged_every_interval(cluster):
                               if "stats:" in ln and f"applied seqno {last}" in ln], what="a receiver stats line")
     for word in ("received", "/s)", f"received seqno {last}", "started at 0", "backlog"):
         assert word in rcv[-1], (word, rcv[-1])
+    finish(cluster, a, b)
+
+
+def test_receiver_refuses_a_source_it_is_ahead_of(cluster):
+    """B originated transactions of its own before it became a secondary: A's history does not
+    contain them, so B must roll back first (issue 4's --autorollback and rollback do that)."""
+    a, b = cluster.instance("A"), cluster.instance("B")
+    own = workload(b, 3)
+    workload(a, 10)
+    cluster.link(a, b)
+    refused_both_sides(cluster, a, "B", b, "ROLLBACK_NEEDED", b_seqno=own)
+    assert "rollback" in b.call("receiver.status")["last_error"]
+
+
+def test_a_receiver_takes_one_source_at_a_time(cluster):
+    a, b, c = cluster.instance("A"), cluster.instance("B"), cluster.instance("C")
+    cluster.link(a, b)
+    workload(a, 10)
+    cluster.wait_caught_up(a, b)
+    c.start_source(b)  # C, a primary of its own, tries to feed B as well
+    st = wait_until(lambda: (s := c.call("source.status", secondary="B"))["last_error"]
+                    and "BUSY" in s["last_error"] and s, what="BUSY")
+    assert st["state"] != "streaming"
+    wait_until(lambda: "refusing source C" in log_text(b.root, "receiver.log"), what="the refusal in B's log")
+    assert b.call("receiver.status")["source"] == "A"
+    c.call("source.stop", secondary="B")
     finish(cluster, a, b)
