@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import ConfigError, InstanceExists
 from ..fsutil import fsync_dir
 from ..journal.segments import list_segments
+from ..journal.sidecars import drop_segments
 from . import consumers, instance_file as ifile
 from .layout import Layout
 
@@ -113,6 +114,7 @@ def prune(root: str | Path, before: int) -> PruneReport:
             removed.append(cur.path.name)
         else:
             break
+    drop_segments(lay.journal, [s.index for s in segs if s.path.name in removed])
     fsync_dir(lay.journal)
     remaining = list_segments(lay.journal)
     return PruneReport(removed, remaining[0].first_seqno if remaining else 1, limit, reason)

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import JournalCorrupt
 from ..fsutil import fsync_dir
 from .segments import SegmentInfo, list_segments, scan
+from .sidecars import drop_after
 from .writer import create_segment
 
 
@@ -41,6 +42,7 @@ def recover_journal(journal_dir: Path, *, repair: bool = True) -> JournalState:
         state.notes.append(f"cut a torn record of {res.torn_bytes} bytes at offset {res.valid_end} of "
                            f"{tail.path.name} (a write the crash interrupted; it was never acknowledged)")
         if repair:
+            drop_after(journal_dir, res.last_seqno)
             fd = os.open(tail.path, os.O_WRONLY)
             try:
                 os.ftruncate(fd, res.valid_end)
