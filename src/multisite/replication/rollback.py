@@ -29,6 +29,7 @@ from ..fsutil import atomic_write, fsync_dir
 from ..journal.reader import iter_records
 from ..journal.records import KILL, Record
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
+from ..journal.sidecars import drop_after
 from ..journal.writer import JournalWriter
 from ..keys import encode_key
 from .lostfile import write_lost_file
@@ -146,6 +147,7 @@ def _cut_journal(db, to_seqno: int) -> None:
                 cut = off
                 break
             cut = off + hdr.total
+    drop_after(lay.journal, to_seqno)  # columnar copies of the frames being cut (pipeline index)
     fd = os.open(keep.path, os.O_WRONLY)
     try:
         os.ftruncate(fd, cut)
