@@ -47,16 +47,23 @@ def _line(obj: dict) -> bytes:
     return _json.encode(obj) + b"\n"
 
 
-def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,
-                    reason: str) -> Path:
-    """Write the records (in commit order) crash-safely; returns the file's path."""
-    first, last = records[0].seqno, records[-1].seqno
+def lost_file_path(lost_dir: Path, instance: str, first: int, last: int) -> Path:
+    """A new file name in ``lost_dir`` for the records ``first..last``."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = lost_dir / f"{stamp}-{instance}-{first}-{last}{SUFFIX}"
     n = 1
     while path.exists():
         path = lost_dir / f"{stamp}-{instance}-{first}-{last}.{n}{SUFFIX}"
         n += 1
+    return path
+
+
+def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,
+                    reason: str, path: Path | None = None) -> Path:
+    """Write the records (in commit order) crash-safely, to ``path`` or a new name; returns the path."""
+    first, last = records[0].seqno, records[-1].seqno
+    if path is None:
+        path = lost_file_path(lost_dir, instance, first, last)
     crc = 0
     chunks: list[bytes] = []
     head = _line({"format": FORMAT, "instance": instance, "group": group, "from_seqno": first, "to_seqno": last,

@@ -3,8 +3,8 @@
 Steps, each safe to repeat (so a crash at any point is finished by the next open):
 
 1. read the records after ``to_seqno`` from the journal (checked);
-2. write them, in commit order, to an Unreplicated Transaction Log in ``lost/`` (fsynced), and
-   a marker ``run/rollback.json`` naming the target and the file;
+2. write a marker ``run/rollback.json`` naming the target and the file, then the records, in
+   commit order, to that Unreplicated Transaction Log in ``lost/`` (fsynced);
 3. undo them in the store, newest first, with their before-images, and commit the store at
    ``to_seqno``;
 4. cut the journal back to ``to_seqno`` (later segments removed, the one holding it truncated);
@@ -32,7 +32,7 @@ from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from ..journal.sidecars import drop_after
 from ..journal.writer import JournalWriter
 from ..keys import encode_key
-from .lostfile import write_lost_file
+from .lostfile import lost_file_path, write_lost_file
 
 MARKER = "rollback.json"
 
@@ -81,12 +81,17 @@ def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackRep
     lost = None
     if marker.exists():
         m = json.loads(marker.read_text())
-        if m.get("to_seqno") == to_seqno and Path(m.get("lost_file", "")).exists():
+        if m.get("to_seqno") == to_seqno and m.get("lost_file"):
             lost = Path(m["lost_file"])
     if lost is None:
-        lost = write_lost_file(lay.lost, instance=db.name, group=db.info.group, records=records,
-                               common_seqno=common, reason=reason)
+        # The marker goes first and names the file: a lost file never exists without its rollback
+        # being under way, so a crash between the two cannot leave transactions both in the
+        # database and in a lost file; the next open finishes the rollback with this very file.
+        lost = lost_file_path(lay.lost, db.name, records[0].seqno, records[-1].seqno)
         atomic_write(marker, json.dumps({"to_seqno": to_seqno, "lost_file": str(lost)}).encode())
+    if not lost.exists():
+        write_lost_file(lay.lost, instance=db.name, group=db.info.group, records=records, common_seqno=common,
+                        reason=reason, path=lost)
     _undo_store(db, records, to_seqno)
     _cut_journal(db, to_seqno)
     _trim_info(db, to_seqno, records)
