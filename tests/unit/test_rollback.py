@@ -1,0 +1,233 @@
+"""Rollback and lost-transaction files on an open instance (no servers).
+
+A seeded random workload of sets, kills and zkills runs beside a model: the state of every region
+after each seqno. A rollback to any earlier seqno must give back exactly the model's state at that
+seqno, from before-images alone; the lost file must hold the rolled-off records exactly, in commit
+order; the journal must end at the target, also across segment boundaries; and the instance must go
+on committing and reopen cleanly.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import multisite
+from multisite.errors import RollbackError
+from multisite.journal.reader import iter_records
+from multisite.journal.segments import list_segments
+from multisite.replication.lostfile import FORMAT, LostFile, list_lost_files, write_lost_file
+from multisite.replication.resync import local_target_for_stream
+from multisite.replication.rollback import rollback
+
+REGIONS = ("acct", "audit")
+
+
+def state(db) -> dict:
+    return {r: list(db.items(r)) for r in REGIONS}
+
+
+def random_txn(db, rng: random.Random) -> None:
+    """One transaction of 1..4 updates over a small key space, so kills hit existing subtrees."""
+    with db.transaction() as tx:
+        for _ in range(rng.randint(1, 4)):
+            region = rng.choice(REGIONS)
+            key = (rng.choice("abc"), rng.randint(0, 3)) if rng.random() < 0.8 else (rng.choice("abc"),)
+            op = rng.random()
+            if op < 0.6:
+                tx.set(region, key, {"v": rng.randint(0, 10**6), "pad": "x" * rng.randint(0, 40)})
+            elif op < 0.8:
+                tx.kill(region, key[:1])
+            else:
+                tx.zkill(region, key)
+
+
+@pytest.fixture
+def db(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    d = multisite.open(root)
+    for r in REGIONS:
+        d.create_region(r)
+    d.create_region("scratch", replicated=False)
+    yield d
+    d.close()
+
+
+def run_model(db, rng: random.Random, n: int, model: dict[int, dict]) -> None:
+    for _ in range(n):
+        random_txn(db, rng)
+        model[db.seqno] = state(db)
+
+
+# -- lost files -------------------------------------------------------------------------------------
+def test_lost_file_round_trip_and_format(db, tmp_path):
+    db.set("acct", ("a", 1), {"n": 1})
+    with db.transaction() as tx:
+        tx.set("acct", ("a", 1), {"n": 2})
+        tx.set("acct", ("a", 2), "two")
+        tx.zkill("acct", ("a", 9))  # absent: before-image None
+    db.kill("acct", ("a",))
+    db.zkill("acct", ("b",))
+    recs = list(iter_records(db.layout.journal))
+    path = write_lost_file(tmp_path, instance="A", group="g", records=recs, common_seqno=0, reason="test")
+    assert path.name.endswith("-A-1-4.mslost") and list_lost_files(tmp_path) == [path]
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 1 + 4 + 1
+    lf = LostFile.read(path)
+    assert lf.header["format"] == FORMAT
+    assert (lf.header["instance"], lf.header["group"], lf.header["from_seqno"], lf.header["to_seqno"],
+            lf.header["common_seqno"], lf.header["reason"]) == ("A", "g", 1, 4, 0, "test")
+    assert list(lf.records()) == recs
+    t = lf.transactions
+    assert [x["seqno"] for x in t] == [1, 2, 3, 4]
+    assert all((x["stream"], x["stream_seqno"], x["origin"]) == (0, x["seqno"], "A") for x in t)
+    assert t[1]["updates"][0] == {"op": "set", "region": "acct", "key": ["a", 1], "value": {"n": 2},
+                                  "before": {"n": 1}}
+    assert t[1]["updates"][1]["before"] is None
+    assert t[1]["updates"][2] == {"op": "zkill", "region": "acct", "key": ["a", 9], "before": None}
+    assert t[2]["updates"][0]["killed"] == [[["a", 1], {"n": 2}], [["a", 2], "two"]]
+
+
+def test_may_have_changed_is_zqgblmod(db, tmp_path):
+    db.set("acct", ("b", 1), 1)
+    db.set("acct", ("b", 2), 2)
+    db.set("acct", ("c", 1), 1)
+    first = db.seqno + 1
+    db.set("acct", ("a", 1), "x")
+    db.kill("acct", ("b",))
+    db.zkill("acct", ("c", 1))
+    lf = LostFile.read(write_lost_file(tmp_path, instance="A", group="g", records=list(
+        iter_records(db.layout.journal, first)), common_seqno=first - 1, reason="t"))
+    yes = [("a", 1), ("b",), ("b", 1), ("b", 7), ("b", 1, "deep"), ("c", 1)]
+    no = [("a", 2), ("a",), ("c",), ("c", 1, "below a zkill"), ("c", 2), ("d", 1)]
+    assert [k for k in yes if not lf.may_have_changed("acct", k)] == []
+    assert [k for k in no if lf.may_have_changed("acct", k)] == []
+    assert not lf.may_have_changed("audit", ("a", 1))
+
+
+# -- rollback ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rollback_gives_back_every_earlier_state(db, seed):
+    rng = random.Random(seed)
+    model = {0: state(db)}
+    run_model(db, rng, 60, model)
+    for _ in range(4):  # roll back, commit more, roll back again: each time to the model's state
+        target = rng.randint(max(0, db.seqno - 40), db.seqno - 1)
+        before = list(iter_records(db.layout.journal, 1, target))
+        gone = list(iter_records(db.layout.journal, target + 1))
+        n_lost = {str(f) for f in list_lost_files(db.layout.lost)}
+        rep = rollback(db, target)
+        assert (rep.rolled_back, rep.from_seqno, rep.to_seqno) == (len(gone), target + len(gone), target)
+        assert db.seqno == target and state(db) == model[target]
+        assert list(iter_records(db.layout.journal)) == before
+        assert {str(f) for f in list_lost_files(db.layout.lost)} - n_lost == {rep.lost_file}
+        assert list(LostFile.read(rep.lost_file).records()) == gone
+        for s in [s for s in model if s > target]:
+            del model[s]
+        run_model(db, rng, rng.randint(1, 30), model)
+    root = db.layout.root
+    db.close()
+    with multisite.open(root) as again:
+        assert state(again) == model[again.seqno]
+
+
+def test_kill_and_zkill_come_back_from_their_before_images(db):
+    for i in range(5):
+        db.set("acct", ("k", i), {"i": i})
+        db.set("acct", ("k", i, "sub"), [i, "sub"])
+    db.set("acct", ("z",), "zz")
+    db.set("acct", ("z", 1), "below z")
+    snap, target = state(db), db.seqno
+    with db.transaction() as tx:
+        tx.set("acct", ("k", 2), "overwritten")
+        tx.kill("acct", ("k",))  # the kill's before-image holds the overwritten value's replacement
+        tx.set("acct", ("k", 3), "reborn")
+    db.zkill("acct", ("z",))  # the key only: ("z", 1) stays
+    assert db.get("acct", ("z", 1)) == "below z" and db.get("acct", ("z",)) is None
+    db.kill("acct", ("k", 3))
+    db.set("scratch", ("local",), "not journaled")
+    rep = rollback(db, target)
+    assert rep.rolled_back == 3
+    assert state(db) == snap
+    assert db.get("scratch", ("local",)) == "not journaled"  # unreplicated regions are not rolled back
+
+
+def test_rollback_across_segment_boundaries(db):
+    for i in range(400):
+        db.set("acct", ("s", i), {"pad": "y" * 60, "i": i})
+    segs = list_segments(db.layout.journal)
+    assert len(segs) >= 8
+    target = segs[2].first_seqno + 3  # inside the third segment
+    db.set("acct", ("marker",), 0)  # not rolled back below: it is past the target
+    rep = rollback(db, target)
+    assert rep.rolled_back == 401 - target
+    after = list_segments(db.layout.journal)
+    assert [s.index for s in after] == [s.index for s in segs[:3]]
+    assert [r.seqno for r in iter_records(db.layout.journal)] == list(range(1, target + 1))
+    assert sorted(k[1] for k, _ in db.items("acct")) == list(range(target))
+    db.set("acct", ("after",), 1)
+    assert db.seqno == target + 1
+    root = db.layout.root
+    db.close()
+    with multisite.open(root) as again:
+        assert again.seqno == target + 1 and again.get("acct", ("after",)) == 1
+        assert [r.seqno for r in iter_records(again.layout.journal)][-2:] == [target, target + 1]
+
+
+def test_rollback_not_ahead_is_a_no_op(db):
+    db.set("acct", ("a",), 1)
+    for to in (db.seqno, db.seqno + 10):
+        rep = rollback(db, to)
+        assert rep.rolled_back == 0 and rep.lost_file is None
+    assert list_lost_files(db.layout.lost) == [] and db.seqno == 1
+    with pytest.raises(RollbackError):
+        rollback(db, -1)
+    assert db.seqno == 1 and db.get("acct", ("a",)) == 1
+
+
+def test_a_primary_starts_a_new_history_record_after_its_rollback(db):
+    for i in range(10):
+        db.set("acct", ("a", i), i)
+    first = db.info.history[0]
+    rollback(db, 6)
+    hist = db.info.history
+    assert hist[0] == first
+    assert hist[-1].start_seqno == 7 and hist[-1].root_primary == "A" and hist[-1].uid != first.uid
+    db.set("acct", ("new",), 1)
+    assert db.seqno == 7
+
+
+def test_supplementary_rollback_resets_both_streams(tmp_path):
+    """Seed 000's {100,0,10}, {101,1,18}, {102,0,11}: rolling {101,1,18} off takes {102,0,11} too,
+    and afterwards the instance continues stream 1 from 17 and its own stream 0 from 10."""
+    from multisite.journal.records import SET, Record, Update
+    from multisite.values import encode_value
+
+    root = multisite.create(tmp_path / "P", name="P", group="si", supplementary=True, durability="none")
+    with multisite.open(root) as p:
+        p.create_region("t")
+
+        def from_a(seqno: int) -> Record:
+            return Record(seqno, 0, seqno, "A", 0.0, [Update(SET, "t", (f"A{seqno}",), encode_value(seqno))])
+
+        p.apply_records([from_a(s) for s in range(1, 18)], si_stream=1)
+        for i in range(9):
+            p.set("t", (f"P{i}",), i)
+        assert p.stream_seqno(0) == 9
+        p.set("t", ("P10",), 10)  # {27,0,10}
+        p.apply_records([from_a(18)], si_stream=1)  # {28,1,18}
+        p.set("t", ("P11",), 11)  # {29,0,11}
+        tags = [(r.seqno, r.stream, r.stream_seqno) for r in iter_records(p.layout.journal, 27)]
+        assert tags == [(27, 0, 10), (28, 1, 18), (29, 0, 11)]
+        target = local_target_for_stream(p, 1, 17)  # A's common point is its seqno 17
+        assert target == 27
+        rep = rollback(p, target)
+        assert [(r.seqno, r.stream, r.stream_seqno) for r in LostFile.read(rep.lost_file).records()] == \
+            [(28, 1, 18), (29, 0, 11)]
+        assert (p.stream_seqno(1), p.stream_seqno(0)) == (17, 10)
+        p.set("t", ("P11a",), 11)
+        p.apply_records([from_a(18)], si_stream=1)
+        tags = [(r.seqno, r.stream, r.stream_seqno) for r in iter_records(p.layout.journal, 28)]
+        assert tags == [(28, 0, 11), (29, 1, 18)]
