@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from .. import database
+from ..errors import ConfigError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.client import fetch_hello
@@ -18,7 +19,7 @@ from .output import console, print_json, table
 
 
 @click.command("rollback")
-@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("dir", type=click.Path())  # checked by Layout.existing: one line, exit 1
 @click.option("--fetchresync", default=None, metavar="HOST:PORT",
               help="Ask the primary at HOST:PORT (its client port) for the common point and roll back to it.")
 @click.option("--resync", type=int, default=None, metavar="SEQNO", help="Roll back to SEQNO.")
@@ -29,6 +30,8 @@ def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json:
     A no-op when the instance is not ahead. Example: multisite rollback /data/A --fetchresync b.example:7000
     """
     root = Layout.existing(dir).root
+    if (resync is None) == (fetchresync is None):  # before contacting anyone
+        raise ConfigError("give exactly one of --resync SEQNO or --fetchresync HOST:PORT")
     if control.is_running(root):
         rep = control.call(root, "rollback", resync=resync, fetchresync=fetchresync)
     else:
@@ -45,7 +48,7 @@ def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json:
 
 
 @click.command("role")
-@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("dir", type=click.Path())  # checked by Layout.existing: one line, exit 1
 @click.argument("role", type=click.Choice(["primary", "secondary"]))
 def role_cmd(dir: str, role: str) -> None:
     """Make the instance an originating primary or a replicating secondary.
@@ -69,7 +72,7 @@ def lost() -> None:
 
 
 @lost.command("show")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path())  # checked by LostFile.read: one line, exit 1
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object: header and transactions.")
 def lost_show(file: str, as_json: bool) -> None:
     """List the transactions in a lost-transaction file.
