@@ -249,4 +249,4 @@ def test_a_slow_link_with_a_backlog_still_makes_progress(link):
                     tx.set("acct", (i, j), "x" * 1000)  # ~1.2 MB in all: 6 s at 200 KB/s
     proxy.bandwidth(200_000, direction="upstream")
     a.start_source(b, port=proxy.port, heartbeat_interval_s=0.2, heartbeat_timeout_s=1.0)
-    cluster.wait_caught_up(a, b, timeout=30)
+    cluster.wait_caught_up(a, b, timeout=20)  # 6 s of transfer at that rate
