@@ -55,7 +55,8 @@ class ReceiverConfig:
     receive_pool_high_bytes: int = 64 * 1024 * 1024
     receive_pool_low_bytes: int = 16 * 1024 * 1024
     handshake_timeout_s: float = 10.0
-    idle_timeout_s: float = 30.0  # no heartbeat or batch from the source for this long: drop it
+    idle_timeout_s: float = 30.0  # no byte from the source for this long: drop it
+    progress_interval_s: float = 0.5  # unsolicited answers while bytes arrive (slow links)
     stats_interval_s: float = 5.0
 
     def to_dict(self) -> dict:
@@ -255,19 +256,28 @@ class ReceiverServer:
         self.log.info("receiving from %s at seqno %d (common point %d)", peer.name, start.from_seqno,
                       start.common_seqno)
         restart = loop.create_task(self._restart.wait())
+        progress = loop.create_task(self._progress_loop(conn, writer))
+        nxt: asyncio.Task | None = None
+        seen = conn.bytes_in
         try:
             while True:
-                nxt = loop.create_task(read_event(conn, reader))
-                done, _ = await asyncio.wait({nxt, restart}, timeout=self.cfg.idle_timeout_s,
+                if nxt is None:
+                    nxt = loop.create_task(read_event(conn, reader))
+                done, _ = await asyncio.wait({nxt, restart, progress}, timeout=self.cfg.idle_timeout_s,
                                              return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    nxt.cancel()
-                    raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
-                                         f"(idle_timeout_s): the source or the network is gone")
+                if not done:  # silence, unless bytes of a large frame are still trickling in
+                    if conn.bytes_in == seen:
+                        raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
+                                             f"(idle_timeout_s): the source or the network is gone")
+                    seen = conn.bytes_in
+                    continue
                 if restart in done:
-                    nxt.cancel()
                     raise ConnectionLost("the update process found a gap; restarting the connection")
+                if progress in done:
+                    progress.result()  # raises what ended it
                 ev = nxt.result()
+                nxt = None
+                seen = conn.bytes_in
                 if isinstance(ev, TxnBatch):
                     frames = list(split_frames(ev.frames))
                     self.received_records += len(frames)
@@ -284,7 +294,22 @@ class ReceiverServer:
                     return
                 await writer.drain()
         finally:
-            restart.cancel()
+            for t in (restart, progress, nxt):
+                if t is not None:
+                    t.cancel()
+
+    async def _progress_loop(self, conn: Connection, writer: asyncio.StreamWriter) -> None:
+        """Tell the source, on the uncongested way back, that its bytes are arriving: on a link slower
+        than a batch per heartbeat timeout, heartbeat answers queue behind the batch being sent and
+        would arrive too late. An unsolicited answer (``seq`` 0) goes out whenever bytes arrived
+        since the last one; on a stalled link none does, so the source still times out."""
+        last = conn.bytes_in
+        while True:
+            await asyncio.sleep(self.cfg.progress_interval_s)
+            if conn.bytes_in != last:
+                last = conn.bytes_in
+                writer.write(conn.send(HeartbeatAck(0, 0.0, self.db.seqno, self.pool.received_seqno)))
+                await writer.drain()
 
     def _position(self, peer: Hello, si: bool):
         """This instance's Hello for ``peer`` and the refusal it calls for, if any."""

@@ -304,9 +304,10 @@ class SourceServer:
     async def _recv_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         while True:
             ev = await read_event(conn, reader)
-            if isinstance(ev, HeartbeatAck):
+            if isinstance(ev, HeartbeatAck):  # seq 0: unsolicited, "your bytes are arriving"
                 self._last_ack = time.monotonic()
-                self._rtt_s = max(0.0, time.time() - ev.sent_at)
+                if ev.seq:
+                    self._rtt_s = max(0.0, time.time() - ev.sent_at)
                 self.last_confirmed = ev.applied_seqno
                 self.peer_received = ev.received_seqno
             elif isinstance(ev, Xoff):
