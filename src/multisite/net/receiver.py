@@ -138,6 +138,11 @@ class ReceiverServer:
         except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.TimeoutError,
                 MultisiteError) as e:
             self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
+            if isinstance(e, ProtocolError):  # e.g. another protocol version: say so before closing
+                try:
+                    writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+                except (MultisiteError, OSError):
+                    pass
             await self._close(writer)
             return
         old = self._active

@@ -220,6 +220,7 @@ class InstanceServer:
                              noresync=noresync, receive_pool_high_bytes=receive_pool_bytes,
                              receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
+        self.update.stats_interval_s = stats_interval_s
         if not self.db.info.supplementary and self.db.info.role != "secondary":
             await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, "secondary")
         rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,

@@ -182,9 +182,13 @@ class SourceServer:
                         self.state = "error"
                         self.log.error("%s; this source server cannot continue", e)
                         return
-                    if self.state != "connecting" or self.connects == 0 or self.last_error != str(e):
-                        self.log.warning("connection to %s lost: %s; reconnecting", self.cfg.secondary, e)
-                    self.last_error = str(e)
+                    what = str(e)
+                    if isinstance(e, ConnectionRefusedError):
+                        what = (f"connection refused by {self.cfg.host}:{self.cfg.port} (is {self.cfg.secondary}'s "
+                                f"receiver server running?)")
+                    if self.state != "connecting" or self.connects == 0 or self.last_error != what:
+                        self.log.warning("connection to %s lost: %s; reconnecting", self.cfg.secondary, what)
+                    self.last_error = what
                 self._save_slot()
                 if self.active:
                     self.state = "connecting"
