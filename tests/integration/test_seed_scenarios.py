@@ -367,13 +367,14 @@ def test_table3_malvern_noresync_keeps_a98(cluster):
 
 
 # -- table 4 ----------------------------------------------------------------------------------------
-# Table 4 cannot hold as printed. Rows 1 and 2 give BrynMawr A98 ("R: ... A95, A96, A97, A98";
-# "BrynMawr becomes the new originating primary, with A98 as the latest transaction"), and Newtown
-# receives A98 from it in row 3; but row 3 prints BrynMawr as "O: ... A95, A96, A97, B61, B62, B63, B64"
-# and its comment says Ardmore rolls off A98 and A99, and row 4 prints Ardmore as "R: ... A97, B61...".
-# A transaction never leaves an originating primary without a rollback, and BrynMawr rolls nothing
-# back, so this test follows rows 1 and 2: BrynMawr keeps A98 in rows 3 and 4, Ardmore rolls off A99
-# only, and Ardmore's row 4 is "R: ... A97, A98, B61, ..., B64".
+# Table 4 cannot hold as printed. Its rows, counted from the first (Ardmore at A99): in rows 1-3
+# BrynMawr holds A98 ("R: ... A97, A98"; "BrynMawr becomes the new originating primary, with A98 as the
+# latest transaction"), and Newtown receives A98 from it in row 3 (Malvern too, in row 5, from
+# Newtown). But rows 4 and 5 print BrynMawr as "O: ... A95, A96, A97, B61, B62, B63, B64[, B65]",
+# row 4's comment says "Ardmore rolls off A98 and A99", and row 5 prints Ardmore as "R: ... A97, B61,
+# ...". A transaction never leaves an originating primary without a rollback, and nothing rolls
+# BrynMawr back, so this test follows rows 1-3: BrynMawr keeps A98 in rows 4 and 5, Ardmore rolls off
+# A99 only, and Ardmore's row 5 is "R: ... A97, A98, B61, ..., B64". Every other cell is as printed.
 def test_table4_newtown_takes_over_for_malvern(cluster):
     c = cluster
     a = c.instance("Ardmore", group=BANK)
@@ -463,7 +464,7 @@ def test_table4_newtown_takes_over_for_malvern(cluster):
     b_seq = b_seq + ["B63", "B64"]
     n_row4 = n_row3 + ["N75", "B63", "N76", "B64"]
     assert labels(a) == rows("A95", "A96", "A97", "A98", "A99")  # the seed's "... A99"
-    assert labels(b) == b_seq  # the seed prints this row without A98: see the comment above
+    assert labels(b) == b_seq  # the seed prints this row without A98: see the comment above the test
     assert labels(m) == m_row1
     assert labels(n) == n_row4
 
