@@ -4,19 +4,27 @@ How it stays fast: the per-update loop only gathers the decoded objects it is ha
 (region, op, key, value bytes, ...) into plain lists; every output column is then built from those
 lists at batch end, either vectorized (numpy ``repeat`` for the per-transaction columns, Arrow
 ``take`` for ``op``, Arrow compute for the key text brackets) or by one list comprehension over a
-C-level codec call (msgpack -> JSON). A column that the reader's schema does not name is not built.
+C-level codec call (msgpack -> JSON). Typed ``fields`` are built per region that declares them, and
+handed to Arrow in one call per field when the values already have the declared Python type (the
+per-value coercion runs only for the fields that need it). A column that the reader's schema does not
+name is not built. The cyclic garbage collector is paused while a chunk is decoded: the lists hold
+hundreds of thousands of tuples that it would otherwise walk again and again.
 
 A chunk is a run of frames in one segment: ``[first_seqno, last_seqno]`` starting at a byte offset
 found at planning time by walking headers. Reading checks every frame again (header CRC, payload CRC,
-seqno continuity), and a damaged frame is ``JournalCorrupt`` naming the file and offset.
+seqno continuity), and a damaged frame is ``JournalCorrupt`` naming the file and offset. A chunk may
+instead name a piece of the journal index (``segment_index``) to read its rows from, or ask for one
+to be written from what it decodes.
 """
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import zlib
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterator
 
 import msgspec
@@ -38,17 +46,40 @@ _OPS = pa.array([None, "set", "kill", "zkill"], pa.string())
 
 @dataclass(frozen=True)
 class Chunk:
-    """Frames ``first_seqno..last_seqno`` of one segment, the first at byte ``offset``."""
+    """Frames ``first_seqno..last_seqno`` of one segment, the first at byte ``offset``.
+
+    ``piece``: a journal-index file holding these frames (read it instead of decoding);
+    ``write_piece``: decode, and write the frames' rows as a new piece; ``segment``: the segment's index.
+    """
 
     instance: str
     path: str
     offset: int
     first_seqno: int
     last_seqno: int
+    segment: int = 0
+    piece: str = ""
+    piece_first: int = 0
+    piece_last: int = 0
+    write_piece: bool = False
+    nbytes: int = 0  # journal bytes of the frames (planning weight)
+
+
+@dataclass
+class FrameRun:
+    """What :func:`read_chunk` saw, for the validity key of a piece written from it."""
+
+    header_crc: int = 0
+    last_offset: int = 0
+    last_crc: int = 0
+
+
+def msgpack_objects(blobs: list) -> list:
+    return [None if b is None else _mdec(b) for b in blobs]
 
 
 def _key_text_column(keys: list, typ: pa.DataType) -> pa.Array:
-    arr = pa.array([_jenc(k) for k in keys], pa.binary()).cast(pa.string())
+    arr = pa.array(list(map(_jenc, keys)), pa.binary()).cast(pa.string())
     arr = pc.utf8_replace_slice(arr, start=0, stop=1, replacement="(")
     arr = pc.utf8_replace_slice(arr, start=-1, stop=2**31 - 1, replacement=")")
     return arr.cast(typ) if arr.type != typ else arr
@@ -56,13 +87,21 @@ def _key_text_column(keys: list, typ: pa.DataType) -> pa.Array:
 
 def key_column(keys: list, typ: pa.DataType) -> pa.Array:
     """``array<struct<i: bigint, s: string>>``: one struct per subscript, the other field NULL."""
-    lens = np.fromiter((len(k) for k in keys), dtype=np.int32, count=len(keys))
+    lens = np.fromiter(map(len, keys), dtype=np.int32, count=len(keys))
     offsets = np.zeros(len(keys) + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
     parts = [p for k in keys for p in k]
+    kinds = set(map(type, parts))
     struct_t = typ.value_type
-    ints = pa.array([p if type(p) is int else None for p in parts], struct_t.field("i").type)
-    strs = pa.array([p if type(p) is str else None for p in parts], struct_t.field("s").type)
+    if kinds == {int}:
+        ints = pa.array(parts, struct_t.field("i").type)
+        strs = pa.nulls(len(parts), struct_t.field("s").type)
+    elif kinds == {str}:
+        ints = pa.nulls(len(parts), struct_t.field("i").type)
+        strs = pa.array(parts, struct_t.field("s").type)
+    else:
+        ints = pa.array([p if type(p) is int else None for p in parts], struct_t.field("i").type)
+        strs = pa.array([p if type(p) is str else None for p in parts], struct_t.field("s").type)
     child = pa.StructArray.from_arrays([ints, strs], fields=list(struct_t))
     return pa.ListArray.from_arrays(pa.array(offsets), child, type=typ)
 
@@ -75,15 +114,62 @@ def json_column(blobs: list, typ: pa.DataType) -> pa.Array:
     return pa.array([None if b is None else _jenc(_mdec(b)) for b in blobs], pa.binary()).cast(typ)
 
 
+# Python types that a declared field type takes as they are (anything else goes through COERCE).
+_AS_IS = {"string": {str}, "bigint": {int}, "int": {int}, "double": {int, float}, "float": {int, float},
+          "boolean": {bool}, "binary": {bytes}}
+_NONE = type(None)
+
+
+def _typed(vals: list, kind: str, typ: pa.DataType) -> pa.Array:
+    kinds = set(map(type, vals))
+    kinds.discard(_NONE)
+    if kinds <= _AS_IS.get(kind, set()):
+        try:
+            return pa.array(vals, typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # out of range for the type: coerce value by value (NULL where it does not fit)
+    coerce = COERCE[kind]
+    return pa.array([coerce(v) for v in vals], typ)
+
+
 def fields_column(objs: list, regions: list, region_fields: dict[str, frozenset], fields: dict[str, str],
                   typ: pa.StructType) -> pa.Array:
     """Typed columns of the declared fields; NULL where the region does not declare the field."""
+    n = len(objs)
+    codes = pa.array(regions, pa.string()).dictionary_encode()
+    idx = codes.indices.to_numpy(zero_copy_only=False)
+    names = codes.dictionary.to_pylist()
+    groups = []  # (row indexes, their dict values, declared field names) per region declaring fields
+    for code, r in enumerate(names):
+        declared = region_fields.get(r)
+        if declared:
+            rows = np.flatnonzero(idx == code)
+            sub = objs if len(rows) == n else [objs[i] for i in rows.tolist()]
+            groups.append((rows, [o if type(o) is dict else {} for o in sub], declared))
     arrays = []
     for f in typ:
-        coerce = COERCE[fields[f.name]]
-        vals = [coerce(o.get(f.name)) if type(o) is dict and f.name in region_fields.get(r, ()) else None
-                for o, r in zip(objs, regions)]
-        arrays.append(pa.array(vals, f.type))
+        name, ftype = f.name, f.type
+        kind = fields[name]
+        parts, where = [], []
+        for rows, dicts, declared in groups:
+            if name not in declared:
+                continue
+            parts.append(_typed(list(map(dict.get, dicts, repeat(name))), kind, ftype))
+            where.append(rows)
+        if not parts:
+            arrays.append(pa.nulls(n, ftype))
+            continue
+        if len(parts) == 1 and len(where[0]) == n:
+            arrays.append(parts[0])
+            continue
+        # scatter: row i takes element pos[i] of the concatenation, or the trailing NULL
+        pos = np.full(n, sum(len(p) for p in parts), dtype=np.int64)
+        base = 0
+        for p, rows in zip(parts, where):
+            pos[rows] = np.arange(base, base + len(p))
+            base += len(p)
+        cat = pa.concat_arrays([*parts, pa.nulls(1, ftype)])
+        arrays.append(cat.take(pa.array(pos)))
     return pa.StructArray.from_arrays(arrays, fields=list(typ))
 
 
@@ -185,10 +271,10 @@ class JournalBatchBuilder:
             elif name == "key_text":
                 a = _key_text_column(self.u_key, typ)
             elif name == "key_bytes":
-                a = pa.array([encode_key(k) for k in self.u_key], typ)
+                a = pa.array(list(map(encode_key, self.u_key)), typ)
             elif name == "value":
                 if objs is None and "fields" in self.names:
-                    objs = [None if v is None else _mdec(v) for v in self.u_value]
+                    objs = msgpack_objects(self.u_value)
                 if objs is not None:
                     a = pa.array([None if o is None and v is None else _jenc(o)
                                   for o, v in zip(objs, self.u_value)], pa.binary()).cast(typ)
@@ -199,12 +285,12 @@ class JournalBatchBuilder:
             elif name == "value_size":
                 a = pc.binary_length(pa.array(self.u_value, pa.binary())).cast(typ)
             elif name == "before":
-                a = pa.array([_before_json(b) for b in self.u_before], pa.binary()).cast(typ)
+                a = pa.array(list(map(_before_json, self.u_before)), pa.binary()).cast(typ)
             elif name == "before_raw":
-                a = pa.array([_before_raw(b) for b in self.u_before], typ)
+                a = pa.array(list(map(_before_raw, self.u_before)), typ)
             elif name == "fields":
                 if objs is None:
-                    objs = [None if v is None else _mdec(v) for v in self.u_value]
+                    objs = msgpack_objects(self.u_value)
                 a = fields_column(objs, self.u_region, self.region_fields, self.fields, typ)
             else:  # the source checks names at planning; this is a bug
                 raise AssertionError(f"unknown column {name}")
@@ -230,8 +316,8 @@ def _before_raw(b):
     return _menc(b)  # a kill: msgpack array of [key, value bytes]
 
 
-def read_chunk(chunk: Chunk, builder: JournalBatchBuilder, *, batch_rows: int = BATCH_ROWS
-               ) -> Iterator[pa.RecordBatch]:
+def read_chunk(chunk: Chunk, builder: JournalBatchBuilder, *, batch_rows: int = BATCH_ROWS,
+               run: FrameRun | None = None) -> Iterator[pa.RecordBatch]:
     """Decode the chunk's frames, checking each, into batches of about ``batch_rows`` rows."""
     path = chunk.path
     with open(path, "rb") as f:
@@ -241,7 +327,11 @@ def read_chunk(chunk: Chunk, builder: JournalBatchBuilder, *, batch_rows: int = 
                                  f"expected at offset {chunk.offset} (was it truncated or replaced?)",
                                  path=path, offset=chunk.offset)
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        gc_was = gc.isenabled()
+        gc.disable()
         try:
+            if run is not None:
+                run.header_crc = zlib.crc32(buf[:64])
             off, seqno, last = chunk.offset, chunk.first_seqno, chunk.last_seqno
             crc32 = zlib.crc32
             while seqno <= last:
@@ -258,12 +348,16 @@ def read_chunk(chunk: Chunk, builder: JournalBatchBuilder, *, batch_rows: int = 
                     raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: payload checksum "
                                          f"mismatch (seqno {seqno})", path=path, offset=off)
                 builder.add(decode_payload(payload), hdr.payload_crc)
+                if run is not None:
+                    run.last_offset, run.last_crc = off, hdr.payload_crc
                 if builder.rows >= batch_rows:
                     yield builder.flush()
                 off += hdr.total
                 seqno += 1
         finally:
             buf.close()
+            if gc_was:
+                gc.enable()
     tail = builder.flush()
     if tail is not None:
         yield tail

@@ -1,9 +1,10 @@
 """Planning reads of instances: which instances, which regions, which chunks of which segments.
 
-Runs on the driver side (the planner process), never in ``read()``: it lists segments, walks frame
-headers (cheap: payloads are not read) and cuts each segment into chunks of about ``chunk_bytes``, so
-a read scales with cores however large the segments are. Everything ``read()`` needs goes into the
-partitions, which are small picklable dataclasses (Spark reads streams in another process).
+Runs on the driver side (the planner process), never in ``read()``: it lists segments, takes the
+valid pieces of the journal index (``segment_index``) and walks the frame headers between them
+(cheap: payloads are not read), cutting them into chunks of about ``chunk_bytes``, so a read scales
+with cores however large the segments are. Everything ``read()`` needs goes into the partitions,
+which are small picklable dataclasses (Spark reads streams in another process).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from pathlib import Path
 from ..errors import ConfigError, JournalGap
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
-from ..journal.segments import SegmentView, list_segments
+from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
+from ..journal.sidecars import list_sidecars
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
+from .segment_index import INDEX_MIN_BYTES
 
-CHUNK_BYTES = 32 * 1024 * 1024  # journal bytes per Spark partition
+CHUNK_BYTES = 32 * 1024 * 1024  # journal bytes per decoded chunk (a Spark partition of its own)
+PARTITION_BYTES = 256 * 1024 * 1024  # journal bytes per partition of indexed chunks, at most
 
 
 @dataclass(frozen=True)
@@ -97,17 +101,22 @@ def journal_bounds(path: str) -> tuple[int, int]:
 
 
 def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUNK_BYTES,
-           strict_start: bool = False) -> list[Chunk]:
+           strict_start: bool = False, index: str = "read", index_min_bytes: int = INDEX_MIN_BYTES) -> list[Chunk]:
     """Chunks covering seqnos ``[lo, hi]`` (``hi`` None = to the end now) of one instance's journal.
 
     ``strict_start`` (streams, exports) raises JournalGap when ``lo`` was pruned, instead of starting
-    at the oldest record kept.
+    at the oldest record kept. ``index`` (see ``segment_index``): ``auto`` reads valid pieces and asks
+    for pieces of the runs it decodes, ``read`` only reads pieces, ``off`` ignores them.
     """
     lay = Layout.existing(ref.path)
     infos = list_segments(lay.journal)
     if strict_start and lo < infos[0].first_seqno:
         raise JournalGap(f"seqno {lo} of instance {ref.name} is no longer in its journal (it starts at "
                          f"{infos[0].first_seqno}): it was pruned before this reader consumed it")
+    pieces: dict[int, list] = {}
+    if index != "off":
+        for sc, p in list_sidecars(lay.journal):
+            pieces.setdefault(sc.segment, []).append((sc, p))
     out: list[Chunk] = []
     last_index = infos[-1].index
     for i, info in enumerate(infos):
@@ -116,21 +125,63 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
             continue
         if hi is not None and info.first_seqno > hi:
             break
+        sealed = info.index != last_index
         with SegmentView(info) as view:
-            cur: list | None = None  # [offset, first, last, start_byte]
-            for off, hdr in view.headers(tail=info.index == last_index):
-                s = hdr.seqno
-                if s < lo:
-                    continue
-                if hi is not None and s > hi:
-                    break
-                if cur is None:
-                    cur = [off, s, s, off]
-                elif off - cur[3] >= chunk_bytes:
-                    out.append(Chunk(ref.name, str(info.path), cur[0], cur[1], cur[2]))
-                    cur = [off, s, s, off]
-                else:
-                    cur[2] = s
-            if cur is not None:
-                out.append(Chunk(ref.name, str(info.path), cur[0], cur[1], cur[2]))
+            out.extend(_segment_chunks(ref.name, info, view, sealed, lo, hi, pieces.get(info.index, []),
+                                       chunk_bytes=chunk_bytes,
+                                       write=index == "auto", min_bytes=0 if sealed else index_min_bytes))
+    return out
+
+
+def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: int, hi: int | None,
+                    pieces: list, *, chunk_bytes: int, write: bool, min_bytes: int) -> list[Chunk]:
+    """Walk one segment from its start: a valid piece where one begins, else frame headers up to the
+    next piece (cut into chunks of ``chunk_bytes``), so that chunks, and the pieces written from them,
+    never overlap."""
+    valid: dict[int, tuple] = {}  # start offset -> (key, path, end offset)
+    for sc, p in pieces:
+        end = sc.matches(view.buf, view.size)
+        if end is not None and (sc.start not in valid or valid[sc.start][0].last < sc.last):
+            valid[sc.start] = (sc, p, end)
+    starts = sorted(valid)
+    path = str(info.path)
+    out: list[Chunk] = []
+    pos, seq = SEGMENT_HEADER_SIZE, info.first_seqno
+
+    def emit(cur) -> None:  # cur = [offset, first, last, end]
+        nbytes = cur[3] - cur[0]
+        out.append(Chunk(instance, path, cur[0], cur[1], cur[2], segment=info.index,
+                         write_piece=write and nbytes >= min_bytes, nbytes=nbytes))
+
+    while pos < view.size and (hi is None or seq <= hi):
+        v = valid.get(pos)
+        if v is not None and v[0].first == seq:
+            sc, p, end = v
+            if sc.last >= lo:
+                out.append(Chunk(instance, path, pos, max(seq, lo), sc.last if hi is None else min(sc.last, hi),
+                                 segment=info.index, piece=str(p), piece_first=sc.first, piece_last=sc.last,
+                                 nbytes=end - pos))
+            pos, seq = end, sc.last + 1
+            continue
+        stop = next((s for s in starts if s > pos), None)
+        cur: list | None = None
+        moved = False
+        for off, hdr in view.headers(tail=not sealed, start=pos, seqno=seq):
+            if (stop is not None and off >= stop) or (hi is not None and hdr.seqno > hi):
+                break
+            moved = True
+            pos, seq = off + hdr.total, hdr.seqno + 1
+            if hdr.seqno < lo:
+                continue
+            if cur is None:
+                cur = [off, hdr.seqno, hdr.seqno, pos]
+            elif off - cur[0] >= chunk_bytes:
+                emit(cur)
+                cur = [off, hdr.seqno, hdr.seqno, pos]
+            else:
+                cur[2], cur[3] = hdr.seqno, pos
+        if cur is not None:
+            emit(cur)
+        if not moved:  # the end of the frames (or a torn tail) is reached
+            break
     return out

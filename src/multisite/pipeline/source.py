@@ -5,6 +5,11 @@ One row per update (see ``columns.JOURNAL_COLUMNS``). Options:
 - ``from_seqno`` / ``to_seqno``: the seqno range (inclusive); filters on ``seqno`` are pushed down too;
 - ``regions``: comma-separated region names (``region = 'x'`` / ``IN`` filters are pushed down too);
 - ``chunk_bytes``: journal bytes per partition (default 32 MiB);
+- ``index``: ``auto`` (default) reads runs of frames from the journal index where it has them and adds
+  what it decodes to it; ``read`` only reads it; ``off`` decodes (and checks) every frame
+  (see ``segment_index``); ``index_min_bytes``: smallest run of the open segment to index (8 MiB);
+- ``partition_bytes`` (256 MiB) and ``min_partitions`` (twice this machine's cores): how indexed chunks are
+  grouped into partitions;
 - streams: ``starting`` (``earliest`` default, ``latest`` or a seqno: the last one *not* to read),
   ``consumer`` (name under which ``commit`` records the consumed seqno in each instance, default
   ``spark``; ``none`` to record nothing), ``max_transactions_per_batch``.
@@ -15,6 +20,7 @@ reader build only those columns: a much cheaper scan when only a few are needed.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, EqualTo,
@@ -26,21 +32,58 @@ from ..errors import ConfigError
 from ..instance import consumers
 from ..instance.layout import Layout
 from . import columns as C
-from .decode import Chunk, JournalBatchBuilder, read_chunk
+from .decode import BATCH_ROWS, Chunk, JournalBatchBuilder, read_chunk
 from .offsets import JournalOffset
-from .plan import (CHUNK_BYTES, InstanceRef, chunks, fields_for, instance_refs, journal_bounds,
+from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, instance_refs, journal_bounds,
                    region_filter)
+from .segment_index import INDEX_MIN_BYTES, check_mode, index_chunk
 
 
 class ChunkPartition(InputPartition):
-    """One chunk of one segment; carries all ``read()`` needs (it may run in another process)."""
+    """Chunks of one instance's journal, read in order; carries all ``read()`` needs (it may run in
+    another process). A chunk to decode is a partition of its own; chunks read from the journal
+    index are cheap and are grouped, since each Spark task costs tens of milliseconds."""
 
-    def __init__(self, chunk: Chunk, regions: frozenset | None, region_fields: dict, fields: dict):
-        super().__init__(chunk.path)
-        self.chunk = chunk
+    def __init__(self, chunks: list[Chunk], regions: frozenset | None, region_schemas: dict, fields: dict):
+        super().__init__(chunks[0].path)
+        self.chunks = chunks
         self.regions = regions
-        self.region_fields = region_fields
+        self.region_schemas = region_schemas  # of the chunks' instance: region -> {field: ddl type}
         self.fields = fields
+
+
+def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int) -> list[list[Chunk]]:
+    """Decoded chunks alone; runs of indexed chunks in groups of about equal journal bytes, at most
+    ``partition_bytes`` each and at least ``min_partitions`` of them when there are that many chunks."""
+    out: list[list[Chunk]] = []
+    run: list[Chunk] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        total = sum(c.nbytes for c in run)
+        n = min(len(run), max(min_partitions, -(-total // max(1, partition_bytes))))
+        target = total / n
+        group: list[Chunk] = []
+        acc = 0
+        for c in run:
+            if group and acc + c.nbytes / 2 > target:
+                out.append(group)
+                group, acc = [], 0
+            group.append(c)
+            acc += c.nbytes
+        if group:
+            out.append(group)
+        run.clear()
+
+    for c in cs:
+        if c.piece:
+            run.append(c)
+        else:
+            flush()
+            out.append([c])
+    flush()
+    return out
 
 
 def _int_option(options, name: str, default: int | None) -> int | None:
@@ -68,10 +111,30 @@ def _arrow_schema(schema):
 
 
 def read_partition(part: ChunkPartition, schema) -> Iterator:
-    rf = {r: frozenset(fs) for r, fs in part.region_fields.items()}
-    builder = JournalBatchBuilder(part.chunk.instance, _arrow_schema(schema), regions=part.regions,
-                                  region_fields=rf, fields=part.fields)
-    yield from read_chunk(part.chunk, builder)
+    target = _arrow_schema(schema)
+    for chunk in part.chunks:
+        yield from _read_chunk(chunk, part, target)
+
+
+def _read_chunk(chunk: Chunk, part: ChunkPartition, target) -> Iterator:
+    from .segment_index import Projector, existing_piece, read_piece
+
+    rf = {r: frozenset(fs) for r, fs in part.region_schemas.items()}
+    piece = chunk.piece or (existing_piece(chunk) if chunk.write_piece else None)
+    if piece:
+        out = Projector(target, chunk.instance, regions=part.regions, region_schemas=part.region_schemas,
+                        region_fields=rf, fields=part.fields)
+        yield from read_piece(piece, chunk.path, first=chunk.first_seqno, last=chunk.last_seqno,
+                              piece_first=chunk.piece_first or chunk.first_seqno,
+                              piece_last=chunk.piece_last or chunk.last_seqno, out=out,
+                              batch_rows=BATCH_ROWS)
+    elif chunk.write_piece:
+        yield from index_chunk(chunk, target, regions=part.regions, region_schemas=part.region_schemas,
+                               fields=part.fields)
+    else:
+        builder = JournalBatchBuilder(chunk.instance, target, regions=part.regions, region_fields=rf,
+                                      fields=part.fields)
+        yield from read_chunk(chunk, builder)
 
 
 class JournalDataSource(DataSource):
@@ -104,11 +167,16 @@ class _Common:
         self.fields = fields_for(refs, self.regions)
         _check_schema(schema, {**C.JOURNAL_COLUMNS, **C.JOURNAL_EXTRA_COLUMNS}, self.fields)
         self.chunk_bytes = _int_option(options, "chunk_bytes", CHUNK_BYTES)
+        self.index = check_mode(options.get("index", "auto"))
+        self.index_min_bytes = _int_option(options, "index_min_bytes", INDEX_MIN_BYTES)
+        self.partition_bytes = _int_option(options, "partition_bytes", PARTITION_BYTES)
+        self.min_partitions = _int_option(options, "min_partitions", 2 * (os.cpu_count() or 2))
 
     def _parts(self, ref: InstanceRef, lo: int, hi: int | None, strict: bool) -> list[ChunkPartition]:
-        rf = {r: tuple(fs) for r, fs in ref.region_schemas.items()}
-        return [ChunkPartition(c, self.regions, rf, self.fields)
-                for c in chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict)]
+        cs = chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict, index=self.index,
+                    index_min_bytes=self.index_min_bytes)
+        return [ChunkPartition(g, self.regions, ref.region_schemas, self.fields)
+                for g in group_chunks(cs, self.partition_bytes, self.min_partitions)]
 
 
 class JournalReader(_Common, DataSourceReader):
