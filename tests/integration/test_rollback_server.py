@@ -1,11 +1,11 @@
-"""Rollback on a running instance server, beside a live receiver."""
+"""Failover on running instance servers: a rollback beside a live receiver, a promotion in a cascade."""
 
 from __future__ import annotations
 
 import pytest
 
 from multisite.testing.cluster import Cluster
-from multisite.testing.scenario import commit, labels, lost_files, wait_for, wait_has
+from multisite.testing.scenario import commit, labels, lost_files, lost_labels, wait_for, wait_has
 
 
 @pytest.fixture
@@ -34,3 +34,33 @@ def test_a_routine_no_op_rollback_keeps_what_the_receive_pool_held(cluster):
     commit(a, "A3")
     wait_has(b, "A3")
     assert labels(b) == ["A1", "A2", "A3"]
+
+
+def test_a_cascaded_secondary_learns_the_history_record_of_its_promoted_source(cluster):
+    """A -> B -> C. B is promoted while C stays connected, and originates B1 where A had A2 (never
+    replicated). C must file B1 under B's new history record, not under A's: otherwise, when A comes
+    back as primary, C and A agree on a common point past B1, C keeps B1 where A has A2, and the two
+    diverge silently."""
+    a = cluster.instance("A", group="g")
+    b = cluster.instance("B", group="g")
+    c = cluster.instance("C", group="g")
+    cluster.link(a, b)
+    cluster.link(b, c)
+    commit(a, "A1")
+    wait_has(c, "A1")
+    a.call("source.deactivate", secondary="B")
+    commit(a, "A2")
+    a.kill()
+    b.call("receiver.stop")
+    b.call("role", role="primary")
+    commit(b, "B1")
+    wait_has(c, "B1")
+    b.kill()
+    a.start()
+    c.call("receiver.stop")
+    c.start_receiver(autorollback=True)
+    a.start_source(c)
+    commit(a, "A3")
+    wait_has(c, "A3")
+    assert labels(c) == labels(a) == ["A1", "A2", "A3"]
+    assert lost_labels(c) == [["B1"]]

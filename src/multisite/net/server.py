@@ -290,10 +290,28 @@ class InstanceServer:
         if role == "primary" and self.receiver is not None:
             raise ServerError(f"{self.db.name} has a running receiver server: stop it first "
                               f"(multisite receiver stop {self.root}), then make it primary")
+        before = [h.uid for h in self.db.info.history]
         info = await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, role)
         self.log.info("role of %s is now %s", self.db.name, role)
+        if [h.uid for h in info.history] != before:
+            # A secondary learns this instance's history only in the Start of a session: end the
+            # sessions before anything is committed under the new record, or a cascaded secondary
+            # files the new transactions under the old root primary and can later agree with it
+            # on a common point past them (a silent divergence).
+            await self._restart_sources()
         return {"pid": os.getpid(), "role": info.role, "seqno": self.db.seqno,
                 "history": msgspec.to_builtins(info.history)}
+
+    async def _restart_sources(self, timeout_s: float = 5.0) -> None:
+        """Kick every source in a session and wait until each has left it (kicking again: a kick
+        during a handshake is forgotten when streaming starts)."""
+        live = {s: s.connects for s in self.sources.values() if s.state in ("handshake", "streaming", "xoff")}
+        deadline = time.monotonic() + timeout_s
+        while live and time.monotonic() < deadline:
+            live = {s: n for s, n in live.items() if s.connects == n and s.state in ("handshake", "streaming", "xoff")}
+            for s in live:
+                s.kick()
+            await asyncio.sleep(0.005)
 
     # -- client protocol -------------------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
