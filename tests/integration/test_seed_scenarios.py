@@ -34,7 +34,7 @@ HELD_HEARTBEAT_TIMEOUT_S = 60.0  # a held link must not time out while the test 
 
 
 @pytest.fixture
-def cluster(tmp_path, request):
+def cluster(tmp_path):
     c = Cluster(tmp_path, durability="group")
     c.proxies = []
     yield c
@@ -45,10 +45,6 @@ def cluster(tmp_path, request):
 
 def rows(*labels_: str) -> list[str]:
     return PREFIX + list(labels_)
-
-
-def originating(name: str, seq: list[str]) -> list[str]:
-    return [x for x in seq if x.startswith(name[0])]
 
 
 def check_si_tags(node, bc_primary_labels: list[str], local: str = "MN") -> None:
