@@ -216,6 +216,7 @@ class SourceServer:
         cfg = self.cfg
         conn = Connection(Role.SOURCE, compress_level=cfg.compress_level)
         self.state = "handshake"
+        self._kicked = False  # a kick from here on ends this session: its Hello may predate the change
         me = hello_for(self.db.info, self.db.seqno)
         writer.write(conn.send(me))
         await writer.drain()
@@ -247,7 +248,6 @@ class SourceServer:
                            self._heartbeat_loop(conn, writer, lock), self._deactivate_watch())
 
     async def _deactivate_watch(self) -> None:
-        self._kicked = False
         while self.active and not self._kicked:
             self._wake.clear()
             await self._wake.wait()
