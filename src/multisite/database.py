@@ -608,15 +608,21 @@ class Transaction:
         return self.seqno
 
     def _add(self, op: int, region: str, key: Any, vb: bytes | None) -> None:
+        self._check(region)
+        self.ops.append((op, region, check_key(key), vb))
+
+    def _check(self, region: Any) -> None:
         if self._state != "open":
             raise TransactionError(f"transaction is {self._state}; start a new one with db.transaction()")
         if not isinstance(region, str):
             raise RegionNotFound(f"region must be a region name, got {region!r}")
         self.db._region(region)
-        self.ops.append((op, region, check_key(key), vb))
 
     def set(self, region: str, key: tuple, value: Any) -> None:
-        self._add(SET, region, key, encode_value(value))
+        # The hot path of large transactions: the checks of _add, inlined for the common case.
+        if self._state != "open" or region not in self.db.store.regions:
+            self._check(region)
+        self.ops.append((SET, region, check_key(key), encode_value(value)))
 
     def kill(self, region: str, key: tuple) -> None:
         self._add(KILL, region, key, None)
