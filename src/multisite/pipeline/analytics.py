@@ -36,7 +36,9 @@ from ..fsutil import atomic_write
 from ..instance.layout import Layout
 from ..journal.segments import SegmentView, list_segments
 from . import columns as C
+from .change_files import write_changes
 from .folding import covered_by, final_state
+from .state_files import fold_state
 from .plan import instance_ref, journal_bounds
 
 FOLLOW_INTERVAL_S = 1.0
@@ -240,17 +242,15 @@ def _events_from_changes(df, m: dict):
     return df.select(*_state_cols(m), "ord", "op")
 
 
-def _fold_to_state(events, m: dict):
+def _fold_to_state(events, m: dict, *, has_base: bool = True):
     from pyspark.sql import functions as F
 
     payload = [c for c in _state_cols(m) if c not in ("region", "key_text", "seqno")]
-    pts, _ = final_state(events, payload)
+    pts, _ = final_state(events, payload, has_base=has_base)
     return pts.where(F.col("op") == "set").select(*_state_cols(m))
 
 
 def _append(spark, d: _Dirs, m: dict, ref, lo: int, hi: int) -> tuple[int, int]:
-    from pyspark.sql import functions as F
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -259,16 +259,10 @@ def _append(spark, d: _Dirs, m: dict, ref, lo: int, hi: int) -> tuple[int, int]:
     hi = int(js[-1]) if len(js) else lo - 1
     if hi < lo:
         return 0, 0
-    src = (spark.read.format("multisite").schema(_change_ddl(m)).option("from_seqno", lo).option("to_seqno", hi)
-           .load(ref.path).withColumn("commit_date", F.date_format("commit_time", "yyyy-MM-dd")))
-    src.write.partitionBy("commit_date").parquet(str(d.work / "changes"))
-    new = spark.read.parquet(str(d.work / "changes"))
-    updates = new.count()
-    old_state = spark.read.parquet(str(d.state)) if (d.state / "_SUCCESS").exists() or _has_parquet(d.state) else None
-    events = _events_from_changes(new, m)
-    if old_state is not None:
-        events = _events_from_state(old_state, m).unionByName(events)
-    _fold_to_state(events, m).write.parquet(str(d.work / "state"))
+    updates, _ = write_changes(spark, ref, lo, hi, d.work / "changes", m["fields"])
+    old_state = d.state if _has_parquet(d.state) else None
+    fold_state(spark, d.work / "changes" if updates else None, old_state, d.work / "state", _state_cols(m),
+               m["fields"])
     # Publish: change files (named by run), txn list, state, then the manifest.
     for part in sorted((d.work / "changes").glob("commit_date=*")):
         target = d.changes / part.name
@@ -277,7 +271,8 @@ def _append(spark, d: _Dirs, m: dict, ref, lo: int, hi: int) -> tuple[int, int]:
             os.replace(f, target / f"r{hi:020d}-{f.name}")
     d.txns.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"seqno": js, "crc": jc}), d.txns / f"r{hi:020d}.parquet")
-    _swap_state(d)
+    if (d.work / "state").exists():
+        _swap_state(d)
     m["last_seqno"] = hi
     m["runs"].append({"from": lo, "to": hi, "updates": updates, "at": time.time()})
     _save_manifest(d, m)

@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 
 from ..errors import JournalCorrupt
 from ..journal.records import FRAME_HEADER_SIZE, KILL, decode_payload, parse_header
-from ..keys import encode_key
 from .columns import COERCE
 
 BATCH_ROWS = 65_536  # updates per Arrow batch handed to Spark
@@ -104,6 +103,25 @@ def key_column(keys: list, typ: pa.DataType) -> pa.Array:
         strs = pa.array([p if type(p) is str else None for p in parts], struct_t.field("s").type)
     child = pa.StructArray.from_arrays([ints, strs], fields=list(struct_t))
     return pa.ListArray.from_arrays(pa.array(offsets), child, type=typ)
+
+
+_KEY_ARROW = pa.list_(pa.field("element", pa.struct([("i", pa.int64()), ("s", pa.string())])))
+
+
+def key_bytes_column(key: pa.ListArray) -> pa.Array:
+    """``keys.encode_key`` of every key of a key column, vectorized: an int subscript is ``0x01`` + 8
+    bytes big-endian of ``value + 2**63``, a str one ``0x02`` + UTF-8 (``0x00`` escaped as
+    ``0x00 0xff``) + ``0x00``; a key is its subscripts' encodings joined."""
+    parts = key.values
+    ints, strs = parts.field("i"), parts.field("s")
+    iv = ints.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    biased = (iv.view(np.uint64) ^ np.uint64(1 << 63)).byteswap()
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(parts), [None, pa.py_buffer(biased.tobytes())])
+    ienc = pc.binary_join_element_wise(pa.scalar(b"\x01"), fixed.cast(pa.binary()), b"")
+    sesc = pc.replace_substring(strs.cast(pa.binary()), b"\x00", b"\x00\xff")
+    senc = pc.binary_join_element_wise(pa.scalar(b"\x02"), sesc, pa.scalar(b"\x00"), b"")
+    enc = pc.if_else(ints.is_valid(), ienc, senc)
+    return pc.binary_join(pa.ListArray.from_arrays(key.offsets, enc), b"")
 
 
 def key_text_column(keys: list, typ: pa.DataType = pa.string()) -> pa.Array:
@@ -241,7 +259,7 @@ class JournalBatchBuilder:
             return None
         n = self.rows
         cols = []
-        objs = None
+        objs = keys = None
         for f in self.schema:
             name, typ = f.name, f.type
             if name == "instance":
@@ -267,11 +285,14 @@ class JournalBatchBuilder:
             elif name == "op":
                 a = _OPS.take(pa.array(self.u_op, pa.int8())).cast(typ)
             elif name == "key":
-                a = key_column(self.u_key, typ)
+                a = keys = key_column(self.u_key, typ)
             elif name == "key_text":
                 a = _key_text_column(self.u_key, typ)
             elif name == "key_bytes":
-                a = pa.array(list(map(encode_key, self.u_key)), typ)
+                if keys is None:
+                    keys = key_column(self.u_key, _KEY_ARROW)
+                a = key_bytes_column(keys)
+                a = a.cast(typ) if a.type != typ else a
             elif name == "value":
                 if objs is None and "fields" in self.names:
                     objs = msgpack_objects(self.u_value)

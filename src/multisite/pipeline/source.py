@@ -32,11 +32,11 @@ from ..errors import ConfigError
 from ..instance import consumers
 from ..instance.layout import Layout
 from . import columns as C
-from .decode import BATCH_ROWS, Chunk, JournalBatchBuilder, read_chunk
+from .decode import Chunk
 from .offsets import JournalOffset
 from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, instance_refs, journal_bounds,
                    region_filter)
-from .segment_index import INDEX_MIN_BYTES, check_mode, index_chunk
+from .segment_index import INDEX_MIN_BYTES, check_mode, chunk_batches
 
 
 class ChunkPartition(InputPartition):
@@ -113,28 +113,8 @@ def _arrow_schema(schema):
 def read_partition(part: ChunkPartition, schema) -> Iterator:
     target = _arrow_schema(schema)
     for chunk in part.chunks:
-        yield from _read_chunk(chunk, part, target)
-
-
-def _read_chunk(chunk: Chunk, part: ChunkPartition, target) -> Iterator:
-    from .segment_index import Projector, existing_piece, read_piece
-
-    rf = {r: frozenset(fs) for r, fs in part.region_schemas.items()}
-    piece = chunk.piece or (existing_piece(chunk) if chunk.write_piece else None)
-    if piece:
-        out = Projector(target, chunk.instance, regions=part.regions, region_schemas=part.region_schemas,
-                        region_fields=rf, fields=part.fields)
-        yield from read_piece(piece, chunk.path, first=chunk.first_seqno, last=chunk.last_seqno,
-                              piece_first=chunk.piece_first or chunk.first_seqno,
-                              piece_last=chunk.piece_last or chunk.last_seqno, out=out,
-                              batch_rows=BATCH_ROWS)
-    elif chunk.write_piece:
-        yield from index_chunk(chunk, target, regions=part.regions, region_schemas=part.region_schemas,
-                               fields=part.fields)
-    else:
-        builder = JournalBatchBuilder(chunk.instance, target, regions=part.regions, region_fields=rf,
-                                      fields=part.fields)
-        yield from read_chunk(chunk, builder)
+        yield from chunk_batches(chunk, target, regions=part.regions, region_schemas=part.region_schemas,
+                                 fields=part.fields)
 
 
 class JournalDataSource(DataSource):

@@ -1,0 +1,141 @@
+"""The journal as a DataFrame at Parquet speed, for the pipeline's own jobs and for users who want it.
+
+``format("multisite")`` hands Spark Arrow batches from Python, and Spark converts every row of every
+column of the source's schema (no column pruning reaches a Python source): a floor of about 2.5 us
+per row for the default schema, whatever the source does. The journal index (``segment_index``)
+holds the same rows as Parquet pieces, which Spark's own reader scans vectorized, reading only the
+columns a query uses. So:
+
+- :func:`index_journal` writes the missing pieces of a seqno range as a Spark job (one task per run
+  of frames, nothing sent back to the JVM but a count), or in this process without Spark;
+- :func:`journal_df` is the rows of ``format("multisite")`` for one instance, with the same columns
+  and values: its pieces through ``spark.read.parquet`` and the frames without a piece (the newest
+  ones, typically) through the Python source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from . import columns as C
+from .plan import InstanceRef, chunks, instance_ref
+from .segment_index import INDEX_MIN_BYTES, PIECE_COLUMNS, index_fields
+
+DEFAULT_COLUMNS = list(C.JOURNAL_COLUMNS)
+
+
+@dataclass
+class IndexReport:
+    instance: str
+    pieces_written: int
+    frames: int
+    rows: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _index_one(args) -> tuple[int, int]:
+    """Decode one chunk and write its piece (runs in a Spark task or a worker process)."""
+    import pyarrow as pa
+
+    from .segment_index import index_chunk
+
+    chunk, region_schemas = args
+    target = pa.schema([pa.field("seqno", pa.int64())])
+    rows = sum(b.num_rows for b in index_chunk(chunk, target, regions=None, region_schemas=region_schemas,
+                                               fields={}))
+    return chunk.last_seqno - chunk.first_seqno + 1, rows
+
+
+def index_journal(instance: str, *, from_seqno: int = 1, to_seqno: int | None = None, spark=None,
+                  jobs: int | None = None, index_min_bytes: int = INDEX_MIN_BYTES) -> IndexReport:
+    """Write the journal-index pieces missing for seqnos ``from_seqno..to_seqno`` of ``instance``:
+    on Spark when ``spark`` is given, else in ``jobs`` local processes (default: the cores)."""
+    import time
+
+    t0 = time.time()
+    ref = instance_ref(instance)
+    todo = [(c, ref.region_schemas) for c in chunks(ref, from_seqno, to_seqno, index="auto",
+                                                      index_min_bytes=index_min_bytes) if c.write_piece]
+    if not todo:
+        done = []
+    elif spark is not None:
+        done = spark.sparkContext.parallelize(todo, len(todo)).map(_index_one).collect()
+    else:
+        jobs = jobs or os.cpu_count() or 1
+        if jobs == 1 or len(todo) == 1:
+            done = [_index_one(t) for t in todo]
+        else:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+                done = list(pool.map(_index_one, todo))
+    return IndexReport(ref.name, len(done), sum(f for f, _ in done), sum(r for _, r in done), time.time() - t0)
+
+
+def _ddl(columns: list[str], fields: dict) -> str:
+    every = {**C.JOURNAL_COLUMNS, **C.JOURNAL_EXTRA_COLUMNS}
+    return C.ddl({n: every[n] for n in columns if n != "fields"}, fields if "fields" in columns else None)
+
+
+def journal_df(spark, instance: str | InstanceRef, columns: list[str] | None = None, *, from_seqno: int = 1,
+               to_seqno: int | None = None, regions: frozenset | None = None, index: str = "auto"):
+    """The rows ``spark.read.format("multisite")`` gives for ``instance`` (columns ``columns``, default
+    the default schema's), reading journal-index pieces with Spark's Parquet reader."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    ref = instance if isinstance(instance, InstanceRef) else instance_ref(instance)
+    fields = C.merge_fields(sorted((r, s) for r, s in ref.region_schemas.items() if regions is None or r in regions))
+    cols = list(columns or DEFAULT_COLUMNS + (["fields"] if fields else []))
+    lo, hi = from_seqno, to_seqno
+    pfields = index_fields(ref.region_schemas)
+    native: list[str] = []  # piece paths read by Spark
+    gaps: list[list[int]] = []  # seqno ranges left to the Python source
+    for c in chunks(ref, lo, hi, index="read" if index != "off" else "off"):
+        ok = bool(c.piece)
+        if ok and "fields" in cols:
+            meta = pq.read_schema(c.piece).metadata or {}
+            ok = json.loads(meta.get(b"multisite.index", b"{}")).get("region_schemas") == ref.region_schemas
+        if ok:
+            native.append(c.piece)
+        elif gaps and gaps[-1][1] == c.first_seqno - 1:
+            gaps[-1][1] = c.last_seqno
+        else:
+            gaps.append([c.first_seqno, c.last_seqno])
+    parts = []
+    if native:
+        piece_cols = {n: t for n, t in PIECE_COLUMNS.items()}
+        df = spark.read.schema(C.ddl(piece_cols, pfields or None)).parquet(*native)
+        cond = F.col("seqno") >= lo
+        if hi is not None:
+            cond = cond & (F.col("seqno") <= hi)
+        if regions is not None:
+            cond = cond & F.col("region").isin(sorted(regions))
+        df = df.where(cond)
+        sel = []
+        for n in cols:
+            if n == "instance":
+                sel.append(F.lit(ref.name).alias("instance"))
+            elif n == "fields":
+                sel.append(F.struct(*[F.col(f"fields.`{f}`").alias(f) if f in pfields
+                                      else F.lit(None).cast(t).alias(f) for f, t in fields.items()]).alias("fields"))
+            else:
+                sel.append(F.col(n))
+        parts.append(df.select(*sel))
+    for a, b in gaps:
+        r = (spark.read.format("multisite").schema(_ddl(cols, fields)).option("from_seqno", a)
+             .option("to_seqno", b).option("index", index))
+        if regions is not None:
+            r = r.option("regions", ",".join(sorted(regions)))
+        parts.append(r.load(ref.path).select(*cols))
+    if not parts:
+        return spark.createDataFrame([], _ddl(cols, fields))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
