@@ -145,7 +145,9 @@ class InstanceServer:
         return {"pid": os.getpid()}
 
     async def ctl_status(self) -> dict:
+        backlogs = [s.backlog for s in self.sources.values()] + [len(self.receive_pool)]
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
+                "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
