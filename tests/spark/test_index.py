@@ -90,3 +90,29 @@ def test_a_stream_polling_the_open_segment_leaves_no_pieces(spark, tmp_path):
     root = build(tmp_path / "A", "A", TXNS[:20])
     assert spark.read.format("multisite").load(str(root)).count() == 40
     assert not index_dir(root / "journal").exists() or not pieces(root)
+
+
+def test_journal_df_reads_pieces_with_sparks_parquet_reader_and_the_rest_with_the_source(spark, tmp_path):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from multisite.cli.main import cli
+    from multisite.pipeline.journal_frames import journal_df
+
+    root = build(tmp_path / "A", "A", TXNS, segment_bytes=4096)
+    out = CliRunner().invoke(cli, ["journal", "index", str(root), "--jobs", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    rep = _json.loads(out.output)
+    assert rep["pieces_written"] > 0 and rep["frames"] < len(TXNS)  # the open segment's tail is too small
+    for opts, src in [({}, {}), ({"from_seqno": 37, "to_seqno": 140}, {"from_seqno": 37, "to_seqno": 140}),
+                      ({"regions": frozenset({"acct"})}, {"regions": "acct"})]:
+        df = journal_df(spark, str(root), **opts)
+        plan = df._jdf.queryExecution().optimizedPlan().treeString().lower()
+        assert "parquet" in plan  # pieces through Spark's reader
+        assert ("relationv2" in plan) == ("to_seqno" not in opts)  # the unindexed tail through the source
+        got = sorted((tuple(r) for r in df.collect()), key=repr)
+        assert got == rows(spark, root, index="off", **src)
+    narrow = journal_df(spark, str(root), ["region", "seqno", "key_bytes"])
+    assert sorted((tuple(r) for r in narrow.collect()), key=repr) == \
+        rows(spark, root, "region string, seqno bigint, key_bytes binary", index="off")

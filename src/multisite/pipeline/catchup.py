@@ -78,7 +78,7 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
                 "key_bytes": "binary", "value_raw": "binary"}
         events = (spark.read.format("multisite").schema(C.ddl(cols)).option("from_seqno", lo)
                   .option("to_seqno", hi).load(ref.path))
-        pts, kills = final_state(events, ["key_bytes", "value_raw"])
+        pts, kills = final_state(events, ["key_bytes", "value_raw"], has_base=False)
         kill_rows = events.where(F.col("op") == "kill").select("region", "key_bytes").distinct()
         n_updates = events.count()
         src_regions = store_regions(Layout.existing(ref.path))

@@ -70,9 +70,11 @@ def index_journal(instance: str, *, from_seqno: int = 1, to_seqno: int | None = 
         if jobs == 1 or len(todo) == 1:
             done = [_index_one(t) for t in todo]
         else:
+            import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+            # spawn: the caller may hold threads (Spark's gateway, Arrow's pools) that fork would copy mid-lock
+            with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
                 done = list(pool.map(_index_one, todo))
     return IndexReport(ref.name, len(done), sum(f for f, _ in done), sum(r for _, r in done), time.time() - t0)
 

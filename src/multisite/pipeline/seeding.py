@@ -82,13 +82,15 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
             return base.select(*cols), at
         events = base.select(*jcols).unionByName(
             journal.where((F.col("seqno") > store_seqno) & (F.col("seqno") <= at)).select(*jcols))
+        has_base = True
     elif first == 1:
         events = journal.where(F.col("seqno") <= at).select(*jcols)
+        has_base = False
     else:
         raise PipelineError(f"the state of {ref.name} at seqno {at} is before its store's seqno {store_seqno} and "
                             f"its journal was pruned (it starts at {first}); take the snapshot at {store_seqno} "
                             f"or later")
-    pts, _ = final_state(events, [c for c in cols if c not in ("region", "key_text")])
+    pts, _ = final_state(events, [c for c in cols if c not in ("region", "key_text")], has_base=has_base)
     return pts.where(F.col("op") == "set").select(*cols), at
 
 
