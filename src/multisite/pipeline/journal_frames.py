@@ -98,8 +98,10 @@ def journal_df(spark, instance: str | InstanceRef, columns: list[str] | None = N
     pfields = index_fields(ref.region_schemas)
     native: list[str] = []  # piece paths read by Spark
     gaps: list[list[int]] = []  # seqno ranges left to the Python source
+    cut = False  # does a piece hold seqnos outside [lo, hi]?
     for c in chunks(ref, lo, hi, index="read" if index != "off" else "off"):
         ok = bool(c.piece)
+        cut = cut or (ok and (c.piece_first < c.first_seqno or c.piece_last > c.last_seqno))
         if ok and "fields" in cols:
             meta = pq.read_schema(c.piece).metadata or {}
             ok = json.loads(meta.get(b"multisite.index", b"{}")).get("region_schemas") == ref.region_schemas
@@ -113,12 +115,11 @@ def journal_df(spark, instance: str | InstanceRef, columns: list[str] | None = N
     if native:
         piece_cols = {n: t for n, t in PIECE_COLUMNS.items()}
         df = spark.read.schema(C.ddl(piece_cols, pfields or None)).parquet(*native)
-        cond = F.col("seqno") >= lo
-        if hi is not None:
-            cond = cond & (F.col("seqno") <= hi)
+        if cut:
+            cond = F.col("seqno") >= lo
+            df = df.where(cond & (F.col("seqno") <= hi) if hi is not None else cond)
         if regions is not None:
-            cond = cond & F.col("region").isin(sorted(regions))
-        df = df.where(cond)
+            df = df.where(F.col("region").isin(sorted(regions)))
         sel = []
         for n in cols:
             if n == "instance":

@@ -8,7 +8,7 @@ One row per update (see ``columns.JOURNAL_COLUMNS``). Options:
 - ``index``: ``auto`` (default) reads runs of frames from the journal index where it has them and adds
   what it decodes to it; ``read`` only reads it; ``off`` decodes (and checks) every frame
   (see ``segment_index``); ``index_min_bytes``: smallest run of the open segment to index (8 MiB);
-- ``partition_bytes`` (256 MiB) and ``min_partitions`` (twice this machine's cores): how indexed chunks are
+- ``partition_bytes`` (256 MiB) and ``min_partitions`` (this machine's cores): how indexed chunks are
   grouped into partitions;
 - streams: ``starting`` (``earliest`` default, ``latest`` or a seqno: the last one *not* to read),
   ``consumer`` (name under which ``commit`` records the consumed seqno in each instance, default
@@ -150,7 +150,7 @@ class _Common:
         self.index = check_mode(options.get("index", "auto"))
         self.index_min_bytes = _int_option(options, "index_min_bytes", INDEX_MIN_BYTES)
         self.partition_bytes = _int_option(options, "partition_bytes", PARTITION_BYTES)
-        self.min_partitions = _int_option(options, "min_partitions", 2 * (os.cpu_count() or 2))
+        self.min_partitions = _int_option(options, "min_partitions", os.cpu_count() or 2)
 
     def _parts(self, ref: InstanceRef, lo: int, hi: int | None, strict: bool) -> list[ChunkPartition]:
         cs = chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict, index=self.index,
