@@ -8,6 +8,12 @@ one run: a full-scan aggregate (group by region: count, sum of value sizes) over
 source and over the same rows written to Parquet; ``export`` of the whole journal; an incremental
 export of 1,000 new transactions as a fresh process (Spark start included); ``snapshot`` + ``seed``
 of a second 1M-key instance and ``verify`` of the two as a fresh process. Prints a JSON report.
+
+The journal source keeps a columnar index of the frames it has read (``journal/index/``): the first
+read of the fresh copy decodes every frame and writes it, and is reported on its own; the other scans
+read through it. So is the export of a second fresh copy, whose index the export itself writes. The
+floor is the same aggregate over a Python source that only yields prebuilt Arrow batches of the
+default schema: what Spark's handling of Python-source batches costs, whatever the source does.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -58,6 +66,50 @@ def build(path: Path, updates: int, keys: int, seed: int = 5) -> None:
     print(f"built {updates:,} updates in {time.time() - t0:.0f}s", file=sys.stderr)
 
 
+class FloorSource(DataSource):
+    """A Python source that yields prebuilt Arrow batches of the journal source's default schema (the
+    first 64 Ki rows of the journal, repeated): what Spark's side of a Python source costs."""
+
+    @classmethod
+    def name(cls):
+        return "bench_floor"
+
+    def schema(self):
+        from multisite.pipeline import columns as C
+        from multisite.pipeline.plan import fields_for, instance_ref
+
+        return C.ddl(C.JOURNAL_COLUMNS, fields_for([instance_ref(self.options["instance"])], None))
+
+    def reader(self, schema):
+        return FloorReader(self.options, schema)
+
+
+class FloorReader(DataSourceReader):
+    def __init__(self, options, schema):
+        self.rows, self.instance, self.schema = int(options["rows"]), options["instance"], schema
+
+    def partitions(self):
+        n = 2 * (os.cpu_count() or 2)
+        return [InputPartition((self.rows // n) + (1 if i < self.rows % n else 0)) for i in range(n)]
+
+    def read(self, partition):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from multisite.pipeline.plan import chunks, fields_for, instance_ref
+        from multisite.pipeline.segment_index import chunk_batches
+
+        ref = instance_ref(self.instance)
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        fields = fields_for([ref], None)
+        first = chunks(ref, 1, 1000, index="off")[0]  # decoded: the same rows whether or not an index exists
+        batch = next(chunk_batches(first, target, regions=None, region_schemas=ref.region_schemas, fields=fields))
+        left = partition.value
+        while left > 0:
+            out = batch.slice(0, min(left, batch.num_rows))
+            left -= out.num_rows
+            yield out
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -88,6 +140,8 @@ def main() -> None:
     work.mkdir()
     inst = work / "A"
     shutil.copytree(src, inst)
+    cold = work / "A-cold"  # a second copy, exported without an index
+    shutil.copytree(src, cold)
 
     from pyspark.sql import functions as F
 
@@ -96,26 +150,47 @@ def main() -> None:
     report: dict = {"updates": a.updates, "keys": a.keys, "cores": os.cpu_count(), "master": a.master}
     spark, dt = timed(lambda: pipeline.session(a.master))
     report["spark_start_s"] = round(dt, 1)
+    spark.dataSource.register(FloorSource)
 
     def agg(df):
         return df.groupBy("region").agg(F.count(F.lit(1)).alias("n"), F.sum("value_size").alias("bytes")).collect()
 
-    journal = spark.read.format("multisite").load(str(inst))
-    narrow = spark.read.format("multisite").schema("region string, value_size int").load(str(inst))
-    agg(narrow)  # warm the Python workers
+    from multisite.pipeline.journal_frames import journal_df
+    from multisite.pipeline.segment_index import index_state
+
+    def source(narrow: bool = False):
+        r = spark.read.format("multisite")
+        return (r.schema("region string, value_size int") if narrow else r).load(str(inst))
+
+    floor = spark.read.format("bench_floor").option("rows", a.updates).option("instance", str(inst)).load()
+    agg(floor)  # warm the JVM and the Python workers
+    res_c, t_c = timed(lambda: agg(source()))  # first read: decodes every frame, writes the index
+    index = index_state(str(inst / "journal"))
+    agg(source(narrow=True))
+    journal, narrow = source(), source(narrow=True)
     res_j, t_j = timed(lambda: agg(journal))
     res_n, t_n = timed(lambda: agg(narrow))
+    native = journal_df(spark, str(inst))
+    agg(native)
+    res_f, t_f = timed(lambda: agg(native))
+    _, t_0 = timed(lambda: agg(floor))
     pq = work / "journal-parquet"
     _, t_w = timed(lambda: journal.write.parquet(str(pq)))
     parquet = spark.read.parquet(str(pq))
     agg(parquet)
     res_p, t_p = timed(lambda: agg(parquet))
-    assert sorted(map(tuple, res_j)) == sorted(map(tuple, res_p)) == sorted(map(tuple, res_n))
+    assert (sorted(map(tuple, res_j)) == sorted(map(tuple, res_p)) == sorted(map(tuple, res_n))
+            == sorted(map(tuple, res_c)) == sorted(map(tuple, res_f)))
     report["scan"] = {
+        "journal_first_read_s": round(t_c, 2), "journal_first_read_rows_per_s": int(a.updates / t_c),
+        "index": index,
         "journal_full_schema_s": round(t_j, 2), "journal_full_schema_rows_per_s": int(a.updates / t_j),
         "journal_projected_s": round(t_n, 2), "journal_projected_rows_per_s": int(a.updates / t_n),
+        "journal_df_s": round(t_f, 2), "journal_df_rows_per_s": int(a.updates / t_f),
+        "python_source_floor_s": round(t_0, 2), "python_source_floor_rows_per_s": int(a.updates / t_0),
         "parquet_s": round(t_p, 2), "parquet_rows_per_s": int(a.updates / t_p),
         "ratio_full_schema": round(t_p / t_j, 3), "ratio_projected": round(t_p / t_n, 3),
+        "ratio_journal_df": round(t_p / t_f, 3), "ratio_floor": round(t_p / t_0, 3),
         "journal_to_parquet_write_s": round(t_w, 1),
     }
     print(json.dumps(report["scan"]), file=sys.stderr)
@@ -125,6 +200,12 @@ def main() -> None:
     report["export_full"] = {"seconds": round(t_e, 1), "updates": rep.updates,
                              "updates_per_s": int(rep.updates / t_e)}
     print(json.dumps(report["export_full"]), file=sys.stderr)
+    rep, t_e = timed(lambda: pipeline.export(str(cold), str(work / "lake-cold"), spark=spark))
+    report["export_full_unindexed"] = {"seconds": round(t_e, 1), "updates": rep.updates,
+                                       "updates_per_s": int(rep.updates / t_e)}
+    print(json.dumps(report["export_full_unindexed"]), file=sys.stderr)
+    shutil.rmtree(cold)
+    shutil.rmtree(work / "lake-cold")
 
     import multisite
 
