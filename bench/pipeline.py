@@ -147,7 +147,8 @@ def main() -> None:
 
     from multisite import pipeline
 
-    report: dict = {"updates": a.updates, "keys": a.keys, "cores": os.cpu_count(), "master": a.master}
+    report: dict = {"updates": a.updates, "keys": a.keys, "cores": os.cpu_count(), "master": a.master,
+                    "load_avg_before": round(os.getloadavg()[0], 1)}
     spark, dt = timed(lambda: pipeline.session(a.master))
     report["spark_start_s"] = round(dt, 1)
     spark.dataSource.register(FloorSource)
@@ -230,6 +231,7 @@ def main() -> None:
     out, t_v = cli("pipeline", "verify", str(inst), str(work / "B"), "--master", a.master)
     report["verify"] = {"keys_a": out["keys_a"], "keys_b": out["keys_b"], "equal": out["equal"],
                         "wall_s_including_spark_start": round(t_v, 1), "job_s": round(out["seconds"], 1)}
+    report["load_avg_after"] = round(os.getloadavg()[0], 1)
     print(json.dumps(report, indent=2))
     (OUT / "pipeline-report.json").write_text(json.dumps(report, indent=2))
 
