@@ -50,6 +50,11 @@ if not console.is_terminal:  # a log file or a pipe: keep the table's rows on on
     console = Console(width=200)
 
 
+# The shared disk's fsync time drifts by several times within seconds: short slots, many rounds,
+# so that the baselines and the engine see the same disk.
+FSYNC_ROUNDS = 25
+
+
 def value(i: int) -> dict:
     return {"n": i, "pad": "x" * 32}
 
@@ -240,13 +245,15 @@ def run_for(loop: Loop, seconds: float, first: int) -> tuple[int, float]:
 
 
 def interleaved(loops: list[Loop], seconds: float, rounds: int) -> list[Figure]:
-    """Run the loops in turn, ``rounds`` times, ``seconds`` in all each: the disk's drift hits all alike."""
+    """Run the loops in turn, ``rounds`` times, ``seconds`` in all each: the disk's drift, and the
+    writeback one loop leaves to the next, hit all alike."""
     counts, times = [0] * len(loops), [0.0] * len(loops)
     for loop in loops:  # warm-up
         loop.run(min(0.2, seconds / 10))
-    for _ in range(rounds):
-        for k, loop in enumerate(loops):
-            n, dt = loop.run(seconds / rounds)
+    for r in range(rounds):  # each round starts one later, so no loop always follows the same one
+        for j in range(len(loops)):
+            k = (r + j) % len(loops)
+            n, dt = loops[k].run(seconds / rounds)
             counts[k] += n
             times[k] += dt
     return [Figure(loop.name, c, t, unit=loop.unit, note=loop.note) for loop, c, t in zip(loops, counts, times)]
@@ -455,7 +462,7 @@ def main() -> None:
                            SingleWriter(work, "fsync"), GroupThreads(work)]
             with console.status("measuring the baselines, fsync and group mode, interleaved ..."):
                 (figs["bare"], figs["bare2"], figs["sqlite"], figs["fsync"],
-                 figs["group"]) = interleaved(fsync_bound, seconds, 5)
+                 figs["group"]) = interleaved(fsync_bound, seconds, FSYNC_ROUNDS)
         finally:
             for loop in fsync_bound:
                 loop.close()
