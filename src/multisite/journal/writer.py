@@ -79,13 +79,6 @@ class JournalWriter:
             self.fsyncs += 1
             self.durable_seqno = last_seqno
 
-    def truncate_to(self, size: int, last_seqno: int) -> None:
-        """Cut the current segment back (rollback); the caller holds the commit lock."""
-        os.ftruncate(self._fd, size)
-        os.fsync(self._fd)
-        self._size = size
-        self.written_seqno = self.durable_seqno = last_seqno
-
     @property
     def size(self) -> int:
         return self._size

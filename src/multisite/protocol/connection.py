@@ -201,9 +201,6 @@ class Connection:
                        f"{b.first_seqno}..{expect - 1}")
         self.next_seqno = expect
 
-    def resume_at(self, seqno: int) -> None:
-        """Receiver: after XOFF/XON the source resends from ``seqno`` (the receiver asked for it)."""
-        self.next_seqno = seqno
 
 
 def split_frames(data: bytes):

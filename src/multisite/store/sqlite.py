@@ -15,7 +15,6 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ..keys import KILL_END
 
@@ -194,17 +193,6 @@ class Store:
                                      (rid, lo, limit)).fetchall()
         return self.conn.execute(f"SELECT k, v FROM kv WHERE r=? AND k{op}? AND k<? ORDER BY k LIMIT ?",
                                  (rid, lo, stop, limit)).fetchall()
-
-    def scan(self, rid: int, start: bytes | None = None, stop: bytes | None = None,
-             batch: int = 1000) -> Iterator[tuple[bytes, bytes]]:
-        """Keys in order from ``start`` (inclusive) to ``stop`` (exclusive), fetched in batches."""
-        lo, inclusive = start or b"", True
-        while True:
-            rows = self.page(rid, lo, stop, batch, inclusive=inclusive)
-            yield from rows
-            if len(rows) < batch:
-                return
-            lo, inclusive = rows[-1][0], False
 
     def count(self, rid: int) -> int:
         return self.conn.execute("SELECT count(*) FROM kv WHERE r=?", (rid,)).fetchone()[0]
