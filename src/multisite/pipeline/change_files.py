@@ -2,19 +2,21 @@
 
 An export's new rows are a seqno range of the journal, columns and all. Handing them to Spark from
 the Python source and letting Spark write them would convert every row twice (Arrow to Spark rows,
-rows to Parquet); instead one Spark task per chunk takes the chunk's Arrow batches (from its
-journal-index piece, or decoded, writing the piece) and writes them with pyarrow, one file per
-commit date, under ``commit_date=YYYY-MM-DD/`` (the layout ``partitionBy`` gives; dates in UTC, as
-the session's). Nothing but a row count and the dates goes back to the driver.
+rows to Parquet); instead Spark tasks take the chunks' Arrow batches (from their journal-index
+pieces, or decoded, writing the pieces: grouped like the source's partitions, a chunk to decode
+alone) and write them with pyarrow, one file per task and commit date, under
+``commit_date=YYYY-MM-DD/`` (the layout ``partitionBy`` gives; dates in UTC, as the session's).
+Nothing but a row count and the dates goes back to the driver.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 from . import columns as C
-from .plan import InstanceRef, chunks
+from .plan import PARTITION_BYTES, InstanceRef, chunks, group_chunks
 
 CHANGE_FILE_ROW_GROUP_ROWS = 131_072
 _US_PER_DAY = 86_400_000_000
@@ -31,12 +33,14 @@ def _write_one(args) -> tuple[int, list[str]]:
 
     from .segment_index import PIECE_COMPRESSION, PIECE_DICTIONARY_COLUMNS, chunk_batches, journal_schema
 
-    i, chunk, region_schemas, fields, dest = args
+    i, group, region_schemas, fields, dest = args
     target = journal_schema(change_columns(fields), fields)
     writers: dict[str, pq.ParquetWriter] = {}
     rows = 0
+    batches = (b for chunk in group
+               for b in chunk_batches(chunk, target, regions=None, region_schemas=region_schemas, fields=fields))
     try:
-        for batch in chunk_batches(chunk, target, regions=None, region_schemas=region_schemas, fields=fields):
+        for batch in batches:
             us = batch.column("commit_time").cast(pa.int64()).to_numpy(zero_copy_only=False)
             days = us // _US_PER_DAY
             lo, hi = int(days.min()), int(days.max())
@@ -64,7 +68,8 @@ def _write_one(args) -> tuple[int, list[str]]:
 def write_changes(spark, ref: InstanceRef, lo: int, hi: int, dest: Path, fields: dict) -> tuple[int, list[str]]:
     """Write the journal rows of seqnos ``lo..hi`` under ``dest``; ``(rows, commit dates)``."""
     cs = chunks(ref, lo, hi, index="auto", strict_start=True)
-    tasks = [(i, c, ref.region_schemas, fields, str(dest)) for i, c in enumerate(cs)]
+    groups = group_chunks(cs, PARTITION_BYTES, os.cpu_count() or 2)  # each task costs ~0.1 s: few of them
+    tasks = [(i, g, ref.region_schemas, fields, str(dest)) for i, g in enumerate(groups)]
     if not tasks:
         return 0, []
     done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_write_one).collect()

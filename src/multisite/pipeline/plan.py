@@ -185,3 +185,37 @@ def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: in
         if not moved:  # the end of the frames (or a torn tail) is reached
             break
     return out
+
+
+def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int) -> list[list[Chunk]]:
+    """Decoded chunks alone; runs of indexed chunks in groups of about equal journal bytes, at most
+    ``partition_bytes`` each and at least ``min_partitions`` of them when there are that many chunks."""
+    out: list[list[Chunk]] = []
+    run: list[Chunk] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        total = sum(c.nbytes for c in run)
+        n = min(len(run), max(min_partitions, -(-total // max(1, partition_bytes))))
+        target = total / n
+        group: list[Chunk] = []
+        acc = 0
+        for c in run:
+            if group and acc + c.nbytes / 2 > target:
+                out.append(group)
+                group, acc = [], 0
+            group.append(c)
+            acc += c.nbytes
+        if group:
+            out.append(group)
+        run.clear()
+
+    for c in cs:
+        if c.piece:
+            run.append(c)
+        else:
+            flush()
+            out.append([c])
+    flush()
+    return out

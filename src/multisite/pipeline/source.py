@@ -34,8 +34,8 @@ from ..instance.layout import Layout
 from . import columns as C
 from .decode import Chunk
 from .offsets import JournalOffset
-from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, instance_refs, journal_bounds,
-                   region_filter)
+from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, group_chunks, instance_refs,
+                   journal_bounds, region_filter)
 from .segment_index import INDEX_MIN_BYTES, check_mode, chunk_batches
 
 
@@ -50,40 +50,6 @@ class ChunkPartition(InputPartition):
         self.regions = regions
         self.region_schemas = region_schemas  # of the chunks' instance: region -> {field: ddl type}
         self.fields = fields
-
-
-def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int) -> list[list[Chunk]]:
-    """Decoded chunks alone; runs of indexed chunks in groups of about equal journal bytes, at most
-    ``partition_bytes`` each and at least ``min_partitions`` of them when there are that many chunks."""
-    out: list[list[Chunk]] = []
-    run: list[Chunk] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        total = sum(c.nbytes for c in run)
-        n = min(len(run), max(min_partitions, -(-total // max(1, partition_bytes))))
-        target = total / n
-        group: list[Chunk] = []
-        acc = 0
-        for c in run:
-            if group and acc + c.nbytes / 2 > target:
-                out.append(group)
-                group, acc = [], 0
-            group.append(c)
-            acc += c.nbytes
-        if group:
-            out.append(group)
-        run.clear()
-
-    for c in cs:
-        if c.piece:
-            run.append(c)
-        else:
-            flush()
-            out.append([c])
-    flush()
-    return out
 
 
 def _int_option(options, name: str, default: int | None) -> int | None:
