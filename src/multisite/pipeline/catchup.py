@@ -21,6 +21,7 @@ from ..fsutil import fsync_dir
 from ..instance import instance_file as ifile
 from ..instance.layout import InstanceLock, Layout
 from ..journal.segments import list_segments
+from ..journal.sidecars import drop_segments
 from . import columns as C
 from .folding import final_state
 from .plan import instance_ref, journal_bounds, store_regions
@@ -128,6 +129,7 @@ def _restart_journal(lay: Layout, last: int) -> None:
     segs = list_segments(lay.journal)
     aside = lay.root / f"journal-before-fold-{last}"
     aside.mkdir(exist_ok=True)
+    drop_segments(lay.journal, [s.index for s in segs])  # their journal-index pieces: of no use any more
     for s in segs:
         os.replace(s.path, aside / s.path.name)
     fsync_dir(aside)
