@@ -37,11 +37,12 @@ from rich.console import Console
 from rich.table import Table
 
 import multisite
+from results import git_state, markers, write_section
 from multisite.journal.records import SET, Record, Update, encode_record
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
-BEGIN, END = "<!-- bench/commit.py: begin -->", "<!-- bench/commit.py: end -->"
+BEGIN, END = markers("commit.py")
 GROUP_THREADS = 16
 BIG_TXN_UPDATES = 100
 
@@ -394,17 +395,6 @@ def print_table(rows: list[Row], title: str) -> None:
     console.print(t)
 
 
-def git_state() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=HERE,
-                               capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes under src/)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def markdown(rows: list[Row], env: dict[str, str]) -> str:
     lines = [BEGIN, "## Commit benchmark (`bench/commit.py`, issue 2)", "",
              f"Run {env['when']} on commit {env['git']}: {env['machine']}.", "",
@@ -420,17 +410,6 @@ def markdown(rows: list[Row], env: dict[str, str]) -> str:
               "Reproduce: `.venv/bin/python bench/commit.py` (`--quick` for a short run that only prints).",
               END]
     return "\n".join(lines) + "\n"
-
-
-def write_results(text: str) -> None:
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        new = head + text + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(new)
 
 
 def main() -> None:
@@ -482,7 +461,7 @@ def main() -> None:
     rows = evaluate(figs)
     print_table(rows, f"commit benchmark{' (quick)' if a.quick else ''}: {env['machine']}")
     if (a.write or not a.quick) and not a.no_write:
-        write_results(markdown(rows, env))
+        write_section("commit.py", markdown(rows, env))
         console.print(f"wrote {RESULTS}")
 
 

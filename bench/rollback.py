@@ -37,13 +37,14 @@ from pathlib import Path
 from rich.console import Console
 
 import multisite
+from results import git_state, markers, write_section
 from multisite.replication.lostfile import LostFile, list_lost_files
 from multisite.replication.rollback import rollback
 from multisite.testing.cluster import Cluster
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
-BEGIN, END = "<!-- bench/rollback.py: begin -->", "<!-- bench/rollback.py: end -->"
+BEGIN, END = markers("rollback.py")
 MULTISITE = str(Path(sys.executable).with_name("multisite"))
 ROLLBACK_TARGET_TPS = 50_000
 FAILOVER_TARGET_S = 2.0
@@ -150,31 +151,8 @@ def failover_once(work: Path, i: int) -> tuple[float, dict]:
 
 
 # -- report -----------------------------------------------------------------------------------------
-def git_state() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=HERE,
-                               capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes under src/)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def spread(xs: list[float], fmt: str) -> str:
     return f"{fmt.format(min(xs))}–{fmt.format(max(xs))}" if len(xs) > 1 else fmt.format(xs[0])
-
-
-def write_results(text: str) -> None:
-    """Replace this benchmark's section of RESULTS.md (read just before writing: others edit theirs)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        new = head + text + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(new)
 
 
 def main() -> None:
@@ -238,7 +216,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if not (a.quick or a.no_write):
-        write_results(text)
+        write_section("rollback.py", text)
         console.print(f"wrote {RESULTS}")
 
 

@@ -1,0 +1,41 @@
+"""What the benchmark scripts share: the git state they ran on, and their own section of RESULTS.md.
+
+Each script owns a section between ``<!-- bench/NAME.py: begin -->`` and ``... end -->`` and
+replaces only that, reading the file just before writing (others edit theirs).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+
+
+def markers(script: str) -> tuple[str, str]:
+    return f"<!-- bench/{script}: begin -->", f"<!-- bench/{script}: end -->"
+
+
+def git_state() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=HERE,
+                               capture_output=True, text=True).stdout.strip()
+        return head + (" (with uncommitted changes under src/)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_section(script: str, text: str) -> None:
+    """Replace ``script``'s section of RESULTS.md with ``text`` (which starts and ends with its markers)."""
+    begin, end = markers(script)
+    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
+        new = head + text + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    RESULTS.write_text(new)
