@@ -23,10 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import msgspec
-
 from .errors import (InstanceExists, JournalError, JournalGap, NotPrimary, RegionNotFound, TransactionError,
-                     ValueEncodeError, ConfigError)
+                     ConfigError)
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
 from .journal.reader import iter_records
@@ -499,13 +497,11 @@ class Database:
             self.store._begin()
             self._flush_locked()
 
-    def apply_record(self, rec: Record, *, keep_seqno: bool = True, stream: int | None = None) -> int:
-        """Apply a transaction received from upstream (Update Process). BC keeps the seqno."""
-        ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
-        if keep_seqno and rec.seqno != self._seqno + 1:
-            raise JournalError(f"instance {self.name} is at seqno {self._seqno}; cannot apply {rec.seqno}")
-        return self._commit(ops, origin=rec.origin, stream=rec.stream if stream is None else stream,
-                            stream_seqno=rec.stream_seqno, replicated_apply=True, commit_time=rec.time)
+    def apply_record(self, rec: Record) -> int:
+        """Apply one transaction received from upstream, keeping its seqno (BC); it must be the next."""
+        if rec.seqno != self._seqno + 1:
+            raise JournalGap(f"instance {self.name} is at seqno {self._seqno}; cannot apply seqno {rec.seqno}")
+        return self.apply_records([rec])
 
     def _maybe_flush(self) -> None:
         st = self.store
