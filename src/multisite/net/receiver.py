@@ -306,15 +306,19 @@ class ReceiverServer:
     async def _progress_loop(self, conn: Connection, writer: asyncio.StreamWriter) -> None:
         """Tell the source, on the uncongested way back, that its bytes are arriving: on a link slower
         than a batch per heartbeat timeout, heartbeat answers queue behind the batch being sent and
-        would arrive too late. An unsolicited answer (``seq`` 0) goes out whenever bytes arrived
-        since the last one; on a stalled link none does, so the source still times out."""
-        last = conn.bytes_in
+        would arrive too late. An unsolicited answer (``seq`` 0) goes out while bytes arrive fast
+        enough to finish the frame being received within ``idle_timeout_s``. Not otherwise: on a
+        stalled link, or when dropped bytes left a frame that only the source's heartbeats trickle
+        into, the source must time out and reconnect."""
+        last, last_t = conn.bytes_in, time.monotonic()
         while True:
             await asyncio.sleep(self.cfg.progress_interval_s)
-            if conn.bytes_in != last:
-                last = conn.bytes_in
+            now, got = time.monotonic(), conn.bytes_in - last
+            pend = conn.pending()
+            if got and (pend is None or (pend[0] - pend[1]) / (got / (now - last_t)) <= self.cfg.idle_timeout_s):
                 writer.write(conn.send(HeartbeatAck(0, 0.0, self.db.seqno, self.pool.received_seqno)))
                 await writer.drain()
+            last, last_t = conn.bytes_in, now
 
     def _position(self, peer: Hello, si: bool):
         """This instance's Hello for ``peer`` and the refusal it calls for, if any."""

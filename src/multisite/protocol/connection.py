@@ -152,6 +152,12 @@ class Connection:
         self._check(msg)
         return msg
 
+    def pending(self) -> tuple[int, int] | None:
+        """The frame being received: ``(its declared size, bytes of it received)``, or None."""
+        if len(self._buf) < FRAME_PREFIX.size:
+            return None
+        return 4 + FRAME_PREFIX.unpack_from(self._buf, 0)[0], len(self._buf)
+
     def _need_data(self):
         if self._eof:
             if self._buf:
