@@ -139,9 +139,6 @@ class Database:
         if done is not None:
             rep.notes.append(f"completed an interrupted rollback: {done.summary()}")
         self.open_seconds = time.perf_counter() - t0
-        self._q_lock = threading.Lock()
-        self._queue: list[_Request] = []
-        self._combining = False
 
     # -- recovery --------------------------------------------------------------------------------
     def _roll_forward(self, first: int, last: int) -> int:
@@ -153,17 +150,21 @@ class Database:
         n = 0
         track_streams = self.info.supplementary
         last_in: dict[str, int] = {}  # region -> last seqno that touched it
-        for rec in iter_records(self.layout.journal, first, last):
+        name, rid = None, 0
+        # recover_journal has just checked every CRC of the newest segment, where a replay mostly is
+        for rec in iter_records(self.layout.journal, first, last, tail_checked=True):
             for u in rec.updates:
-                r = regions.get(u.region) or st.create_region(u.region, True)
+                if u.region != name:
+                    name = u.region
+                    rid = (regions.get(name) or st.create_region(name, True)).id
                 if u.op == SET:
-                    puts.append((r.id, encode_key(u.key), u.value))
+                    puts.append((rid, encode_key(u.key), u.value))
                 else:
                     if puts:
                         st.put_rows(puts)
                         puts = []
-                    (st.delete_subtree if u.op == KILL else st.delete)(r.id, encode_key(u.key))
-                last_in[u.region] = rec.seqno
+                    (st.delete_subtree if u.op == KILL else st.delete)(rid, encode_key(u.key))
+                last_in[name] = rec.seqno
             if rec.stream or track_streams:
                 self._stream_seqnos[rec.stream] = rec.stream_seqno
             n += 1

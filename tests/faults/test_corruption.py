@@ -227,3 +227,20 @@ def test_a_store_ahead_of_its_journal_is_refused(sealed):
     os.truncate(seg, start)  # a journal that lost a record the store already holds
     with pytest.raises(JournalError, match="journal files are missing"):
         multisite.open(root).close()
+
+
+def test_a_checked_tail_reads_the_same_frames_and_still_checks_seqnos(history, tmp_path):
+    """Replay after recovery skips the CRCs recovery has just verified, but not lengths or seqnos."""
+    root = _copy(history, tmp_path / "A", "store-empty")
+    (info,) = list_segments(root / "journal")
+    with SegmentView(info) as view:
+        full = [(off, hdr.seqno, hdr.length) for off, hdr in view.frames(tail=True)]
+        quick = [(off, hdr.seqno, hdr.length) for off, hdr in view.frames(tail=True, checked=True)]
+    assert quick == full and len(full) == 20
+    off = full[5][0]
+    with open(info.path, "r+b") as f:  # seqno 6 rewritten as 60; its header CRC no longer matches
+        f.seek(off + 4)
+        f.write((60).to_bytes(8, "little"))
+    with SegmentView(info) as view, pytest.raises(JournalCorrupt) as e:
+        list(view.frames(tail=True, checked=True))
+    assert str(info.path) in str(e.value) and e.value.offset == off

@@ -24,9 +24,11 @@ def segments_from(infos: list[SegmentInfo], from_seqno: int) -> list[SegmentInfo
 
 
 def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
-                infos: list[SegmentInfo] | None = None, *, whole: bool = False) -> Iterator[tuple[int, bytes]]:
+                infos: list[SegmentInfo] | None = None, *, whole: bool = False,
+                tail_checked: bool = False) -> Iterator[tuple[int, bytes]]:
     """Yield ``(seqno, payload)`` for every record in ``[from_seqno, to_seqno]``; with ``whole``,
-    the whole frame (header and payload) instead of the payload, as Source Servers send it."""
+    the whole frame (header and payload) instead of the payload, as Source Servers send it.
+    ``tail_checked``: the newest segment's CRCs were just verified (see ``SegmentView.frames``)."""
     if infos is None:
         infos = list_segments(journal_dir)
     if not infos:
@@ -44,7 +46,7 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
         end = chosen[k + 1].first_seqno - 1 if sealed else None
         with SegmentView(info) as view:
             last = info.first_seqno - 1
-            for off, hdr in view.frames(tail=not sealed):
+            for off, hdr in view.frames(tail=not sealed, checked=tail_checked and info is infos[-1]):
                 last = hdr.seqno
                 if end is not None and last > end:
                     raise JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {last} is past "
@@ -63,6 +65,6 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
 
 
 def iter_records(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
-                 infos: list[SegmentInfo] | None = None) -> Iterator[Record]:
-    for _, payload in iter_frames(journal_dir, from_seqno, to_seqno, infos):
+                 infos: list[SegmentInfo] | None = None, *, tail_checked: bool = False) -> Iterator[Record]:
+    for _, payload in iter_frames(journal_dir, from_seqno, to_seqno, infos, tail_checked=tail_checked):
         yield decode_payload(payload)
