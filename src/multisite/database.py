@@ -120,7 +120,7 @@ class Database:
         tail = js.segments[-1]
         self.journal = JournalWriter(lay.journal, index=tail.index, path=tail.path, last_seqno=js.last_seqno,
                                      durability=durability or self.info.durability,
-                                     segment_bytes=segment_bytes or self.info.segment_bytes)
+                                     segment_bytes=segment_bytes or self.info.segment_bytes, size=js.tail_size)
         self._seqno = js.last_seqno
         self._stream_seqnos = self.store.stream_seqnos  # SI: last stream_seqno per stream (1..15)
         if self.store.applied_seqno < js.last_seqno:

@@ -21,12 +21,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes | memoryview, what: str) -> None:
-    """os.write until done; a full disk raises StorageFull naming ``what``."""
+def write_all(fd: int, data: bytes | memoryview, what: str, *, offset: int | None = None) -> None:
+    """os.write (os.pwrite at ``offset``) until done; a full disk raises StorageFull naming ``what``."""
     view = memoryview(data)
     try:
         while view:
-            n = os.write(fd, view)
+            if offset is None:
+                n = os.write(fd, view)
+            else:
+                n = os.pwrite(fd, view, offset)
+                offset += n
             view = view[n:]
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -6,7 +6,9 @@ last seqno): the back pointer that lets a reader walk from any segment to older 
 journal files do.
 
 Scanning tells a torn tail from corruption: a bad frame at the end of the newest segment, with no
-valid later record behind it, is a write the crash interrupted (cut off, reported). A bad frame
+valid later record behind it, is a write the crash interrupted (cut off, reported). In the newest
+segment an all-zero frame header is the end of the records: the space after it was preallocated
+(see ``writer``); anything but zeros after it is a write that never completed, cut off too. A bad frame
 with a valid record after it, or a bad frame in a sealed segment, is corruption: ``JournalCorrupt``
 naming the file and offset.
 """
@@ -97,16 +99,20 @@ def list_segments(journal_dir: Path) -> list[SegmentInfo]:
     return infos
 
 
+ZERO_HEADER = bytes(FRAME_HEADER_SIZE)  # where the records of a preallocated newest segment end
+
+
 @dataclass
 class ScanResult:
     last_seqno: int  # seqno of the last valid record (first_seqno - 1 if none)
     valid_end: int  # offset just past the last valid record
     size: int  # file size
     records: int
+    zeros: bool = False  # everything after valid_end is zeros (preallocated, never written)
 
     @property
     def torn_bytes(self) -> int:
-        return self.size - self.valid_end
+        return 0 if self.zeros else self.size - self.valid_end
 
 
 class SegmentView:
@@ -165,6 +171,8 @@ class SegmentView:
                     raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {seqno} where {expect} "
                                          f"was expected", path=str(path), offset=off)
             if bad is not None:
+                if tail and buf[off : off + hsize] == ZERO_HEADER:
+                    break  # preallocated space: the records end here (see journal.writer)
                 if tail and not self._valid_frame_after(off, expect):
                     break  # torn tail: the crash interrupted this write
                 raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
@@ -229,4 +237,6 @@ def scan(info: SegmentInfo, *, tail: bool) -> ScanResult:
         for _ in view.frames(tail=tail, scan=res):
             pass
         res.size = view.size
+        rest = view.buf[res.valid_end : view.size]
+        res.zeros = bool(rest) and rest.count(0) == len(rest)
     return res
