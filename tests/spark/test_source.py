@@ -120,3 +120,20 @@ def test_stream_restarts_from_checkpoint_exactly_once(spark, tmp_path):
     # Spark tells the source a batch is done when it plans the next one: the position lags by at
     # most one batch, never runs ahead of what was written.
     assert 20 < pos["test1"] <= 30
+
+
+def test_a_live_preallocated_journal_reads_to_its_last_record(spark, tmp_path):
+    """An open fsync-mode instance: its newest segment ends in preallocated zeros, which the source
+    (planning, decoding, the index) takes as the end of the records, read after read."""
+    root = multisite.create(tmp_path / "L", name="L", durability="fsync")
+    with multisite.open(root) as db:
+        db.create_region("log")
+        for i in range(50):
+            db.set("log", (i,), "v" * 30)
+        (seg,) = (root / "journal").glob("*.msj")
+        assert seg.read_bytes()[-1024:] == bytes(1024)  # zeros after the records
+        for n in (50, 80):
+            got = spark.read.format("multisite").option("index", "auto").load(str(root)).select("seqno").collect()
+            assert sorted(r.seqno for r in got) == list(range(1, n + 1))
+            for i in range(50, 80):
+                db.set("log", (i,), "v" * 30)

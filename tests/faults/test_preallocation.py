@@ -1,0 +1,166 @@
+"""Preallocated journal segments: records written over hardened zeros (fsync and group modes).
+
+Checks the on-disk contract that every reader relies on: while an instance is open its newest
+segment ends in zeros; a sealed or closed segment holds records only; after a crash recovery keeps
+a zero tail silently but cuts (and reports) anything else after the last record; a full disk turns
+preallocation off without losing or half-writing a commit.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import multisite
+from multisite.journal.reader import iter_records
+from multisite.journal.segments import SegmentView, list_segments
+from multisite.journal.writer import PREALLOC_BYTES
+
+
+def _records_end(info) -> int:
+    """The offset just past the segment's last record."""
+    with SegmentView(info) as view:
+        end = 64
+        for off, hdr in view.frames(tail=True):
+            end = off + hdr.total
+        return end
+
+
+def _fill(db, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        db.set("acct", ("k", i), {"i": i, "pad": "p" * 40})
+
+
+@pytest.mark.parametrize("mode", ["fsync", "group"])
+def test_the_open_tail_ends_in_zeros_and_close_trims_them(tmp_path, mode):
+    root = multisite.create(tmp_path / "A", name="A", durability=mode)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        _fill(db, 200)
+        (tail,) = list_segments(root / "journal")
+        end = _records_end(tail)
+        size = tail.path.stat().st_size
+        assert size >= end + PREALLOC_BYTES // 2  # preallocated ahead of the records
+        assert tail.path.read_bytes()[end:].count(0) == size - end  # and only zeros
+        # A reader of the live journal sees exactly the committed records, not the zeros.
+        assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 201))
+    assert tail.path.stat().st_size == end  # closed: records only
+
+
+def test_none_mode_does_not_preallocate(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        _fill(db, 50)
+        (tail,) = list_segments(root / "journal")
+        assert tail.path.stat().st_size == _records_end(tail)
+
+
+def test_sealed_segments_hold_records_only(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync", segment_bytes=16 * 1024)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        _fill(db, 600)
+        infos = list_segments(root / "journal")
+        assert len(infos) > 3
+        for info in infos[:-1]:
+            assert info.path.stat().st_size == _records_end(info)
+        assert infos[-1].path.stat().st_size > _records_end(infos[-1])
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 601))
+
+
+CRASHER = r"""
+import os, signal, sys, multisite
+db = multisite.open(sys.argv[1])
+db.create_region("acct")
+for i in range(int(sys.argv[2])):
+    db.set("acct", ("k", i), {"i": i, "pad": "p" * 40})
+print("DONE", db.seqno, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _crashed(tmp_path, n: int = 300):
+    """An fsync-mode instance whose writer was SIGKILLed after ``n`` acknowledged commits."""
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    res = subprocess.run([sys.executable, "-c", CRASHER, str(root), str(n)], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == -signal.SIGKILL and res.stdout.split() == ["DONE", str(n)], res.stderr
+    (tail,) = list_segments(root / "journal")
+    return root, tail
+
+
+def test_a_crash_leaves_zeros_that_recovery_keeps_without_calling_them_torn(tmp_path):
+    root, tail = _crashed(tmp_path)
+    end = _records_end(tail)
+    assert tail.path.stat().st_size > end
+    with multisite.open(root) as db:
+        assert db.seqno == 300 and db.recovery.torn_bytes == 0 and db.recovery.notes == []
+        assert db.get("acct", ("k", 299)) == {"i": 299, "pad": "p" * 40}
+        _fill(db, 100, start=300)  # written over the zeros the crash left
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 401))
+    assert tail.path.stat().st_size == _records_end(tail)
+
+
+def test_bytes_after_the_zero_header_are_cut_and_reported(tmp_path):
+    """A write that never completed can leave bytes beyond a still-zero header (blocks reach the
+    disk in any order): they were never acknowledged, so recovery cuts them and says so."""
+    root, tail = _crashed(tmp_path)
+    end = _records_end(tail)
+    with open(tail.path, "r+b") as f:
+        f.seek(end + 300)
+        f.write(b"\x17" * 700)
+    size = tail.path.stat().st_size
+    with multisite.open(root) as db:
+        assert db.seqno == 300
+        assert db.recovery.torn_bytes == size - end and "cut a torn record" in db.recovery.notes[0]
+        db.set("acct", ("after",), 1)
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 302))
+
+
+FULL = r"""
+import json, resource, signal, sys
+import multisite, multisite.database
+from multisite.journal.segments import list_segments
+multisite.database.STORE_FLUSH_INTERVAL_S = 3600.0  # the store must not flush (and grow) under the limit
+db = multisite.open(sys.argv[1])
+db.create_region("acct")
+(tail,) = list_segments(db.layout.journal)
+size = tail.path.stat().st_size  # the segment header: nothing preallocated yet
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 2000, resource.RLIM_INFINITY))
+out = {"ok": [], "error": None}
+try:
+    for i in range(100):  # the preallocation fails at once; the records themselves after ~2000 bytes
+        out["ok"].append(db.set("acct", ("k", i), "v" * 100))
+except Exception as e:
+    out["error"] = type(e).__name__
+out["seqno"] = db.seqno
+out["size"] = tail.path.stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+out["next"] = db.set("acct", ("after",), 1)
+db.close()
+print(json.dumps(out))
+"""
+
+
+def test_a_full_disk_turns_preallocation_off_and_loses_nothing(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    res = subprocess.run([sys.executable, "-c", FULL, str(root)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    n = len(out["ok"])
+    assert out["error"] in ("StorageFull", "OSError") and 5 < n < 100  # EFBIG here, ENOSPC on a full disk
+    assert out["ok"] == list(range(1, n + 1)) and out["seqno"] == n
+    (tail,) = list_segments(root / "journal")
+    assert out["next"] == n + 1
+    with multisite.open(root) as db:
+        assert db.seqno == n + 1 and db.recovery.torn_bytes == 0
+        assert [db.get("acct", ("k", i)) for i in range(n)] == ["v" * 100] * n
+        assert db.get("acct", ("k", n)) is None  # the failed commit left nothing
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, n + 2))
+    assert out["size"] <= 64 + 2000  # no zeros were left past the limit
