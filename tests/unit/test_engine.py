@@ -184,3 +184,21 @@ def test_tuples_and_enum_subclasses_are_documents(db):
 def test_values_that_would_read_back_as_strings_are_refused(db, value):
     with pytest.raises(multisite.ValueEncodeError):
         db.set("acct", ("x",), {"v": value})
+
+
+@pytest.mark.parametrize("n", [2, 3, 100, 255, 256, 257, 700])
+def test_bulk_writes_keep_the_last_value_of_each_key_at_any_size(tmp_path, n):
+    """Multi-row INSERTs come in power-of-two chunks; a key written twice in one call keeps the last."""
+    from multisite.store.sqlite import Store
+
+    st = Store(tmp_path / "store.sqlite")
+    rid = st.create_region("r", True).id
+    rows = [(b"k%04d" % (i % (n - 1) if n > 2 else i), b"v%d" % i) for i in range(n)]
+    st.put_many(rid, rows)
+    want = {}
+    for k, v in rows:
+        want[k] = v
+    assert dict(st.page(rid, b"", None, 10_000)) == want
+    st.put_rows([(rid, k, v + b"!") for k, v in rows])
+    assert dict(st.page(rid, b"", None, 10_000)) == {k: v + b"!" for k, v in want.items()}
+    st.close()
