@@ -331,10 +331,14 @@ class Database:
                 kbs = [encode_key(o[2]) for o in run]
                 if r.replicated:
                     cur = st.get_many(r.id, kbs)
+                    add = updates.append
                     for o, kb in zip(run, kbs):
-                        updates.append(Update(SET, region, o[2], o[3], cur.get(kb)))
-                        cur[kb] = o[3]
-                st.put_many(r.id, [(kb, o[3]) for o, kb in zip(run, kbs)])
+                        vb = o[3]
+                        add(Update(SET, region, o[2], vb, cur.get(kb)))
+                        cur[kb] = vb
+                    st.put_values(r.id, cur)  # now every key of the run with its last value
+                else:
+                    st.put_values(r.id, {kb: o[3] for o, kb in zip(run, kbs)})
                 i = j
             else:
                 kb = encode_key(key)

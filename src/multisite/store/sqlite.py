@@ -37,6 +37,11 @@ def _insert_sql(n: int) -> str:
     return "INSERT OR REPLACE INTO kv VALUES " + ",".join(["(?, ?, ?)"] * n)
 
 
+@functools.lru_cache(maxsize=512)
+def _select_sql(n: int) -> str:
+    return f"SELECT k, v FROM kv WHERE r=? AND k IN ({','.join('?' * n)})"
+
+
 @dataclass
 class RegionInfo:
     id: int
@@ -156,27 +161,30 @@ class Store:
         out: dict[bytes, bytes] = {}
         for i in range(0, len(kbs), 500):
             chunk = kbs[i : i + 500]
-            q = f"SELECT k, v FROM kv WHERE r=? AND k IN ({','.join('?' * len(chunk))})"
-            out.update(self.conn.execute(q, (rid, *chunk)).fetchall())
+            out.update(self.conn.execute(_select_sql(len(chunk)), (rid, *chunk)).fetchall())
         return out
 
     def put_many(self, rid: int, rows: list[tuple[bytes, bytes]]) -> None:
+        self.put_values(rid, dict(rows))
+
+    def put_values(self, rid: int, values: dict[bytes, bytes]) -> None:
+        """Write ``{key: value}`` into region ``rid``."""
         self._begin()
-        if len(rows) == 1:
-            self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, *rows[0]))
+        if len(values) == 1:
+            self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, *next(iter(values.items()))))
         else:
-            self._insert({(rid, k): v for k, v in rows})
+            self._insert([x for k, v in values.items() for x in (rid, k, v)])
 
     def put_rows(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         """Bulk ``(region id, key, value)`` writes, in order (recovery)."""
         self._begin()
-        self._insert({(r, k): v for r, k, v in rows})
+        last = {(r, k): v for r, k, v in rows}  # a key written twice keeps the last
+        self._insert([x for (r, k), v in last.items() for x in (r, k, v)])
 
-    def _insert(self, rows: dict[tuple[int, bytes], bytes]) -> None:
-        """Write ``{(region id, key): value}`` (one value per key: the last of a run) with multi-row
-        statements: a third less time per row than executemany, which steps once per row."""
-        flat = [x for (r, k), v in rows.items() for x in (r, k, v)]
-        i, left = 0, len(rows)
+    def _insert(self, flat: list) -> None:
+        """Write rows given as ``[rid, key, value, rid, key, value, ...]`` (one row per key) with
+        multi-row statements: a third less time per row than executemany, which steps once per row."""
+        i, left = 0, len(flat) // 3
         while left:  # chunks of power-of-two sizes (100 = 64 + 32 + 4): few SQL texts, all cached
             n = min(_MAX_ROWS, 1 << (left.bit_length() - 1))
             self.conn.execute(_insert_sql(n), flat[i : i + 3 * n])
