@@ -62,6 +62,7 @@ class Chunk:
     piece_last: int = 0
     write_piece: bool = False
     nbytes: int = 0  # journal bytes of the frames (planning weight)
+    rows: int = 0  # rows (updates), where the planner knows them (from a piece's footer)
 
 
 @dataclass

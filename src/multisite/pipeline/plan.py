@@ -9,6 +9,7 @@ which are small picklable dataclasses (Spark reads streams in another process).
 
 from __future__ import annotations
 
+import heapq
 import json
 import sqlite3
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from ..journal.sidecars import list_sidecars
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
-from .segment_index import INDEX_MIN_BYTES
+from .segment_index import INDEX_MIN_BYTES, piece_rows
 
 CHUNK_BYTES = 32 * 1024 * 1024  # journal bytes per decoded chunk (a Spark partition of its own)
+DECODE_COST = 4  # a row decoded from frames costs about as much as this many rows read from the index
 PARTITION_BYTES = 256 * 1024 * 1024  # journal bytes per partition of indexed chunks, at most
 
 
@@ -158,9 +160,10 @@ def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: in
         if v is not None and v[0].first == seq:
             sc, p, end = v
             if sc.last >= lo:
-                out.append(Chunk(instance, path, pos, max(seq, lo), sc.last if hi is None else min(sc.last, hi),
-                                 segment=info.index, piece=str(p), piece_first=sc.first, piece_last=sc.last,
-                                 nbytes=end - pos))
+                first, last = max(seq, lo), sc.last if hi is None else min(sc.last, hi)
+                rows = piece_rows(str(p)) * (last - first + 1) // (sc.last - sc.first + 1)
+                out.append(Chunk(instance, path, pos, first, last, segment=info.index, piece=str(p),
+                                 piece_first=sc.first, piece_last=sc.last, nbytes=end - pos, rows=rows))
             pos, seq = end, sc.last + 1
             continue
         stop = next((s for s in starts if s > pos), None)
@@ -187,35 +190,35 @@ def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: in
     return out
 
 
-def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int) -> list[list[Chunk]]:
-    """Decoded chunks alone; runs of indexed chunks in groups of about equal journal bytes, at most
-    ``partition_bytes`` each and at least ``min_partitions`` of them when there are that many chunks."""
+def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int, *,
+                 chunk_bytes: int = CHUNK_BYTES) -> list[list[Chunk]]:
+    """Partitions of chunks. Decoding is the heavy work, so a chunk to decode of a quarter of
+    ``chunk_bytes`` or more is a partition of its own (on a first read, every core decodes). The rest
+    (chunks read from the index, small chunks to decode such as the open segment's tail) go into at
+    least ``min_partitions`` groups of at most ``partition_bytes`` each, of about equal cost: each
+    Spark task of a Python source costs tens of milliseconds, and on a scan the JVM's work is per
+    row, so the last task to finish, not the number of tasks, sets the time."""
     out: list[list[Chunk]] = []
-    run: list[Chunk] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        total = sum(c.nbytes for c in run)
-        n = min(len(run), max(min_partitions, -(-total // max(1, partition_bytes))))
-        target = total / n
-        group: list[Chunk] = []
-        acc = 0
-        for c in run:
-            if group and acc + c.nbytes / 2 > target:
-                out.append(group)
-                group, acc = [], 0
-            group.append(c)
-            acc += c.nbytes
-        if group:
-            out.append(group)
-        run.clear()
-
+    rest: list[Chunk] = []
     for c in cs:
-        if c.piece:
-            run.append(c)
+        if c.piece or c.nbytes < chunk_bytes // 4:
+            rest.append(c)
         else:
-            flush()
             out.append([c])
-    flush()
+    if not rest:
+        return out
+    known = [c for c in rest if c.rows]
+    per_byte = sum(c.rows for c in known) / sum(c.nbytes for c in known) if known else 1 / 80
+
+    def cost(c: Chunk) -> float:
+        return c.rows if c.piece and c.rows else c.nbytes * per_byte * (1 if c.piece else DECODE_COST)
+
+    n = min(len(rest), max(min_partitions, -(-sum(c.nbytes for c in rest) // max(1, partition_bytes))))
+    bins: list[tuple[float, int, list[Chunk]]] = [(0.0, i, []) for i in range(n)]
+    for c in sorted(rest, key=cost, reverse=True):  # longest first, each to the least loaded group
+        load, i, group = heapq.heappop(bins)
+        group.append(c)
+        heapq.heappush(bins, (load + cost(c), i, group))
+    order = {id(c): k for k, c in enumerate(cs)}
+    out.extend(sorted(g, key=lambda c: order[id(c)]) for _, _, g in sorted(bins, key=lambda b: b[1]))
     return out

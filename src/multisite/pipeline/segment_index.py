@@ -21,6 +21,8 @@ the option ``index=off`` reads and checks every frame as before.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import mmap
 import os
@@ -154,6 +156,12 @@ def check_piece(path: str, segment_path: str) -> None:
                              f"replaced?): frames {key.first if key else '?'}..{key.last if key else '?'} are no "
                              f"longer where they were planned; run the read again", path=segment_path,
                              offset=key.start if key else 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def piece_rows(path: str) -> int:
+    """Rows in a piece, from its footer (pieces never change: a new validity key is a new file)."""
+    return pq.read_metadata(path).num_rows
 
 
 def piece_meta(pf: pq.ParquetFile) -> dict:

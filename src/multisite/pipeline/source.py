@@ -122,7 +122,7 @@ class _Common:
         cs = chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict, index=self.index,
                     index_min_bytes=self.index_min_bytes)
         return [ChunkPartition(g, self.regions, ref.region_schemas, self.fields)
-                for g in group_chunks(cs, self.partition_bytes, self.min_partitions)]
+                for g in group_chunks(cs, self.partition_bytes, self.min_partitions, chunk_bytes=self.chunk_bytes)]
 
 
 class JournalReader(_Common, DataSourceReader):

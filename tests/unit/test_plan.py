@@ -1,0 +1,50 @@
+"""Grouping journal chunks into Spark partitions (pure planning: no Spark session)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from multisite.pipeline.decode import Chunk  # noqa: E402
+from multisite.pipeline.plan import CHUNK_BYTES, group_chunks  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def _piece(i: int, rows: int, nbytes: int = 32 * MB) -> Chunk:
+    return Chunk("A", f"/j/{i}.msj", 64, i * 1000 + 1, i * 1000 + 1000, segment=i, piece=f"/j/index/{i}.parquet",
+                 piece_first=i * 1000 + 1, piece_last=i * 1000 + 1000, nbytes=nbytes, rows=rows)
+
+
+def _frames(i: int, nbytes: int) -> Chunk:
+    return Chunk("A", f"/j/{i}.msj", 64, i * 1000 + 1, i * 1000 + 1000, segment=i, nbytes=nbytes)
+
+
+def test_indexed_chunks_are_balanced_by_rows_not_bytes():
+    # Same bytes, different rows (early transactions are smaller): bytes would split 6/6 unevenly.
+    cs = [_piece(i, 580_000 if i < 3 else 400_000) for i in range(12)]
+    groups = group_chunks(cs, 10**12, 2)
+    loads = sorted(sum(c.rows for c in g) for g in groups)
+    assert len(groups) == 2 and loads[1] - loads[0] <= 180_000
+    assert sorted(c.segment for g in groups for c in g) == list(range(12))
+    for g in groups:  # journal order inside a partition
+        assert [c.segment for c in g] == sorted(c.segment for c in g)
+
+
+def test_a_small_tail_to_decode_joins_a_group_and_big_ones_stand_alone():
+    cs = [_piece(i, 450_000) for i in range(5)] + [_frames(5, CHUNK_BYTES), _frames(6, 6 * MB)]
+    groups = group_chunks(cs, 10**12, 2)
+    assert [c.segment for c in groups[0]] == [5]  # a full chunk to decode: a partition of its own
+    rest = groups[1:]
+    assert len(rest) == 2 and sorted(c.segment for g in rest for c in g) == [0, 1, 2, 3, 4, 6]
+    tail_group = next(g for g in rest if any(not c.piece for c in g))
+    other = next(g for g in rest if g is not tail_group)
+    assert (len(tail_group), len(other)) == (3, 3)  # two pieces and the tail against three pieces
+
+
+def test_partition_bytes_caps_a_group_and_a_small_chunk_size_keeps_many_partitions():
+    cs = [_piece(i, 400_000) for i in range(8)]
+    assert len(group_chunks(cs, 64 * MB, 2)) == 4
+    small = [_frames(i, 3000) for i in range(20)]
+    assert len(group_chunks(small, 10**12, 2, chunk_bytes=3000)) == 20
