@@ -116,6 +116,16 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
+SCAN_RUNS = 3
+
+
+def best(fn):
+    """The fastest of ``SCAN_RUNS`` runs (the same for every scan and the Parquet baseline): a scan
+    lasts under a second here, where another process's burst can double one run."""
+    runs = [timed(fn) for _ in range(SCAN_RUNS)]
+    return runs[0][0], min(t for _, t in runs)
+
+
 def cli(*args: str) -> tuple[dict, float]:
     t0 = time.perf_counter()
     exe = Path(sys.executable).parent / "multisite"
@@ -169,17 +179,17 @@ def main() -> None:
     index = index_state(str(inst / "journal"))
     agg(source(narrow=True))
     journal, narrow = source(), source(narrow=True)
-    res_j, t_j = timed(lambda: agg(journal))
-    res_n, t_n = timed(lambda: agg(narrow))
+    res_j, t_j = best(lambda: agg(journal))
+    res_n, t_n = best(lambda: agg(narrow))
     native = journal_df(spark, str(inst))
     agg(native)
-    res_f, t_f = timed(lambda: agg(native))
-    _, t_0 = timed(lambda: agg(floor))
+    res_f, t_f = best(lambda: agg(native))
+    _, t_0 = best(lambda: agg(floor))
     pq = work / "journal-parquet"
     _, t_w = timed(lambda: journal.write.parquet(str(pq)))
     parquet = spark.read.parquet(str(pq))
     agg(parquet)
-    res_p, t_p = timed(lambda: agg(parquet))
+    res_p, t_p = best(lambda: agg(parquet))
     assert (sorted(map(tuple, res_j)) == sorted(map(tuple, res_p)) == sorted(map(tuple, res_n))
             == sorted(map(tuple, res_c)) == sorted(map(tuple, res_f)))
     report["scan"] = {
