@@ -13,6 +13,10 @@ Measures, in a scratch folder under bench/out/ (on the repository's disk, never 
 - multisite ``fsync`` mode, one writer, single-update transactions;
 - ``group`` mode, 16 threads, single-update transactions;
 - ``none`` mode, one writer: single-update transactions/s, and updates/s in 100-update transactions;
+- ``none`` mode, the 16 threads of the group measure: what they commit with no fsync to wait for;
+- ``group`` mode again with the 16 threads pinned to one CPU, and the cost of waking a thread (a
+  lock ping-pong), spread and on one CPU: on this VM a wake-up across CPUs costs about four times
+  one on the same CPU, and group commit is made of wake-ups;
 - recovery: a store that never saw a journal of many records is rolled forward on open.
 
 Each figure is set against its target from issue 2 and printed as a table.
@@ -273,17 +277,19 @@ def single(loop: Loop, seconds: float, unit: str = "tx/s", per_step: int = 1) ->
 class GroupThreads(Loop):
     """``threads`` threads committing single-update transactions, started and stopped for each run."""
 
-    def __init__(self, work: Path, threads: int = GROUP_THREADS):
-        self.name = f"multisite group mode, {threads} threads"
+    def __init__(self, work: Path, threads: int = GROUP_THREADS, mode: str = "group", cpu: int | None = None):
+        self.name = f"multisite {mode} mode, {threads} threads" + ("" if cpu is None else ", on one CPU")
         self.threads = threads
-        self.db = open_fresh(work, "group", "group")
+        self.cpu = cpu  # pin the writer threads to this CPU (os.sched_setaffinity of each thread)
+        self.db = open_fresh(work, f"threads-{mode}-{cpu}", mode)
         self.commits = self.fsyncs = 0
         self._base = [t * 10**9 for t in range(threads)]
 
     @property
     def note(self) -> str:
         per = f"; {self.commits / self.fsyncs:.1f} commits per fsync" if self.fsyncs else ""
-        return f"{self.threads} threads, single-update transactions{per}"
+        where = "" if self.cpu is None else f" pinned to CPU {self.cpu} (os.sched_setaffinity)"
+        return f"{self.threads} threads{where}, single-update transactions{per}"
 
     def run(self, seconds: float) -> tuple[int, float]:
         db, counts = self.db, [0] * self.threads
@@ -291,6 +297,8 @@ class GroupThreads(Loop):
         start = threading.Barrier(self.threads + 1)
 
         def worker(t: int) -> None:
+            if self.cpu is not None:
+                os.sched_setaffinity(0, {self.cpu})  # on Linux, 0 is the calling thread
             i = self._base[t]
             start.wait()
             while not stop.is_set():
@@ -317,6 +325,48 @@ class GroupThreads(Loop):
 
     def close(self) -> None:
         self.db.close()
+
+
+def handoff(cpu: int | None, seconds: float) -> Figure:
+    """Two threads waking each other through locks: what handing a commit to another thread costs
+    (both threads on one CPU with ``cpu``)."""
+    a, b = threading.Lock(), threading.Lock()
+    a.acquire()
+    b.acquire()
+    done = threading.Event()
+    count = [0]
+
+    def other() -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        while True:
+            a.acquire()
+            if done.is_set():
+                return
+            b.release()
+
+    th = threading.Thread(target=other)
+    th.start()
+    mask = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        n = 0
+        while n & 255 or time.perf_counter() < end:
+            a.release()
+            b.acquire()
+            n += 1
+        dt = time.perf_counter() - t0
+    finally:
+        done.set()
+        a.release()
+        th.join()
+        os.sched_setaffinity(0, mask)
+    where = "spread over the CPUs" if cpu is None else "on one CPU"
+    return Figure(f"thread wake-up round trip, {where}", n, dt, unit="round trips/s",
+                  note=f"{dt / n * 1e6:.1f} µs each: two threads releasing each other's lock")
 
 
 def recovery(work: Path, records: int) -> Figure:
@@ -362,8 +412,10 @@ class Row:
 
 def evaluate(f: dict[str, Figure]) -> list[Row]:
     a, a2, b = f["bare"], f["bare2"], f["sqlite"]
-    fs, gr, no, big, rec = f["fsync"], f["group"], f["none"], f["big"], f["recovery"]
+    fs, gr, no, big, rec, n16 = f["fsync"], f["group"], f["none"], f["big"], f["recovery"], f["none16"]
+    g1, h, h1 = f["group1"], f["handoff"], f["handoff1"]
     g_vs_f = gr.rate / fs.rate if fs.rate else 0.0
+    g1_vs_f = g1.rate / fs.rate if fs.rate else 0.0
     return [
         Row(a, "(physical limit of fsync mode)", "1.00× A", None),
         Row(a2, "(for comparison)", f"{a2.rate / a.rate:.2f}× A", None),
@@ -372,7 +424,13 @@ def evaluate(f: dict[str, Figure]) -> list[Row]:
                               f"{fs.rate / b.rate:.2f}× B", fs.rate >= 0.8 * a.rate),
         Row(gr, "≥ 10× fsync mode and ≥ 20,000 tx/s", f"{g_vs_f:.1f}× fsync mode",
             g_vs_f >= 10 and gr.rate >= 20_000),
+        Row(g1, "≥ 10× fsync mode and ≥ 20,000 tx/s", f"{g1_vs_f:.1f}× fsync mode",
+            g1_vs_f >= 10 and g1.rate >= 20_000),
+        Row(h, "(for comparison)", "", None),
+        Row(h1, "(for comparison)", f"{h1.rate / h.rate:.1f}× spread", None),
         Row(no, "≥ 50,000 tx/s", f"{no.rate / 50_000:.2f}× target", no.rate >= 50_000),
+        Row(n16, "(for comparison: group mode's work without its fsyncs)",
+            f"{gr.rate / n16.rate:.0%} of it in group mode; {n16.rate / fs.rate:.1f}× fsync mode", None),
         Row(big, "≥ 200,000 updates/s", f"{big.rate / 200_000:.2f}× target", big.rate >= 200_000),
         Row(rec, "≥ 200,000 records/s", f"{rec.rate / 200_000:.2f}× target", rec.rate >= 200_000),
     ]
@@ -438,20 +496,24 @@ def main() -> None:
         fsync_bound: list[Loop] = []
         try:
             fsync_bound = [BareWriteFsync(work, size), BareOverwriteFsync(work, size), SqliteAlone(work),
-                           SingleWriter(work, "fsync"), GroupThreads(work)]
+                           SingleWriter(work, "fsync"), GroupThreads(work), GroupThreads(work, cpu=0)]
             with console.status("measuring the baselines, fsync and group mode, interleaved ..."):
                 (figs["bare"], figs["bare2"], figs["sqlite"], figs["fsync"],
-                 figs["group"]) = interleaved(fsync_bound, seconds, FSYNC_ROUNDS)
+                 figs["group"], figs["group1"]) = interleaved(fsync_bound, seconds, FSYNC_ROUNDS)
         finally:
             for loop in fsync_bound:
                 loop.close()
-        for name in ("bare", "bare2", "sqlite", "fsync", "group"):
+        for name in ("bare", "bare2", "sqlite", "fsync", "group", "group1"):
             console.print(f"  {figs[name].name}: {figs[name].rate:,.0f} {figs[name].unit}")
         steps = [("none", lambda: single(SingleWriter(work, "none"), seconds)),
                  ("big", lambda: single(BigTransactions(work), seconds, "updates/s", BIG_TXN_UPDATES)),
-                 ("recovery", lambda: recovery(work, records))]
+                 ("recovery", lambda: recovery(work, records)),
+                 ("none16", lambda: single(GroupThreads(work, mode="none"), seconds)),
+                 ("handoff", lambda: handoff(None, min(seconds, 1.0))),
+                 ("handoff1", lambda: handoff(0, min(seconds, 1.0)))]
         for name, fn in steps:
             with console.status(f"measuring {name} ..."):
+                os.sync()  # the previous measure's dirty pages are not written back during this one
                 figs[name] = fn()
             console.print(f"  {figs[name].name}: {figs[name].rate:,.0f} {figs[name].unit}")
     finally:
