@@ -55,14 +55,31 @@ def _enc_str(p: str) -> bytes:
     return b"\x02" + p.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
-_ENC = {int: _enc_int, str: _enc_str}
+_STR_CACHE: dict[str, bytes] = {}  # encoded string subscripts: the first ones of a key repeat a lot
+_STR_CACHE_MAX = 4096
+_STR_CACHE_LEN = 64  # longer strings are rarely shared prefixes
 
 
 def encode_key(key: tuple) -> bytes:
-    """Encode a checked key. Use :func:`check_key` first for input from users."""
-    if len(key) == 1:
-        return _ENC[type(key[0])](key[0])
-    return b"".join([_ENC[type(p)](p) for p in key])
+    """Encode a checked key. Use :func:`check_key` first for input from users. (The hot path of every
+    commit and of recovery: ints inline, strings through a small cache.)"""
+    out = b""
+    for p in key:
+        t = type(p)
+        if t is int:
+            out += b"\x01" + _PACK_Q(p + _BIAS)
+        elif t is str:
+            b = _STR_CACHE.get(p)
+            if b is None:
+                b = _enc_str(p)
+                if len(p) <= _STR_CACHE_LEN:
+                    if len(_STR_CACHE) >= _STR_CACHE_MAX:
+                        _STR_CACHE.clear()
+                    _STR_CACHE[p] = b
+            out += b
+        else:
+            raise KeyTypeError(f"subscript {p!r} of key {key!r} is a {t.__name__}; subscripts must be str or int")
+    return out
 
 
 def decode_key(data: bytes) -> tuple:
