@@ -92,3 +92,16 @@ def test_descendants_fall_inside_and_siblings_outside_the_kill_range(a, suffix, 
     if sibling[: len(a)] != a:
         es = encode_key(sibling)
         assert not ea <= es < ea + KILL_END
+
+
+def test_the_string_cache_stays_bounded_and_never_changes_an_encoding():
+    from multisite import keys
+
+    for i in range(keys._STR_CACHE_MAX + 500):
+        s = f"s{i}"
+        assert keys.encode_key((s, i)) == keys._enc_str(s) + keys._enc_int(i)
+        assert len(keys._STR_CACHE) <= keys._STR_CACHE_MAX
+    long = "x" * (keys._STR_CACHE_LEN + 1)
+    assert keys.encode_key((long,)) == keys._enc_str(long) and long not in keys._STR_CACHE
+    with pytest.raises(KeyTypeError):
+        keys.encode_key(("a", 1.5))
