@@ -10,6 +10,7 @@ Nothing here imports pyspark until it is used, so ``import multisite`` stays lig
     pipeline.seed("/snap/A", "/data/C", name="C")    # a new replica from a snapshot
     pipeline.verify("/data/A", "/data/B")            # keys that differ
     pipeline.fold("/data/A", "/data/B", 1001, 5000)  # bring B from 1000 to 5000 in bulk
+    pipeline.journal_df(spark, "/data/A")            # the journal's rows at Parquet speed (its index)
 
 See ``DESIGN.md`` beside this file for how each works.
 """
@@ -26,6 +27,8 @@ _LAZY = {
     "seed": ("seeding", "seed"),
     "verify": ("compare", "verify"),
     "fold": ("catchup", "fold"),
+    "journal_df": ("journal_frames", "journal_df"),
+    "index_journal": ("journal_frames", "index_journal"),
     "JournalOffset": ("offsets", "JournalOffset"),
 }
 
