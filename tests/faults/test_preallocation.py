@@ -36,7 +36,7 @@ def _fill(db, n: int, start: int = 0) -> None:
 
 
 @pytest.mark.parametrize("mode", ["fsync", "group"])
-def test_the_open_tail_ends_in_zeros_and_close_trims_them(tmp_path, mode):
+def test_the_tail_ends_in_zeros_that_the_next_open_writes_over(tmp_path, mode):
     root = multisite.create(tmp_path / "A", name="A", durability=mode)
     with multisite.open(root) as db:
         db.create_region("acct")
@@ -48,7 +48,13 @@ def test_the_open_tail_ends_in_zeros_and_close_trims_them(tmp_path, mode):
         assert tail.path.read_bytes()[end:].count(0) == size - end  # and only zeros
         # A reader of the live journal sees exactly the committed records, not the zeros.
         assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 201))
-    assert tail.path.stat().st_size == end  # closed: records only
+    # Closed: the zeros stay (a file is never shrunk under readers that may have it mapped) ...
+    assert tail.path.stat().st_size == size and _records_end(tail) == end
+    with multisite.open(root) as db:
+        assert db.recovery.torn_bytes == 0 and db.recovery.notes == []
+        _fill(db, 100, start=200)  # ... and the next open writes over them
+    assert tail.path.stat().st_size == size
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 301))
 
 
 def test_none_mode_does_not_preallocate(tmp_path):
@@ -103,7 +109,6 @@ def test_a_crash_leaves_zeros_that_recovery_keeps_without_calling_them_torn(tmp_
         assert db.get("acct", ("k", 299)) == {"i": 299, "pad": "p" * 40}
         _fill(db, 100, start=300)  # written over the zeros the crash left
     assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 401))
-    assert tail.path.stat().st_size == _records_end(tail)
 
 
 def test_bytes_after_the_zero_header_are_cut_and_reported(tmp_path):
@@ -164,3 +169,128 @@ def test_a_full_disk_turns_preallocation_off_and_loses_nothing(tmp_path):
         assert db.get("acct", ("k", n)) is None  # the failed commit left nothing
     assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, n + 2))
     assert out["size"] <= 64 + 2000  # no zeros were left past the limit
+
+
+def test_a_zeroed_record_with_records_after_it_is_corruption_not_a_torn_tail(tmp_path):
+    """A lost (zeroed) sector in the middle of acknowledged records must not pass for the end of
+    the journal: recovery refuses, naming file and offset, and cuts nothing."""
+    root, tail = _crashed(tmp_path, 20)
+    with SegmentView(tail) as view:
+        offs = [off for off, _ in view.frames(tail=True)]
+    before = tail.path.read_bytes()
+    with open(tail.path, "r+b") as f:
+        f.seek(offs[9])
+        f.write(bytes(20))  # record 10's header
+    with pytest.raises(multisite.JournalCorrupt) as e:
+        multisite.open(root)
+    assert str(tail.path) in str(e.value) and e.value.offset == offs[9]
+    after = tail.path.read_bytes()
+    assert len(after) == len(before) and after[offs[10]:] == before[offs[10]:]
+
+
+READER = r"""
+import sys, multisite
+from multisite.journal.segments import SegmentView, list_segments
+root = sys.argv[1]
+db = multisite.open(root)
+db.create_region("acct")
+for i in range(30):
+    db.set("acct", ("k", i), "v" * 100)
+infos = list_segments(db.layout.journal)
+views = [SegmentView(i) for i in infos]  # mapped now, zeros included
+for i in range(30, 400):  # segment switches, then close
+    db.set("acct", ("k", i), "v" * 100)
+db.close()
+seen = []
+for v in views:
+    seen += [h.seqno for _, h in v.frames(tail=True)]
+    v.close()
+print(len(seen), seen[:3])
+"""
+
+
+def test_readers_that_mapped_a_segment_survive_its_switch_and_close(tmp_path):
+    """Files are never shrunk under a mapping: a reader walking a segment it mapped before the
+    writer sealed and closed it reads on instead of dying of SIGBUS."""
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync", segment_bytes=16 * 1024)
+    res = subprocess.run([sys.executable, "-c", READER, str(root)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    assert int(res.stdout.split()[0]) >= 30
+
+
+def test_a_backup_copy_overtaken_by_the_writer_is_cut_after_its_last_intact_record(tmp_path):
+    """A copy of the newest segment read while the owner wrote on can hold a half-written record
+    followed by complete later ones; backup cuts it there, so the copy opens."""
+    from multisite.instance.maintenance import cut_after_last_intact_record
+
+    root, tail = _crashed(tmp_path, 40)
+    with SegmentView(tail) as view:
+        frames = [(off, hdr.total) for off, hdr in view.frames(tail=True)]
+    off, total = frames[35]  # record 36 half there, 37..40 complete
+    with open(tail.path, "r+b") as f:
+        f.seek(off + total - 10)
+        f.write(bytes(10))
+    with pytest.raises(multisite.JournalCorrupt):
+        multisite.open(root)
+    cut_after_last_intact_record(tail.path)
+    assert tail.path.stat().st_size == off
+    with multisite.open(root) as db:  # the store was at 0: everything up to 35 is replayed
+        assert db.seqno == 35 and db.get("acct", ("k", 34)) is not None
+
+
+EIO_CHILD = r"""
+import errno, json, os, sys, multisite
+from multisite.journal import writer as W
+db = multisite.open(sys.argv[1])
+db.create_region("acct")
+db.set("acct", ("a",), 1)
+real = os.fdatasync
+def eio(fd):  # the one fault a test cannot cause for real without a failing device
+    raise OSError(errno.EIO, "Input/output error")
+W.os.fdatasync = eio
+out = {}
+try:
+    db.set("acct", ("b",), 2)
+except Exception as e:
+    out["first"] = str(e)
+W.os.fdatasync = real
+try:
+    db.set("acct", ("c",), 3)
+except Exception as e:
+    out["then"] = str(e)
+print(json.dumps(out), flush=True)
+os._exit(0)  # no close: the process ends as after the error
+"""
+
+
+def test_a_failed_fdatasync_stops_the_writer(tmp_path):
+    """An fsync error may mean earlier records never reached the disk and may not be reported
+    again: the writer refuses further commits until the instance is reopened (recovery decides)."""
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    res = subprocess.run([sys.executable, "-c", EIO_CHILD, str(root)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert "fdatasync" in out["first"] and "reopen" in out["then"]
+    with multisite.open(root) as db:
+        assert db.get("acct", ("a",)) == 1 and db.get("acct", ("c",)) is None
+
+
+def test_a_fsync_token_from_a_replaced_writer_is_refused(tmp_path):
+    """After a rollback replaces the journal writer, a commit still waiting for its fsync must not
+    fsync a closed (or reused) descriptor nor move the new writer's durable position."""
+    from multisite.journal.writer import JournalWriter
+
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        db.set("acct", ("a",), 1)
+    (tail,) = list_segments(root / "journal")
+    old = JournalWriter(root / "journal", index=1, path=tail.path, last_seqno=1, durability="group")
+    old.append(b"", 1)
+    token = old.sync_token()
+    old.close()
+    new = JournalWriter(root / "journal", index=1, path=tail.path, last_seqno=1, durability="group")
+    with pytest.raises(multisite.JournalError, match="reopened or rolled back"):
+        new.harden(token)
+    assert new.durable_seqno == 1 and new.fsyncs == 0
+    new.close()

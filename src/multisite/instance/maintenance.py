@@ -2,8 +2,9 @@
 
 Backup is consistent without stopping the owner: the store is copied first through SQLite's backup
 API (a committed snapshot at some seqno S, never ahead of the hardened journal), then the journal
-segments (which hold at least everything up to S), then the instance file. Opening the copy rolls
-its store forward from the copied journal; a torn tail copied mid-write is cut, as after a crash.
+segments (which hold at least everything up to S), then the instance file. The copy of the newest
+segment is cut after its last intact record (the owner may have written on while it was read).
+Opening the copy rolls its store forward from the copied journal.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, InstanceExists
 from ..fsutil import fsync_dir
-from ..journal.segments import list_segments
+from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import drop_segments
 from . import consumers, instance_file as ifile
 from .layout import Layout
@@ -38,6 +39,24 @@ def store_seqno(layout: Layout) -> int:
         return row[0] if row else 0
     finally:
         conn.close()
+
+
+def cut_after_last_intact_record(path: Path) -> None:
+    """Cut a copied newest segment after its last intact record, without looking further.
+
+    The copy is read while the owner goes on writing (over preallocated zeros): it can hold a
+    record that was still being written when its bytes were read and, after it, records written
+    later and read complete, which recovery would call corruption. Everything the copied store
+    needs was hardened before the copy began, so nothing past the first damaged record is needed."""
+    info = SegmentInfo(path, read_header(path))
+    with SegmentView(info) as view:
+        end = SEGMENT_HEADER_SIZE
+        for off, hdr in view.frames(tail=True, search=False):
+            end = off + hdr.total
+        size = view.size
+    if end < size:
+        with open(path, "rb+") as f:
+            f.truncate(end)
 
 
 def backup(src: str | Path, dest: str | Path) -> BackupReport:
@@ -64,6 +83,8 @@ def backup(src: str | Path, dest: str | Path) -> BackupReport:
         target = out.journal / s.path.name
         shutil.copyfile(s.path, target)
         copied += target.stat().st_size
+    if segs:
+        cut_after_last_intact_record(out.journal / segs[-1].path.name)
     for d in (lay.lost,):
         for f in d.glob("*"):
             shutil.copyfile(f, out.lost / f.name)

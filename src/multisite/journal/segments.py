@@ -6,9 +6,10 @@ last seqno): the back pointer that lets a reader walk from any segment to older 
 journal files do.
 
 Scanning tells a torn tail from corruption: a bad frame at the end of the newest segment, with no
-valid later record behind it, is a write the crash interrupted (cut off, reported). In the newest
-segment an all-zero frame header is the end of the records: the space after it was preallocated
-(see ``writer``); anything but zeros after it is a write that never completed, cut off too. A bad frame
+valid later record behind it, is a write the crash interrupted (cut off, reported). A frame header
+of zeros with nothing but zeros after it is the end of the records: the space was preallocated
+(see ``writer``) and never written. Zeros with a valid record after them are a lost write of data
+that was acknowledged: corruption. A bad frame
 with a valid record after it, or a bad frame in a sealed segment, is corruption: ``JournalCorrupt``
 naming the file and offset.
 """
@@ -99,7 +100,8 @@ def list_segments(journal_dir: Path) -> list[SegmentInfo]:
     return infos
 
 
-ZERO_HEADER = bytes(FRAME_HEADER_SIZE)  # where the records of a preallocated newest segment end
+ZERO_HEADER = bytes(FRAME_HEADER_SIZE)  # where the records of a preallocated segment end
+_ZEROS = bytes(1024 * 1024)
 
 
 @dataclass
@@ -108,11 +110,7 @@ class ScanResult:
     valid_end: int  # offset just past the last valid record
     size: int  # file size
     records: int
-    zeros: bool = False  # everything after valid_end is zeros (preallocated, never written)
-
-    @property
-    def torn_bytes(self) -> int:
-        return 0 if self.zeros else self.size - self.valid_end
+    torn_bytes: int = 0  # bytes after valid_end, when they are not all zeros (a write that never completed)
 
 
 class SegmentView:
@@ -138,14 +136,16 @@ class SegmentView:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def frames(self, *, tail: bool, scan: ScanResult | None = None, checked: bool = False
+    def frames(self, *, tail: bool, scan: ScanResult | None = None, checked: bool = False, search: bool = True
                ) -> Iterator[tuple[int, FrameHeader]]:
         """Yield ``(offset, header)`` of each valid frame, checking CRCs and seqno continuity.
 
         ``tail`` says this is the newest segment, where a torn last frame is allowed: iteration then
         stops there, and ``scan`` (if given) records where the valid part ends. ``checked`` says the
         CRCs were verified moments ago by the same owner (recovery's scan of the newest segment,
-        before its replay): only lengths and seqnos are checked then.
+        before its replay): only lengths and seqnos are checked then. ``search`` False (newest segment
+        only): a damaged frame ends the iteration without looking for intact frames after it, as for
+        a copy taken while the writer went on (see ``instance.maintenance.backup``).
         """
         buf, size, path = self.buf, self.size, self.info.path
         expect = self.info.first_seqno
@@ -171,9 +171,9 @@ class SegmentView:
                     raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {seqno} where {expect} "
                                          f"was expected", path=str(path), offset=off)
             if bad is not None:
-                if tail and buf[off : off + hsize] == ZERO_HEADER:
-                    break  # preallocated space: the records end here (see journal.writer)
-                if tail and not self._valid_frame_after(off, expect):
+                if buf[off : off + hsize] == ZERO_HEADER and self.zeros_from(off):
+                    break  # preallocated space, never written: the records end here (see journal.writer)
+                if tail and (not search or not self._valid_frame_after(off, expect)):
                     break  # torn tail: the crash interrupted this write
                 raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
                                      + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
@@ -207,6 +207,16 @@ class SegmentView:
             off += hdr.total
             expect += 1
 
+    def zeros_from(self, off: int) -> bool:
+        """Is everything from ``off`` to the end of the file zeros? (Compared a MiB at a time.)"""
+        buf, size = self.buf, self.size
+        step = len(_ZEROS)
+        for i in range(off, size, step):
+            j = min(size, i + step)
+            if buf[i:j] != _ZEROS[: j - i]:
+                return False
+        return True
+
     def _valid_frame_after(self, off: int, expect: int) -> bool:
         """Is there any intact frame for seqno ``expect``..``expect+4`` after ``off``?"""
         buf, size = self.buf, self.size
@@ -237,6 +247,6 @@ def scan(info: SegmentInfo, *, tail: bool) -> ScanResult:
         for _ in view.frames(tail=tail, scan=res):
             pass
         res.size = view.size
-        rest = view.buf[res.valid_end : view.size]
-        res.zeros = bool(rest) and rest.count(0) == len(rest)
+        if not view.zeros_from(res.valid_end):
+            res.torn_bytes = view.size - res.valid_end
     return res

@@ -15,24 +15,27 @@ Preallocation (``fsync`` and ``group``): the newest segment is extended ahead of
 zeros, written and hardened ``PREALLOC_BYTES`` at a time, and records are written over them. An
 fdatasync then hardens only the records' blocks: the file's size and extents are already on disk,
 so there is no metadata to journal with each commit (about 1.3 times the fsyncs per second of an
-append on ext4 here). Readers take an all-zero frame header in the newest segment as the end of
-its records. A segment is trimmed to its records when it is sealed or closed, so sealed segments
-hold no zeros; after a crash, recovery keeps a zero tail and cuts anything else after the last
-record.
+append on ext4 here). Readers take a frame header of zeros with only zeros after it as the end of
+a segment's records. Files are never shrunk under readers that may have them mapped (a page past
+the end would be SIGBUS): a segment keeps its zeros when it is sealed (there are none left by then:
+the last preallocation stops at ``segment_bytes``) or closed, and the next open writes over them.
+After a crash, recovery keeps a zero tail and cuts anything else after the last record.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, JournalError, StorageFull
+from ..errors import ConfigError, JournalError
 from ..fsutil import atomic_write, fsync_dir, write_all
 from .segments import SegmentHeader, segment_name
 
 DURABILITY_MODES = ("fsync", "group", "none")
+_GENERATIONS = itertools.count(1)  # fd generations, unique in the process: a token outlives no writer
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 PREALLOC_BYTES = 4 * 1024 * 1024
 _ZEROS = bytes(1024 * 1024)
@@ -65,7 +68,7 @@ class JournalWriter:
         self._prealloc = durability != "none"
         self.written_seqno = last_seqno  # written to the OS
         self.durable_seqno = last_seqno  # hardened on disk
-        self._generation = 0
+        self._generation = self._first_generation = next(_GENERATIONS)
         self._fsync_lock = threading.Lock()  # held while an fd is being fsynced
         self.fsyncs = 0
         self.broken: BaseException | None = None
@@ -82,18 +85,21 @@ class JournalWriter:
         try:
             write_all(self._fd, data, f"journal segment {self.path}", offset=self._size)
         except BaseException as e:
-            # A short write may have left part of a frame: cut it (and the zeros after it) so the
-            # file stays a valid journal.
+            # A short write may have left part of a frame: put the zeros back over it (and cut what
+            # went past the preallocated space), so the file stays a valid journal. Cutting the
+            # zeros too would shrink the file under readers that have it mapped.
             try:
-                os.ftruncate(self._fd, self._size)
-                self._alloc_end = self._size
+                end = min(self._size + len(data), self._alloc_end)
+                if end > self._size:
+                    write_all(self._fd, bytes(end - self._size), f"journal segment {self.path}", offset=self._size)
+                os.ftruncate(self._fd, max(self._size, self._alloc_end))
             except OSError:
                 self.broken = e
             raise
         self._size += len(data)
         self.written_seqno = last_seqno
         if self.durability == "fsync":
-            os.fdatasync(self._fd)
+            self._fdatasync(self._fd)
             self.fsyncs += 1
             self.durable_seqno = last_seqno
 
@@ -103,7 +109,9 @@ class JournalWriter:
 
     def _extend(self, end: int) -> None:
         """Write and harden zeros from the end of the file to past ``end`` (see Preallocation). If
-        the disk is full the zeros are taken back and this segment goes on without them."""
+        the zeros cannot be written (a full disk) they are taken back and this segment goes on
+        without them. A failed fdatasync is another matter: it may report the loss of records
+        written before (their pages failed to reach the disk), so the writer stops."""
         target = max(end, min(self._alloc_end + PREALLOC_BYTES, self.segment_bytes))
         try:
             off = self._alloc_end
@@ -111,26 +119,18 @@ class JournalWriter:
                 chunk = _ZEROS[: min(len(_ZEROS), target - off)]
                 write_all(self._fd, chunk, f"journal segment {self.path}", offset=off)
                 off += len(chunk)
-            os.fdatasync(self._fd)
-        except (OSError, StorageFull):
-            os.ftruncate(self._fd, self._size)
-            self._alloc_end = self._size
+        except OSError:  # StorageFull is an OSError too
+            os.ftruncate(self._fd, self._alloc_end)  # only zeros were written past it
             self._prealloc = False
             return
+        self._fdatasync(self._fd)
         self._alloc_end = target
-
-    def _trim(self) -> None:
-        """Cut the zeros after the last record (a sealed or closed segment holds records only)."""
-        if self._alloc_end > self._size:
-            os.ftruncate(self._fd, self._size)
-            self._alloc_end = self._size
 
     def _switch(self) -> None:
         with self._fsync_lock:
-            self._trim()
             os.fsync(self._fd)
             os.close(self._fd)
-            self._generation += 1
+            self._generation = next(_GENERATIONS)
         self.durable_seqno = max(self.durable_seqno, self.written_seqno)
         prev = self.index
         self.index += 1
@@ -148,24 +148,39 @@ class JournalWriter:
         """fdatasync without the commit lock (group commit), so the next batch is prepared meanwhile.
         Concurrent calls serialize on the fsync lock; a segment switch in between already synced."""
         fd, gen, target = token
+        if gen < self._first_generation:
+            raise JournalError(f"journal of {self.dir} was reopened or rolled back while a commit waited for "
+                               f"its fsync; the commit's outcome is what the journal holds now")
         with self._fsync_lock:
-            if gen == self._generation and self.durable_seqno < target:
-                os.fdatasync(fd)
+            if gen != self._generation:
+                return  # a segment switch (or close) since: it synced the old fd in full
+            if self.durable_seqno < target:
+                self._fdatasync(fd)
                 self.fsyncs += 1
-            if target > self.durable_seqno:
                 self.durable_seqno = target
 
     def sync(self) -> None:
         """Harden everything written so far (any mode). Caller holds the commit lock."""
         if self.durable_seqno < self.written_seqno or self.durability == "none":
             with self._fsync_lock:
-                os.fdatasync(self._fd)
+                self._fdatasync(self._fd)
             self.durable_seqno = self.written_seqno
 
-    def close(self) -> None:
+    def _fdatasync(self, fd: int) -> None:
+        """fdatasync; a failure stops the writer: the records it covers may not be on disk, and the
+        kernel may not report it again (only recovery, on reopening, can tell what is there)."""
         try:
-            self._trim()
-            os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-            fsync_dir(self.dir)
+            os.fdatasync(fd)
+        except OSError as e:
+            self.broken = e
+            raise JournalError(f"fdatasync of journal segment {self.path} failed ({e}); reopen the instance "
+                               f"(recovery checks the journal)") from e
+
+    def close(self) -> None:
+        with self._fsync_lock:
+            try:
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._generation = next(_GENERATIONS)
+                fsync_dir(self.dir)
