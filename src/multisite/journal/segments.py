@@ -160,7 +160,7 @@ class SegmentView:
                 length, seqno, pcrc, hcrc = unpack(buf, off)
                 end = off + hsize + length
                 if checked and end <= size and seqno == expect:
-                    pass
+                    pass  # safe: the caller reads no further than the scan that checked these (last_seqno)
                 elif crc32(buf[off : off + 16]) != hcrc or length > MAX_RECORD_BYTES:
                     bad = "frame header is damaged"
                 elif end > size:
