@@ -105,7 +105,7 @@ class Database:
         self.info = ifile.load(lay.instance_file)
         self.name = self.info.name
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._closed = False
         self.commit_listeners: list[Callable[[int, bytes], None]] = []
         self.rollback_listeners: list[Callable[[int], None]] = []
@@ -257,7 +257,7 @@ class Database:
 
     def _single(self, op: int, region: str, key: Any, vb: bytes | None) -> int:
         """One update as a transaction of its own (the fast path of db.set/kill/zkill)."""
-        if getattr(self._local, "tx", None) is not None:
+        if self._local.tx is not None:
             raise TransactionError("db.set/kill/zkill inside an open transaction would nest transactions: "
                                    "use tx.set/kill/zkill on the transaction instead")
         self._check_open()
@@ -269,7 +269,7 @@ class Database:
     def _commit(self, ops: list[tuple[int, str, tuple, bytes | None]], **kw: Any) -> int:
         """Apply ``ops`` atomically; return the seqno (0 if nothing replicated was touched)."""
         if self.journal.durability == "group":
-            wake = getattr(self._local, "wake", None)
+            wake = self._local.wake
             if wake is None:  # one wake lock per thread, kept acquired between commits
                 wake = self._local.wake = threading.Lock()
                 wake.acquire()
@@ -562,6 +562,15 @@ class Database:
         return f"<multisite.Database {self.name} at {self.layout.root} seqno={self._seqno}>"
 
 
+class _ThreadState(threading.local):
+    """Per thread: the open transaction, and the lock group commit wakes the thread with. Class
+    defaults, so that reading them in a thread that never set them raises nothing (an AttributeError
+    inside getattr costs more than the rest of the lookup)."""
+
+    tx: "Transaction | None" = None
+    wake: threading.Lock | None = None
+
+
 class _Request:
     """One transaction waiting in the group-commit queue."""
 
@@ -586,7 +595,7 @@ class Transaction:
 
     def __enter__(self) -> "Transaction":
         local = self.db._local
-        if getattr(local, "tx", None) is not None:
+        if local.tx is not None:
             raise TransactionError("nested transactions are not supported: commit the outer transaction first")
         self.db._check_open()
         local.tx = self
