@@ -6,12 +6,11 @@ last seqno): the back pointer that lets a reader walk from any segment to older 
 journal files do.
 
 Scanning tells a torn tail from corruption: a bad frame at the end of the newest segment, with no
-valid later record behind it, is a write the crash interrupted (cut off, reported). A frame header
-of zeros with nothing but zeros after it is the end of the records: the space was preallocated
-(see ``writer``) and never written. Zeros with a valid record after them are a lost write of data
-that was acknowledged: corruption. A bad frame
+valid later record behind it, is a write the crash interrupted (cut off, reported). A bad frame
 with a valid record after it, or a bad frame in a sealed segment, is corruption: ``JournalCorrupt``
-naming the file and offset.
+naming the file and offset. A frame header of zeros with nothing but zeros after it is the end of
+the records: that space was preallocated (see ``writer``) and never written; zeros with a valid
+record after them are a lost write of acknowledged data, corruption like any other bad frame.
 """
 
 from __future__ import annotations
@@ -196,7 +195,7 @@ class SegmentView:
         while off < size:
             hdr = parse_header(buf, off) if size - off >= FRAME_HEADER_SIZE else None
             if hdr is None or off + hdr.total > size:
-                if tail:
+                if tail or (buf[off : off + FRAME_HEADER_SIZE] == ZERO_HEADER and self.zeros_from(off)):
                     return
                 raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: frame header is damaged "
                                      f"or truncated (in a sealed segment)", path=str(path), offset=off)
