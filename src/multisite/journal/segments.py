@@ -8,9 +8,11 @@ journal files do.
 Scanning tells a torn tail from corruption: a bad frame at the end of the newest segment, with no
 valid later record behind it, is a write the crash interrupted (cut off, reported). A bad frame
 with a valid record after it, or a bad frame in a sealed segment, is corruption: ``JournalCorrupt``
-naming the file and offset. A frame header of zeros with nothing but zeros after it is the end of
-the records: that space was preallocated (see ``writer``) and never written; zeros with a valid
-record after them are a lost write of acknowledged data, corruption like any other bad frame.
+naming the file and offset. In the newest segment, a frame header of zeros with nothing but zeros
+after it is the end of the records: that space was preallocated (see ``writer``) and never written;
+zeros with a valid record after them are a lost write of acknowledged data, corruption like any
+other bad frame. Sealed segments hold no zeros (the writer's last preallocation stops at the
+segment size), so zeros there are corruption too.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class SegmentView:
                     raise JournalCorrupt(f"journal segment {path} offset {off}: seqno {seqno} where {expect} "
                                          f"was expected", path=str(path), offset=off)
             if bad is not None:
-                if buf[off : off + hsize] == ZERO_HEADER and self.zeros_from(off):
+                if tail and buf[off : off + hsize] == ZERO_HEADER and self.zeros_from(off):
                     break  # preallocated space, never written: the records end here (see journal.writer)
                 if tail and (not search or not self._valid_frame_after(off, expect)):
                     break  # torn tail: the crash interrupted this write
@@ -195,7 +197,7 @@ class SegmentView:
         while off < size:
             hdr = parse_header(buf, off) if size - off >= FRAME_HEADER_SIZE else None
             if hdr is None or off + hdr.total > size:
-                if tail or (buf[off : off + FRAME_HEADER_SIZE] == ZERO_HEADER and self.zeros_from(off)):
+                if tail:
                     return
                 raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: frame header is damaged "
                                      f"or truncated (in a sealed segment)", path=str(path), offset=off)
