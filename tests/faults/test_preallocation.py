@@ -294,3 +294,23 @@ def test_a_fsync_token_from_a_replaced_writer_is_refused(tmp_path):
         new.harden(token)
     assert new.durable_seqno == 1 and new.fsyncs == 0
     new.close()
+
+
+def test_zeros_at_the_end_of_a_sealed_segment_are_corruption(tmp_path):
+    """Only the newest segment may end in zeros: a sealed one never does, so a zeroed last record
+    there is data lost, for readers and for the Spark planner alike."""
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync", segment_bytes=16 * 1024)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        _fill(db, 400)
+    sealed = list_segments(root / "journal")[0]
+    with SegmentView(sealed) as view:
+        last_off = [off for off, _ in view.frames(tail=False)][-1]
+    size = sealed.path.stat().st_size
+    with open(sealed.path, "r+b") as f:
+        f.seek(last_off)
+        f.write(bytes(size - last_off))
+    with pytest.raises(multisite.JournalCorrupt):
+        list(iter_records(root / "journal"))
+    with SegmentView(sealed) as view, pytest.raises(multisite.JournalCorrupt):
+        list(view.headers(tail=False))
