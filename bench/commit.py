@@ -275,7 +275,8 @@ def single(loop: Loop, seconds: float, unit: str = "tx/s", per_step: int = 1) ->
 
 
 class GroupThreads(Loop):
-    """``threads`` threads committing single-update transactions, started and stopped for each run."""
+    """``threads`` threads committing single-update transactions. The threads live as long as the
+    measure and are paused between runs, so that each run measures commits, not thread start-up."""
 
     def __init__(self, work: Path, threads: int = GROUP_THREADS, mode: str = "group", cpu: int | None = None):
         self.name = f"multisite {mode} mode, {threads} threads" + ("" if cpu is None else ", on one CPU")
@@ -283,7 +284,13 @@ class GroupThreads(Loop):
         self.cpu = cpu  # pin the writer threads to this CPU (os.sched_setaffinity of each thread)
         self.db = open_fresh(work, f"threads-{mode}-{cpu}", mode)
         self.commits = self.fsyncs = 0
-        self._base = [t * 10**9 for t in range(threads)]
+        self._counts = [0] * threads
+        self._go = threading.Event()
+        self._paused = threading.Barrier(threads + 1)
+        self._closing = False
+        self._workers = [threading.Thread(target=self._worker, args=(t,), daemon=True) for t in range(threads)]
+        for th in self._workers:
+            th.start()
 
     @property
     def note(self) -> str:
@@ -291,39 +298,40 @@ class GroupThreads(Loop):
         where = "" if self.cpu is None else f" pinned to CPU {self.cpu} (os.sched_setaffinity)"
         return f"{self.threads} threads{where}, single-update transactions{per}"
 
-    def run(self, seconds: float) -> tuple[int, float]:
-        db, counts = self.db, [0] * self.threads
-        stop = threading.Event()
-        start = threading.Barrier(self.threads + 1)
-
-        def worker(t: int) -> None:
-            if self.cpu is not None:
-                os.sched_setaffinity(0, {self.cpu})  # on Linux, 0 is the calling thread
-            i = self._base[t]
-            start.wait()
-            while not stop.is_set():
+    def _worker(self, t: int) -> None:
+        if self.cpu is not None:
+            os.sched_setaffinity(0, {self.cpu})  # on Linux, 0 is the calling thread
+        db, counts, go = self.db, self._counts, self._go
+        i = t * 10**9
+        while True:
+            go.wait()
+            if self._closing:
+                return
+            while go.is_set():
                 db.set("acct", key(i), value(i))
                 i += 1
-            counts[t] = i - self._base[t]
-            self._base[t] = i
+                counts[t] += 1
+            self._paused.wait(timeout=120)
 
-        ths = [threading.Thread(target=worker, args=(t,)) for t in range(self.threads)]
-        for th in ths:
-            th.start()
-        fsyncs0 = getattr(db.journal, "fsyncs", 0)
-        start.wait()
+    def run(self, seconds: float) -> tuple[int, float]:
+        journal = self.db.journal
+        n0, fsyncs0 = sum(self._counts), getattr(journal, "fsyncs", 0)
         t0 = time.perf_counter()
+        self._go.set()
         time.sleep(seconds)
-        stop.set()
-        for th in ths:
-            th.join()
+        self._go.clear()
+        self._paused.wait(timeout=120)  # every thread has finished its last commit (a dead one: an error)
         dt = time.perf_counter() - t0
-        n = sum(counts)
+        n = sum(self._counts) - n0
         self.commits += n
-        self.fsyncs += getattr(db.journal, "fsyncs", 0) - fsyncs0
+        self.fsyncs += getattr(journal, "fsyncs", 0) - fsyncs0
         return n, dt
 
     def close(self) -> None:
+        self._closing = True
+        self._go.set()
+        for th in self._workers:
+            th.join()
         self.db.close()
 
 
