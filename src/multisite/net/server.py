@@ -26,6 +26,7 @@ import msgspec
 
 from .. import database
 from ..errors import ConfigError, MultisiteError, ServerError
+from .affinity import parse_cpus
 from ..journal.records import SET
 from ..keys import check_key, decode_key, encode_key
 from ..protocol.client import FrameBuffer, encode
@@ -96,7 +97,8 @@ class InstanceServer:
 
     def _write_runfile(self) -> None:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
-                "started": self.started_at, "log": str(self.root / "log" / "server.log")}
+                "started": self.started_at, "log": str(self.root / "log" / "server.log"),
+                "cpus": sorted(os.sched_getaffinity(0))}
         (self.root / "run" / "server.json").write_text(json.dumps(info))
 
     async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
@@ -373,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m multisite.net.server")
     ap.add_argument("dir")
     ap.add_argument("--listen", default=None)
+    ap.add_argument("--cpus", default=None)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -380,6 +383,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("multisite").addHandler(h)
     logging.getLogger("multisite").setLevel(logging.INFO)
     try:
+        if a.cpus:
+            # Before any thread starts, so that every thread of the server inherits it (see affinity).
+            os.sched_setaffinity(0, parse_cpus(a.cpus))
+            logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
         asyncio.run(InstanceServer(root, a.listen).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
