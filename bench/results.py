@@ -21,7 +21,7 @@ def git_state() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=HERE,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], cwd=HERE.parent,
                                capture_output=True, text=True).stdout.strip()
         return head + (" (with uncommitted changes under src/)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
