@@ -46,6 +46,10 @@ def test_the_server_and_its_threads_run_on_the_cpus_asked(tmp_path):
         assert c.set("acct", ("a",), 1) == 1  # executor threads exist now
         assert info["cpus"] == [cpu]
         assert _task_cpus(info["pid"]) == {str(cpu)}
+        res = CliRunner().invoke(cli, ["status", str(root), "--json"])
+        assert res.exit_code == 0 and '"cpus": [' in res.output and '"durability": "group"' in res.output
+        res = CliRunner().invoke(cli, ["status", str(root)])
+        assert res.exit_code == 0 and "CPUs" in res.output and "group" in res.output
     finally:
         stop_server(root)
 
@@ -55,3 +59,9 @@ def test_a_cpu_the_machine_lacks_is_refused_before_anything_starts(tmp_path):
     res = CliRunner().invoke(cli, ["server", "start", str(root), "--cpus", "4096"])
     assert res.exit_code != 0 and "not available" in res.output
     assert not (root / "run" / "server.json").exists()
+
+
+def test_cpu_lists_print_as_ranges():
+    from multisite.cli.server_cmds import _cpu_list
+
+    assert _cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and _cpu_list([3]) == "3"

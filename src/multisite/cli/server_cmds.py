@@ -122,9 +122,9 @@ def status_cmd(dir: str, as_json: bool) -> None:
     if as_json:
         print_json(st)
         return
-    table(f"instance {st['name']}", ["pid", "role", "seqno", "journal pool", "update process"],
-          [(st["pid"], st["role"], st["seqno"], f"{st['pool']['first_seqno']}..{st['pool']['last_seqno']}",
-            st["update"]["state"])])
+    table(f"instance {st['name']}", ["pid", "role", "seqno", "durability", "CPUs", "journal pool", "update process"],
+          [(st["pid"], st["role"], st["seqno"], st["durability"], _cpu_list(st["cpus"]),
+            f"{st['pool']['first_seqno']}..{st['pool']['last_seqno']}", st["update"]["state"])])
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])
@@ -133,6 +133,17 @@ def status_cmd(dir: str, as_json: bool) -> None:
         r = st["receiver"]
         table("receiver server", ["state", "source", "listen", "received", "applied", "backlog"],
               [(r["state"], r["source"], r["listen"], r["received_seqno"], r["seqno"], r["backlog"])])
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def register(cli: click.Group) -> None:

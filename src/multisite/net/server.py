@@ -151,6 +151,7 @@ class InstanceServer:
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
+                "durability": self.db.journal.durability, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
                 "sources": {n: s.status() for n, s in self.sources.items()},
