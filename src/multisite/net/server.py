@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import json
 import logging
 import os
@@ -29,7 +28,6 @@ from .. import database
 from ..errors import ConfigError, MultisiteError, ServerError
 from ..journal.records import SET
 from ..keys import check_key, decode_key, encode_key
-from ..protocol.client import FrameBuffer, encode
 from ..replication.history import SI_STREAM, to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
@@ -38,13 +36,13 @@ from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
 from .affinity import parse_cpus
 from .client import fetch_hello
+from .clients import ClientListener
 from .control import control_address
 from .receiver import ReceiverConfig, ReceiverServer
 from .source import SourceConfig, SourceServer
 from .tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-CLIENT_THREADS = 32  # client transactions in flight at once (see InstanceServer._client_pool)
 
 
 def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
@@ -68,9 +66,6 @@ class InstanceServer:
         self._stop = asyncio.Event()
         self.started_at = time.time()
         self.client_port: int | None = None
-        # Client transactions run in threads of their own, as many as may usefully share a group
-        # commit (asyncio's default pool has cores + 4: six here, which capped the batches).
-        self._client_pool = concurrent.futures.ThreadPoolExecutor(CLIENT_THREADS, thread_name_prefix="client")
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -88,8 +83,8 @@ class InstanceServer:
         cli_srv = None
         if self.listen:
             host, port = parse_hostport(self.listen)
-            cli_srv = await asyncio.start_server(self._client, host, port)
-            self.client_port = cli_srv.sockets[0].getsockname()[1]
+            cli_srv = ClientListener(host, port, self._client_op, self.log)
+            self.client_port = cli_srv.port
             self.log.info("client protocol listening on %s:%d", host, self.client_port)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -115,8 +110,7 @@ class InstanceServer:
         await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
         ctl.close()
         if cli_srv:
-            cli_srv.close()
-        self._client_pool.shutdown(wait=True, cancel_futures=True)  # client transactions in flight end first
+            await asyncio.get_running_loop().run_in_executor(None, cli_srv.close)  # transactions in flight end first
         self.db.close()
         (self.root / "run" / "server.json").unlink(missing_ok=True)
         self.log.info("instance server stopped at seqno %d", self.db.seqno)
@@ -324,30 +318,7 @@ class InstanceServer:
                 s.kick()
             await asyncio.sleep(0.005)
 
-    # -- client protocol -------------------------------------------------------------------------
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        buf = FrameBuffer()
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                data = await reader.read(1 << 20)
-                if not data:
-                    return
-                buf.feed(data)
-                while (req := buf.next()) is not None:
-                    rid, op, args = req
-                    try:
-                        result = await loop.run_in_executor(self._client_pool, self._client_op, op, args)
-                        reply = [rid, True, result]
-                    except MultisiteError as e:
-                        reply = [rid, False, [e.code, e.message]]
-                    writer.write(encode(reply))
-                await writer.drain()
-        except (MultisiteError, OSError, ValueError) as e:
-            self.log.warning("client connection closed: %s", e)
-        finally:
-            writer.close()
-
+    # -- client protocol (connections are served by net.clients) ------------------------------
     def _client_op(self, op: str, a: dict) -> Any:
         db = self.db
         if op == "get":

@@ -1,0 +1,92 @@
+"""The client protocol's listener: a thread per connection, each running its own transactions.
+
+Why threads and not the server's asyncio loop: a commit blocks (on the commit lock and the fsync),
+so the loop would hand every request to a worker thread and take the reply back, two thread
+wake-ups per request on top of the network's. A connection's own thread reads a request, runs it
+through the engine and writes the reply itself; concurrent connections share group commits. The
+protocol (framing, ops) is ``protocol.client``; what each op does is ``InstanceServer._client_op``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any, Callable
+
+from ..errors import MultisiteError
+from ..protocol.client import FrameBuffer, encode
+
+MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
+
+
+class ClientListener:
+    def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger):
+        self._sock = socket.create_server((host, port))
+        self.port: int = self._sock.getsockname()[1]
+        self._run_op = run_op
+        self._log = log
+        self._lock = threading.Lock()
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._closing = False
+        self._acceptor = threading.Thread(target=self._accept, name="client-accept", daemon=True)
+        self._acceptor.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, addr = self._sock.accept()
+            except OSError:
+                return  # closed
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._closing or len(self._conns) >= MAX_CONNECTIONS:
+                    self._log.warning("client connection from %s refused: %s", addr,
+                                      "shutting down" if self._closing else f"{MAX_CONNECTIONS} connections open")
+                    conn.close()
+                    continue
+                th = threading.Thread(target=self._serve, args=(conn,), name=f"client-{addr[1]}", daemon=True)
+                self._conns[conn] = th
+            th.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = FrameBuffer()
+        try:
+            while True:
+                data = conn.recv(1 << 20)
+                if not data:
+                    return
+                buf.feed(data)
+                while (req := buf.next()) is not None:
+                    rid, op, args = req
+                    try:
+                        reply = [rid, True, self._run_op(op, args)]
+                    except MultisiteError as e:
+                        reply = [rid, False, [e.code, e.message]]
+                    conn.sendall(encode(reply))
+        except (MultisiteError, OSError, ValueError) as e:
+            if not self._closing:
+                self._log.warning("client connection closed: %s", e)
+        finally:
+            with self._lock:
+                self._conns.pop(conn, None)
+            conn.close()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting, end every connection, and wait for the transactions in flight."""
+        with self._lock:
+            self._closing = True
+            conns = dict(self._conns)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (a close alone would not)
+        except OSError:
+            pass
+        self._sock.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # the thread's recv returns; a request in flight finishes
+            except OSError:
+                pass
+        for th in conns.values():
+            th.join(timeout_s)
+        self._acceptor.join(timeout_s)

@@ -1,0 +1,87 @@
+"""The client listener: a thread per connection, real sockets (``net.clients``)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import msgspec
+
+import multisite
+from multisite.cli.server_cmds import start_server, stop_server
+from multisite.errors import ConfigError
+from multisite.net import clients
+from multisite.protocol.client import LEN, encode
+
+
+def _ask(sock: socket.socket, req: list) -> list:
+    sock.sendall(encode(req))
+    head = sock.recv(4, socket.MSG_WAITALL)
+    (n,) = LEN.unpack(head)
+    return msgspec.msgpack.decode(sock.recv(n, socket.MSG_WAITALL))
+
+
+def _op(op: str, args: dict):
+    if op == "boom":
+        raise ConfigError("no such thing")
+    return [op, args]
+
+
+def test_requests_replies_errors_and_a_malformed_frame():
+    lis = clients.ClientListener("127.0.0.1", 0, _op, logging.getLogger("test"))
+    try:
+        with socket.create_connection(("127.0.0.1", lis.port)) as s:
+            assert _ask(s, [1, "echo", {"a": 1}]) == [1, True, ["echo", {"a": 1}]]
+            assert _ask(s, [2, "boom", {}]) == [2, False, [ConfigError.code, "no such thing"]]
+            s.sendall(LEN.pack(3) + b"\xc1\xc1\xc1")  # not msgpack: the connection is closed
+            assert s.recv(10) == b""
+    finally:
+        lis.close()
+
+
+def test_connections_past_the_limit_are_closed_at_once(monkeypatch):
+    monkeypatch.setattr(clients, "MAX_CONNECTIONS", 2)
+    lis = clients.ClientListener("127.0.0.1", 0, _op, logging.getLogger("test"))
+    try:
+        a, b = (socket.create_connection(("127.0.0.1", lis.port)) for _ in range(2))
+        assert _ask(a, [1, "x", {}])[1] and _ask(b, [1, "x", {}])[1]
+        with socket.create_connection(("127.0.0.1", lis.port)) as c:
+            c.settimeout(5)
+            assert c.recv(10) == b""
+        a.close()
+        b.close()
+    finally:
+        lis.close()
+
+
+def test_concurrent_clients_share_group_commits_and_stop_is_prompt(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    info = start_server(root, "127.0.0.1:0")
+    addr = f"127.0.0.1:{info['client_port']}"
+    multisite.connect(addr).create_region("acct")
+    errors: list[BaseException] = []
+
+    def client(t: int) -> None:
+        try:
+            db = multisite.connect(addr)
+            for i in range(50):
+                db.set("acct", (t, i), i)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    ths = [threading.Thread(target=client, args=(t,)) for t in range(16)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    assert errors == []
+    idle = multisite.connect(addr)  # left open: stop must not wait for it
+    assert idle.seqno == 800 and idle.get("acct", (15, 49)) == 49
+    t0 = time.monotonic()
+    stop_server(root)
+    assert time.monotonic() - t0 < 3
+    with multisite.open(root) as db:
+        assert db.seqno == 800
+        assert len(list(db.items("acct"))) == 800
