@@ -107,8 +107,8 @@ def main() -> None:
         "| server | commits/s | ratio |", "|---|---:|---:|",
         f"| on every CPU | {spread:,.0f} | 1.00x |",
         f"| `--cpus {cpu}` | {pinned:,.0f} | {pinned / spread:.2f}x |", "",
-        "No target: this measures the `--cpus` option. The figure is bound by the server's request path "
-        "(asyncio, a thread per engine call) and by the clients sharing one process, not by the disk.", "",
+        "No target: this measures the `--cpus` option. The figure is bound by each request's round trip "
+        "(a thread per connection in the server) and by the clients sharing one process, not by the disk.", "",
         "Reproduce: `.venv/bin/python bench/server.py` (`--quick` for a short run that only prints).", end]) + "\n")
     console.print(f"wrote {HERE / 'RESULTS.md'}")
 
