@@ -85,3 +85,19 @@ def test_concurrent_clients_share_group_commits_and_stop_is_prompt(tmp_path):
     with multisite.open(root) as db:
         assert db.seqno == 800
         assert len(list(db.items("acct"))) == 800
+
+
+def test_a_request_of_the_wrong_shape_or_with_missing_arguments_gets_a_clear_error():
+    def op(op, args):
+        return args["region"]  # KeyError when it is missing
+
+    lis = clients.ClientListener("127.0.0.1", 0, op, logging.getLogger("test"))
+    try:
+        with socket.create_connection(("127.0.0.1", lis.port)) as s:
+            rid, ok, (code, msg) = _ask(s, [7, "get", {}])
+            assert (rid, ok, code) == (7, False, ConfigError.code) and "malformed 'get' request" in msg
+            assert _ask(s, [8, "get", {"region": "r"}]) == [8, True, "r"]  # the connection lives on
+            s.sendall(encode([9, "get"]))  # not [id, op, args]: the connection is closed
+            assert s.recv(10) == b""
+    finally:
+        lis.close()

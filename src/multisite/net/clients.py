@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Any, Callable
 
-from ..errors import MultisiteError
+from ..errors import ConfigError, MultisiteError, RemoteProtocolError
 from ..protocol.client import FrameBuffer, encode
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
@@ -58,11 +58,15 @@ class ClientListener:
                     return
                 buf.feed(data)
                 while (req := buf.next()) is not None:
+                    if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
+                        raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
                     rid, op, args = req
                     try:
                         reply = [rid, True, self._run_op(op, args)]
                     except MultisiteError as e:
                         reply = [rid, False, [e.code, e.message]]
+                    except (KeyError, TypeError, ValueError) as e:  # a request missing or mistyping an argument
+                        reply = [rid, False, [ConfigError.code, f"malformed {op!r} request: {type(e).__name__}: {e}"]]
                     conn.sendall(encode(reply))
         except (MultisiteError, OSError, ValueError) as e:
             if not self._closing:
