@@ -342,7 +342,6 @@ def handoff(cpu: int | None, seconds: float) -> Figure:
     a.acquire()
     b.acquire()
     done = threading.Event()
-    count = [0]
 
     def other() -> None:
         if cpu is not None:

@@ -169,10 +169,10 @@ class Store:
 
     def put_values(self, rid: int, values: dict[bytes, bytes]) -> None:
         """Write ``{key: value}`` into region ``rid``."""
-        self._begin()
-        if len(values) == 1:
-            self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, *next(iter(values.items()))))
+        if len(values) == 1:  # a single-update commit: the common case
+            self.put(rid, *next(iter(values.items())))
         else:
+            self._begin()
             self._insert([x for k, v in values.items() for x in (rid, k, v)])
 
     def put_rows(self, rows: list[tuple[int, bytes, bytes]]) -> None:
