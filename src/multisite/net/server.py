@@ -204,6 +204,7 @@ class InstanceServer:
     async def ctl_source_deactivate(self, secondary: str) -> dict:
         src = self._source(secondary)
         src.deactivate()
+        await src.wait_passive()
         return self._component(f"source-{secondary}.log", src.status())
 
     async def ctl_source_status(self, secondary: str | None = None) -> dict:

@@ -141,6 +141,12 @@ class SourceServer:
         self._wake.set()
         self.log.info("deactivated: closing the connection and going passive")
 
+    async def wait_passive(self, timeout_s: float = 5.0) -> None:
+        """Wait (up to ``timeout_s``) until a deactivate has closed the session."""
+        deadline = time.monotonic() + timeout_s
+        while self.state not in ("passive", "stopped", "error") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Send what is pending (up to ``timeout_s``), then close and exit."""
         deadline = time.monotonic() + timeout_s
@@ -284,6 +290,10 @@ class SourceServer:
             last = start + len(frames) - 1
             data = conn.send(TxnBatch(start, last, b"".join(frames)))
             async with lock:
+                # Checked with no await before the write: nothing committed after a deactivate (which
+                # runs on this loop) is sent, even if the watch task has not ended the session yet.
+                if not self.active or self._kicked:
+                    raise ConnectionLost("deactivated" if not self.active else "restarting after a rollback")
                 writer.write(data)
                 await writer.drain()
             self._next = last + 1
