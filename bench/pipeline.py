@@ -13,7 +13,8 @@ The journal source keeps a columnar index of the frames it has read (``journal/i
 read of the fresh copy decodes every frame and writes it, and is reported on its own; the other scans
 read through it. So is the export of a second fresh copy, whose index the export itself writes. The
 floor is the same aggregate over a Python source that only yields prebuilt Arrow batches of the
-default schema: what Spark's handling of Python-source batches costs, whatever the source does.
+default schema (and of the narrow schema): what Spark's handling of Python-source batches costs,
+whatever the source does.
 """
 
 from __future__ import annotations
@@ -173,7 +174,11 @@ def main() -> None:
         r = spark.read.format("multisite")
         return (r.schema("region string, value_size int") if narrow else r).load(str(inst))
 
-    floor = spark.read.format("bench_floor").option("rows", a.updates).option("instance", str(inst)).load()
+    def floor_source(narrow: bool = False):
+        r = spark.read.format("bench_floor").option("rows", a.updates).option("instance", str(inst))
+        return (r.schema("region string, value_size int") if narrow else r).load()
+
+    floor, floor_narrow = floor_source(), floor_source(narrow=True)
     agg(floor)  # warm the JVM and the Python workers
     res_c, t_c = timed(lambda: agg(source()))  # first read: decodes every frame, writes the index
     index = index_state(str(inst / "journal"))
@@ -185,6 +190,8 @@ def main() -> None:
     agg(native)
     res_f, t_f = best(lambda: agg(native))
     _, t_0 = best(lambda: agg(floor))
+    agg(floor_narrow)
+    _, t_0n = best(lambda: agg(floor_narrow))
     pq = work / "journal-parquet"
     _, t_w = timed(lambda: journal.write.parquet(str(pq)))
     parquet = spark.read.parquet(str(pq))
@@ -199,9 +206,12 @@ def main() -> None:
         "journal_projected_s": round(t_n, 2), "journal_projected_rows_per_s": int(a.updates / t_n),
         "journal_df_s": round(t_f, 2), "journal_df_rows_per_s": int(a.updates / t_f),
         "python_source_floor_s": round(t_0, 2), "python_source_floor_rows_per_s": int(a.updates / t_0),
+        "python_source_floor_narrow_s": round(t_0n, 2),
+        "python_source_floor_narrow_rows_per_s": int(a.updates / t_0n),
         "parquet_s": round(t_p, 2), "parquet_rows_per_s": int(a.updates / t_p),
         "ratio_full_schema": round(t_p / t_j, 3), "ratio_projected": round(t_p / t_n, 3),
         "ratio_journal_df": round(t_p / t_f, 3), "ratio_floor": round(t_p / t_0, 3),
+        "ratio_floor_narrow": round(t_p / t_0n, 3),
         "journal_to_parquet_write_s": round(t_w, 1),
     }
     print(json.dumps(report["scan"]), file=sys.stderr)
