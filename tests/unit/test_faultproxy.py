@@ -103,23 +103,28 @@ def test_end_of_file_is_forwarded_as_a_half_close():
 def test_delay_adds_latency_without_serialising_chunks():
     async def test(echo, proxy):
         reader, writer = await connect(proxy)
-        proxy.delay(0.1, direction="upstream")
+        delay_s = 0.25
+        proxy.delay(delay_s, direction="upstream")
         t0 = time.monotonic()
         assert await round_trip(reader, writer, b"x") == b"x"
-        assert time.monotonic() - t0 >= 0.1
+        assert time.monotonic() - t0 >= delay_s
 
+        # Ten chunks 10 ms apart, each held delay_s from its own arrival: all are back about delay_s
+        # after the last was sent. Serialised, the last would be held at least ten delays after the
+        # first was sent: that is the bound (not the ~0.35 s of an idle machine, which a busy one
+        # overshoots by scheduling alone).
         t0 = time.monotonic()
-        for i in range(10):  # ten chunks 10 ms apart: about 0.1 s + 0.1 s, not ten times 0.1 s
+        for i in range(10):
             writer.write(b"%d" % i)
             await writer.drain()
             await asyncio.sleep(0.01)
         assert await reader.readexactly(10) == b"0123456789"
-        assert 0.1 <= time.monotonic() - t0 < 0.6
+        assert delay_s <= time.monotonic() - t0 < 10 * delay_s
 
         proxy.delay(0)
         t0 = time.monotonic()
         await round_trip(reader, writer, b"y")
-        assert time.monotonic() - t0 < 0.1
+        assert time.monotonic() - t0 < delay_s  # a delay left in place would add at least delay_s
         writer.close()
 
     run(test)
