@@ -73,7 +73,12 @@ def _simple(name: str, op: str, doc: str, *, timeout_opt: bool = False, connect_
     @click.argument("dir", type=click.Path(exists=True, file_okay=False))
     @click.option("--secondary", required=True, help="Name of the secondary.")
     def cmd(dir, secondary, **kw):
-        res = control.call(_root(dir), op, secondary=secondary, **{k: v for k, v in kw.items() if v is not None})
+        args = {k: v for k, v in kw.items() if v is not None}
+        call_timeout_s = control.CONTROL_TIMEOUT_S
+        if "timeout" in args:  # the server's bound is ``timeout_s``: control.call's ``timeout`` is its socket's
+            args["timeout_s"] = args.pop("timeout")
+            call_timeout_s += args["timeout_s"]
+        res = control.call(_root(dir), op, timeout=call_timeout_s, secondary=secondary, **args)
         _done(f"source server for {secondary} {name}", res)
     cmd.__doc__ = doc
     if timeout_opt:

@@ -50,7 +50,7 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None) -> dic
 def stop_server(root: Path, timeout: float = 10.0) -> int:
     lay = Layout.existing(root)
     pid = control.call(lay.root, "ping")["pid"]
-    control.call(lay.root, "shutdown", timeout=timeout + 5)
+    control.call(lay.root, "shutdown", timeout=timeout + 5, timeout_s=timeout)  # socket timeout, flush bound
     deadline = time.monotonic() + timeout + 10
     while time.monotonic() < deadline:
         if _exited(pid):

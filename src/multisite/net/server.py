@@ -64,6 +64,7 @@ class InstanceServer:
         self.sources: dict[str, SourceServer] = {}
         self.receiver: ReceiverServer | None = None
         self._stop = asyncio.Event()
+        self._stop_timeout_s = 5.0  # how long sources may send what is pending at shutdown
         self.started_at = time.time()
         self.client_port: int | None = None
 
@@ -93,7 +94,7 @@ class InstanceServer:
         try:
             await self._stop.wait()
         finally:
-            await self._shutdown(ctl, cli_srv)
+            await self._shutdown(ctl, cli_srv, self._stop_timeout_s)
 
     def _write_runfile(self) -> None:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
@@ -103,8 +104,8 @@ class InstanceServer:
 
     async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
         self.log.info("shutting down")
-        for s in list(self.sources.values()):
-            await s.stop(timeout_s)
+        # Together: each source sends what is pending within the one bound the caller gave.
+        await asyncio.gather(*(s.stop(timeout_s) for s in list(self.sources.values())))
         if self.receiver:
             await self.receiver.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
@@ -142,7 +143,10 @@ class InstanceServer:
     async def ctl_ping(self) -> dict:
         return {"pid": os.getpid()}
 
-    async def ctl_shutdown(self, timeout: float = 5.0) -> dict:
+    async def ctl_shutdown(self, timeout_s: float = 5.0) -> dict:
+        # ``timeout_s``, not ``timeout``: control.call keeps that name for its own socket timeout, so an
+        # argument called ``timeout`` never reached the server and every stop flushed for 5 s only.
+        self._stop_timeout_s = float(timeout_s)
         self._stop.set()
         return {"pid": os.getpid()}
 
@@ -189,9 +193,9 @@ class InstanceServer:
         src.start()
         return self._component(fname, src.status())
 
-    async def ctl_source_stop(self, secondary: str, timeout: float = 5.0) -> dict:
+    async def ctl_source_stop(self, secondary: str, timeout_s: float = 5.0) -> dict:
         src = self._source(secondary)
-        await src.stop(timeout)
+        await src.stop(float(timeout_s))
         del self.sources[secondary]
         return self._component(f"source-{secondary}.log", src.status())
 
