@@ -7,6 +7,10 @@ Every test ends by stopping the servers and comparing the secondaries' files wit
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
 import multisite
@@ -259,6 +263,27 @@ def test_stopping_the_primary_sends_what_is_pending_first(cluster):
     # Sent is not yet applied: B's receiver and Update Process may still be working through the last
     # batch when A has exited. A is gone, so whatever B reaches now A must have sent before it stopped.
     wait_until(lambda: b.seqno() == last, what=f"B to apply what A sent before stopping (seqno {last})")
+    cluster.stop_all()
+    assert_same_data(a.root, b.root)
+    assert_contiguous_journal(b.root, last)
+
+
+def test_stopping_the_primary_delivers_what_it_sent_to_a_secondary_that_is_behind(cluster):
+    """The source's last close must not end in a reset: the secondary's kernel discards what it has
+    not read yet when an RST comes, and B lost the tail that A had logged as sent (426 of 600)."""
+    a, b = cluster.instance("A"), cluster.instance("B")
+    cluster.link(a, b, heartbeat_timeout_s=60.0)  # B is paused below: that must not count as a lost link
+    wait_until(lambda: source_status(a, b)["state"] == "streaming", what="streaming")
+    os.kill(b.pid, signal.SIGSTOP)
+    resume = threading.Timer(1.0, os.kill, (b.pid, signal.SIGCONT))
+    try:
+        last = workload(a, 600, value_bytes=10_000)  # megabytes: more than the sockets hold
+        resume.start()  # B reads again while A's stop waits for its source to send the rest
+        a.stop(timeout=30)
+    finally:
+        resume.cancel()
+        os.kill(b.pid, signal.SIGCONT)
+    wait_until(lambda: b.seqno() == last, timeout_s=60, what=f"B to apply all A sent (seqno {last})")
     cluster.stop_all()
     assert_same_data(a.root, b.root)
     assert_contiguous_journal(b.root, last)

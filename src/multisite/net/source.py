@@ -84,6 +84,11 @@ async def read_event(conn: Connection, reader: asyncio.StreamReader):
         return ev
 
 
+async def _read_until_eof(reader: asyncio.StreamReader) -> None:
+    while await reader.read(READ_CHUNK_BYTES):
+        pass
+
+
 class SourceServer:
     def __init__(self, server, cfg: SourceConfig, log: logging.Logger):
         self.server, self.cfg, self.log = server, cfg, log
@@ -112,6 +117,7 @@ class SourceServer:
         self._lag_s = 0.0
         self._rtt_s = 0.0
         self._kicked = False
+        self._stopping = False
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -152,6 +158,7 @@ class SourceServer:
         deadline = time.monotonic() + timeout_s
         while (self.state == "streaming" and self.last_sent < self.db.seqno and time.monotonic() < deadline):
             await asyncio.sleep(0.05)
+        self._stopping = True
         if self._task:
             self._task.cancel()
             try:
@@ -216,7 +223,29 @@ class SourceServer:
         try:
             await self._session(reader, writer)
         finally:
-            writer.transport.abort() if self.state == "lost" else writer.close()
+            if self.state == "lost":
+                writer.transport.abort()
+            elif self._stopping:  # nothing will send the rest again: it must arrive
+                await self._close_gracefully(reader, writer)
+            else:  # a deactivate, a kick or an error: the next session starts at the receiver's seqno
+                writer.close()
+
+    async def _close_gracefully(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """End the last session (``stop``) so that what was sent arrives: a FIN after the last batch,
+        then read (and drop) until the receiver closes its end too, for at most ``heartbeat_timeout_s``.
+
+        A plain close is not enough. Closing a socket with unread bytes in it (a heartbeat answer that
+        came in meanwhile), or one the receiver then writes to (its answers while it still reads the
+        backlog), makes the kernel send RST, and an RST discards what the receiver has not read yet:
+        after a stop, the secondary lost the tail of what this server had logged as sent."""
+        try:
+            if writer.can_write_eof():  # TLS cannot half-close: there the close alone must do
+                writer.write_eof()  # goes out once the transport's buffer is flushed
+                await asyncio.wait_for(_read_until_eof(reader), self.cfg.heartbeat_timeout_s)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.cfg
