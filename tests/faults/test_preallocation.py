@@ -314,3 +314,37 @@ def test_zeros_at_the_end_of_a_sealed_segment_are_corruption(tmp_path):
         list(iter_records(root / "journal"))
     with SegmentView(sealed) as view, pytest.raises(multisite.JournalCorrupt):
         list(view.headers(tail=False))
+
+
+def test_a_record_whose_header_is_visible_before_its_payload_is_not_planned(tmp_path):
+    """A reader can see a frame's header while the writer is still copying its payload in (a large
+    record in the preallocated newest segment). Planning readers (the Spark source's bounds and
+    chunks, the export's CRC lists) walk headers only; they must stop before such a frame, not plan
+    it and fail on it as corrupt. Simulated here by zeroing the last record's payload behind its
+    intact header, as a reader could catch it mid-copy."""
+    pytest.importorskip("pyarrow")
+    from multisite.pipeline.plan import chunks, instance_ref, journal_bounds
+
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    db = multisite.open(root)
+    try:
+        db.create_region("acct")
+        _fill(db, 20)
+        db.set("acct", ("big",), "v" * 300_000)  # seqno 21: bigger than one copy step
+        (tail,) = list_segments(root / "journal")
+        with SegmentView(tail) as view:
+            off, hdr = list(view.headers(tail=True))[-1]
+        assert hdr.seqno == 21 == db.seqno
+        with open(tail.path, "r+b") as f:  # the payload's second half not copied in yet
+            f.seek(off + hdr.total - 100_000)
+            f.write(bytes(100_000))
+        with SegmentView(tail) as view:
+            assert [h.seqno for _, h in view.headers(tail=True)] == list(range(1, 21))
+        assert journal_bounds(str(root)) == (1, 20)
+        planned = chunks(instance_ref(str(root)), 1, None, index="off")
+        assert max(c.last_seqno for c in planned) == 20
+        # A sealed segment has no write in progress: the same damage there is corruption.
+        with SegmentView(tail) as view, pytest.raises(multisite.JournalCorrupt):
+            list(view.frames(tail=False))
+    finally:
+        db.close()

@@ -21,6 +21,7 @@ import mmap
 import os
 import struct
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -32,6 +33,7 @@ MAGIC = b"MSJSEG01"
 VERSION = 1
 _HDR = struct.Struct("<8sHHIQIQd")  # magic, version, flags, index, first_seqno, prev_index, prev_last, created
 SEGMENT_HEADER_SIZE = 64
+SETTLE_BYTES = 1 << 20  # the newest segment's last bytes whose payloads a header walk checks
 SUFFIX = ".msj"
 
 
@@ -188,9 +190,32 @@ class SegmentView:
     def headers(self, *, tail: bool, start: int = SEGMENT_HEADER_SIZE, seqno: int | None = None
                 ) -> Iterator[tuple[int, FrameHeader]]:
         """Yield ``(offset, header)`` of each frame from ``start`` (whose seqno is ``seqno``), checking
-        only header CRCs and seqno continuity: payloads are not read, so this is cheap (planning
-        readers, comparing seqno/CRC lists). In the newest segment (``tail``) a damaged or cut header
-        ends the walk, as a write in progress would; in a sealed one it is ``JournalCorrupt``."""
+        only header CRCs and seqno continuity: payloads are mostly not read, so this is cheap (planning
+        readers, comparing seqno/CRC lists). In a sealed segment a damaged or cut header is
+        ``JournalCorrupt``.
+
+        In the newest segment (``tail``) the writer may be copying a record in while this walks: a
+        damaged or cut header ends the walk, and so does a frame whose payload does not match its
+        CRC yet (its header can be visible before the rest of it). A write copies its bytes in order,
+        so only the last frames can be incomplete: the payloads of the frames in the last
+        ``SETTLE_BYTES`` walked (and of the last frame, whatever its size) are checked before they
+        are yielded; frames further back are yielded as they are found."""
+        if not tail:
+            yield from self._walk_headers(tail=False, start=start, seqno=seqno)
+            return
+        buf = self.buf
+        held: deque[tuple[int, FrameHeader]] = deque()
+        for off, hdr in self._walk_headers(tail=True, start=start, seqno=seqno):
+            held.append((off, hdr))
+            end = off + hdr.total
+            while len(held) > 1 and held[0][0] + held[0][1].total <= end - SETTLE_BYTES:
+                yield held.popleft()
+        for off, hdr in held:
+            if not payload_ok(hdr, buf, off):
+                return
+            yield off, hdr
+
+    def _walk_headers(self, *, tail: bool, start: int, seqno: int | None) -> Iterator[tuple[int, FrameHeader]]:
         buf, size, path = self.buf, self.size, self.info.path
         expect = self.info.first_seqno if seqno is None else seqno
         off = start
