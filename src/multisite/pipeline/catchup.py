@@ -69,9 +69,22 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
         ref = instance_ref(source)
         s_first, s_last = journal_bounds(ref.path)
         hi = s_last if to_seqno is None else to_seqno
+        if hi < r_seqno:  # before any Spark read: fold only moves a replica forward
+            store.close()
+            if to_seqno is not None:
+                raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno}, past --to {hi}: fold only "
+                                  f"brings a replica forward; give --to {r_seqno} or later (or leave it out), or, "
+                                  f"to take the replica back to {hi}, roll it back instead (multisite rollback "
+                                  f"{rlay.root} --resync {hi})")
+            raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno} and source {ref.name} ends at "
+                              f"{s_last}: there is nothing to fold, and a replica ahead of its source must be rolled "
+                              f"back to their common point first (multisite rollback {rlay.root} --resync SEQNO)")
         if hi > s_last or lo < s_first:
             store.close()
             raise JournalGap(f"source {ref.name} holds seqnos {s_first}..{s_last}; cannot fold {lo}..{hi}")
+        if hi == r_seqno:  # nothing to fold: leave the replica (and its journal) as it is
+            store.close()
+            return FoldReport(source, str(rlay.root), lo, hi, 0, 0, 0, time.time() - t0)
         spark = spark or session()
         if progress:
             progress(f"folding {ref.name} seqnos {lo}..{hi} into {rlay.root}")

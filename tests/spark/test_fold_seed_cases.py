@@ -1,0 +1,53 @@
+"""Edge cases of fold, snapshot and verify, on small instances built by the real engine."""
+
+from __future__ import annotations
+
+import pytest
+
+import multisite
+from conftest import state_of
+from multisite import pipeline
+from multisite.errors import ConfigError
+from multisite.journal.reader import iter_records
+
+
+class NoSpark:
+    """A Spark session that must not be used: the call has to be refused before any read."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Spark was used (.{name}) where the call should have stopped first")
+
+
+def numbered(path, name, n, *, region="r", prefix="k"):
+    root = multisite.create(path, name=name, durability="none")
+    with multisite.open(root) as db:
+        db.create_region(region)
+        for i in range(1, n + 1):
+            db.set(region, (prefix, i), f"v{i}")
+    return root
+
+
+def replica_of(src, path, name, upto):
+    """A replica of ``src`` at ``upto``, filled as the Update Process fills it."""
+    root = multisite.create(path, name=name, durability="none")
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for rec in iter_records(src / "journal", 1, upto):
+            db.apply_record(rec)
+    return root
+
+
+def test_fold_to_below_the_replica_is_refused_before_reading(tmp_path):
+    a = numbered(tmp_path / "A", "A", 10)
+    b = replica_of(a, tmp_path / "B", "B", 10)
+    before = state_of(b)
+    with pytest.raises(ConfigError, match="already at seqno 10"):
+        pipeline.fold(str(a), str(b), to_seqno=5, spark=NoSpark())
+    # --to the replica's own seqno: nothing to do, and nothing done (its journal stays where it is)
+    rep = pipeline.fold(str(a), str(b), to_seqno=10, spark=NoSpark())
+    assert (rep.to_seqno, rep.updates_read, rep.points) == (10, 0, 0)
+    assert not list(b.glob("journal-before-fold-*"))
+    with multisite.open(b) as db:
+        assert db.seqno == 10
+    assert state_of(b) == before
+    assert [r.seqno for r in iter_records(b / "journal", 1)] == list(range(1, 11))
