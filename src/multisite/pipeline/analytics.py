@@ -379,6 +379,12 @@ def _finish_retraction(d: _Dirs, intent: dict, m: dict) -> None:
         for f in src.glob("*.parquet"):
             os.replace(f, src / f"r{k:020d}-{f.name}")
         os.replace(src, dst)
+    # A file of a run past k in a date no retracted row had holds only kept rows (seqno <= k), but its
+    # name says "run past k", which _tidy reads as unpublished once the manifest says k: rename it too.
+    for f in d.changes.glob("commit_date=*/r*.parquet") if d.changes.exists() else []:
+        rid = _run_id(f.name)
+        if rid is not None and rid > k:
+            os.replace(f, f.parent / f"r{k:020d}-{f.name}")
     if (d.work / "retracted").exists():
         d.retracted.mkdir(parents=True, exist_ok=True)
         for f in (d.work / "retracted").glob("*.parquet"):
