@@ -45,9 +45,11 @@ class VerifyReport:
 def _readable(row: dict) -> dict:
     import msgspec
 
+    from .decode import value_json
+
     for side in ("a", "b"):
         raw = row.pop(f"value_raw_{side}")
-        row[f"value_{side}"] = None if raw is None else msgspec.json.encode(msgspec.msgpack.decode(raw)).decode()
+        row[f"value_{side}"] = None if raw is None else value_json(msgspec.msgpack.decode(raw)).decode()
     return row
 
 

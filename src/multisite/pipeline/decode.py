@@ -129,8 +129,57 @@ def key_text_column(keys: list, typ: pa.DataType = pa.string()) -> pa.Array:
     return _key_text_column(keys, typ)
 
 
-def json_column(blobs: list, typ: pa.DataType) -> pa.Array:
-    return pa.array([None if b is None else _jenc(_mdec(b)) for b in blobs], pa.binary()).cast(typ)
+# -- values as JSON ---------------------------------------------------------------------------------
+# A stored value may be a map whose keys JSON cannot take as they are: msgpack allows any key, and the
+# engine stores dicts keyed by None, True or a tuple; msgspec's JSON encoder refuses those (TypeError).
+# Such a key is written as a string, its own JSON text: True -> "true", None -> "null", (1, "a") ->
+# "[1,\"a\"]". Keys msgspec does take keep its rendering (str as is, 1 -> "1", 1.5 -> "1.5", bytes as
+# base64), so a value renders the same whichever of its keys needed the fallback. Keys that end up
+# alike ({True: 1, "true": 2}) are both written, as ``json.dumps`` does. Only a value that the fast
+# encoder refuses goes through the fallback; a column tries the fast encoder on every value at once.
+_NATIVE_KEYS = (str, bytes, int, float)
+
+
+def _json_key(k) -> bytes:
+    if type(k) is str:
+        return _jenc(k)
+    if type(k) is not bool and isinstance(k, _NATIVE_KEYS):
+        return _jenc({k: 0})[1:-3]  # msgspec's own rendering of the key: b'{"1.5":0}' -> b'"1.5"'
+    return _jenc(_slow_json(k).decode())  # None, bool, tuple: the key's JSON, as a string
+
+
+def _slow_json(o) -> bytes:
+    try:
+        return _jenc(o)
+    except TypeError:
+        pass
+    if isinstance(o, dict):
+        return b"{" + b",".join([_json_key(k) + b":" + _slow_json(v) for k, v in o.items()]) + b"}"
+    if isinstance(o, (list, tuple)):
+        return b"[" + b",".join([_slow_json(v) for v in o]) + b"]"
+    raise TypeError(f"a {type(o).__name__} has no JSON form")
+
+
+def value_json(obj) -> bytes:
+    """The JSON of a decoded value (the ``value`` and ``before`` columns), whatever its dict keys."""
+    try:
+        return _jenc(obj)
+    except TypeError:
+        return _slow_json(obj)
+
+
+def json_column(blobs: list, typ: pa.DataType, objs: list | None = None) -> pa.Array:
+    """JSON of msgpack ``blobs``, NULL where a blob is None; ``objs``: the blobs already decoded."""
+    try:
+        if objs is None:
+            out = [None if b is None else _jenc(_mdec(b)) for b in blobs]
+        else:
+            out = [None if b is None else _jenc(o) for o, b in zip(objs, blobs)]
+    except TypeError:  # a value with keys JSON does not take: encode the values one by one
+        if objs is None:
+            objs = msgpack_objects(blobs)
+        out = [None if b is None else value_json(o) for o, b in zip(objs, blobs)]
+    return pa.array(out, pa.binary()).cast(typ)
 
 
 # Python types that a declared field type takes as they are (anything else goes through COERCE).
@@ -297,11 +346,7 @@ class JournalBatchBuilder:
             elif name == "value":
                 if objs is None and "fields" in self.names:
                     objs = msgpack_objects(self.u_value)
-                if objs is not None:
-                    a = pa.array([None if o is None and v is None else _jenc(o)
-                                  for o, v in zip(objs, self.u_value)], pa.binary()).cast(typ)
-                else:
-                    a = json_column(self.u_value, typ)
+                a = json_column(self.u_value, typ, objs)
             elif name == "value_raw":
                 a = pa.array(self.u_value, typ)
             elif name == "value_size":
@@ -325,8 +370,8 @@ def _before_json(b):
     if b is None:
         return None
     if type(b) is bytes:
-        return _jenc(_mdec(b))
-    return _jenc([[k, _mdec(v)] for k, v in b])  # a kill: [[subscripts], value] per node removed
+        return value_json(_mdec(b))
+    return value_json([[k, _mdec(v)] for k, v in b])  # a kill: [[subscripts], value] per node removed
 
 
 _menc = msgspec.msgpack.encode

@@ -27,14 +27,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ..instance.layout import Layout, is_locked
 from ..keys import decode_key
 from . import columns as C
-from .decode import fields_column, key_column, key_text_column
+from .decode import fields_column, json_column, key_column, key_text_column
 from .plan import fields_for, instance_refs, region_filter
 from .source import _arrow_schema, _check_schema, _int_option
 
 ROWS_PER_PARTITION = 500_000
 FETCH_ROWS = 65_536
 _mdec = msgspec.msgpack.decode
-_jenc = msgspec.json.encode
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ def _state_batch(r: KeyRange, rows: list, schema: pa.Schema, rf: dict, fields: d
         elif name == "key_bytes":
             a = pa.array(kbs, typ)
         elif name == "value":
-            a = pa.array([_jenc(o) for o in objs], pa.binary()).cast(typ)
+            a = json_column(vbs, typ, objs)
         elif name == "value_raw":
             a = pa.array(vbs, typ)
         elif name == "value_size":
