@@ -1,4 +1,4 @@
-"""``multisite journal …``: extract, prune and index."""
+"""``multisite journal …``: extract, prune, index, and the positions pipeline consumers keep."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..errors import ConfigError
 from ..instance.layout import Layout
 from ..instance.maintenance import prune
 from ..journal.extract import record_lines, record_to_dict
@@ -76,3 +77,36 @@ def index_cmd(dir: str, jobs: int | None, as_json: bool) -> None:
     else:
         console.print(f"indexed {rep.frames:,} transaction(s), {rep.rows:,} update(s) of {rep.instance} into "
                       f"{rep.pieces_written} piece(s) in {rep.seconds:.1f} s")
+
+
+@journal.command("consumers")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--forget", "forget_name", default=None, metavar="NAME",
+              help="Release the position of consumer NAME (a stream that is gone), so prune may go past it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the positions as JSON.")
+def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
+    """List the positions that pipeline consumers (Spark streams, exports) keep in the journal.
+
+    Prune never removes a segment holding a seqno a consumer has not consumed. A stream whose
+    checkpoint is gone keeps its position until it is forgotten.
+    Example: multisite journal consumers /data/A --forget spark
+    """
+    import datetime as dt
+
+    from ..instance import consumers
+    from .output import print_json, table
+
+    lay = Layout.existing(dir)
+    if forget_name is not None:
+        if not consumers.forget(lay, forget_name):
+            raise ConfigError(f"no consumer named {forget_name!r} keeps a position in {dir}; "
+                              f"list them with: multisite journal consumers {dir}")
+        console.print(f"released consumer {forget_name}")
+        return
+    rows = consumers.load_all(lay)
+    if as_json:
+        print_json([{"name": p.name, "last_confirmed": p.last_confirmed, "updated": p.updated} for p in rows])
+        return
+    table(f"journal consumers of {dir}", ["consumer", "consumed up to seqno", "updated (UTC)"],
+          [[p.name, f"{p.last_confirmed:,}",
+            dt.datetime.fromtimestamp(p.updated, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")] for p in rows])

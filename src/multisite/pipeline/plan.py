@@ -102,6 +102,22 @@ def journal_bounds(path: str) -> tuple[int, int]:
     return first, last
 
 
+def frame_crc(path: str, seqno: int) -> int | None:
+    """The payload CRC of the instance's record ``seqno`` (from its frame header), None if the
+    journal does not hold it (pruned, rolled back, not yet written, or 0)."""
+    infos = list_segments(Layout.existing(path).journal)
+    for i, info in enumerate(infos):
+        nxt = infos[i + 1].first_seqno if i + 1 < len(infos) else None
+        if seqno < info.first_seqno or (nxt is not None and seqno >= nxt):
+            continue
+        with SegmentView(info) as view:
+            for _, hdr in view.headers(tail=nxt is None):
+                if hdr.seqno == seqno:
+                    return hdr.payload_crc
+        return None
+    return None
+
+
 def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUNK_BYTES,
            strict_start: bool = False, index: str = "read", index_min_bytes: int = INDEX_MIN_BYTES) -> list[Chunk]:
     """Chunks covering seqnos ``[lo, hi]`` (``hi`` None = to the end now) of one instance's journal.

@@ -28,14 +28,14 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     LessThanOrEqual)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PipelineError
 from ..instance import consumers
 from ..instance.layout import Layout
 from . import columns as C
 from .decode import Chunk
 from .offsets import JournalOffset
-from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, group_chunks, instance_refs,
-                   journal_bounds, region_filter)
+from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, frame_crc, group_chunks,
+                   instance_refs, journal_bounds, region_filter)
 from .segment_index import INDEX_MIN_BYTES, check_mode, chunk_batches
 
 
@@ -77,6 +77,10 @@ def _arrow_schema(schema):
 
 
 def read_partition(part: ChunkPartition, schema) -> Iterator:
+    if not isinstance(part, ChunkPartition):
+        # A plan with no partitions (a range past the end, an empty journal): Spark still runs one
+        # task, with a plain InputPartition of its own.
+        return
     target = _arrow_schema(schema)
     for chunk in part.chunks:
         yield from chunk_batches(chunk, target, regions=part.regions, region_schemas=part.region_schemas,
@@ -185,6 +189,7 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
             consumers.check_name(self.consumer)
         self.max_txns = _int_option(options, "max_transactions_per_batch", None)
         self.available_now: dict[str, int] | None = None
+        self._claimed = False
 
     def _latest(self) -> dict[str, int]:
         return {ref.name: journal_bounds(ref.path)[1] for ref in self.refs}
@@ -204,8 +209,50 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
                 except ValueError:
                     raise ConfigError(f"option starting must be earliest, latest or a seqno, got {starting!r}") \
                         from None
+        self._claim()
         self._record(out)  # hold the journal from here until the first commit
-        return JournalOffset.of(out).to_dict()
+        self._claimed = True  # Spark may ask again in the same run
+        return self._offset(out)
+
+    def _claim(self) -> None:
+        """A new stream (Spark asks for an initial offset only when there is no checkpoint) must not
+        take over a position another stream keeps: the two would move one position back and forth,
+        and prune could remove what the slower one has not read."""
+        if self.consumer.lower() == "none" or self._claimed:
+            return
+        for ref in self.refs:
+            held = {p.name: p for p in consumers.load_all(Layout.existing(ref.path))}.get(self.consumer)
+            if held is not None:
+                raise ConfigError(
+                    f"consumer name {self.consumer!r} already keeps a position in instance {ref.name} (seqno "
+                    f"{held.last_confirmed}) for another stream, or for one whose checkpoint is gone. Give this "
+                    f"stream a name of its own (option consumer=NAME), or, if that stream is gone, release its "
+                    f"position: multisite journal consumers {ref.path} --forget {self.consumer}")
+
+    def _offset(self, seqnos: dict[str, int]) -> dict:
+        crcs = {ref.name: frame_crc(ref.path, seqnos[ref.name]) for ref in self.refs if ref.name in seqnos}
+        return JournalOffset.of(seqnos, crcs).to_dict()
+
+    def _check_not_rolled_back(self, begin: JournalOffset, latest: dict[str, int]) -> None:
+        """Refuse to go on from an offset whose records the instance rolled back: the stream has
+        delivered them, and reading on by seqno would skip the transactions that replaced them."""
+        for ref in self.refs:
+            s, crc = begin.get(ref.name), begin.crc(ref.name)
+            if s <= 0:
+                continue
+            last = latest.get(ref.name, 0)
+            if last < s:
+                what = f"its journal now ends at seqno {last}"
+            elif crc is not None and frame_crc(ref.path, s) not in (None, crc):
+                what = f"its record {s} is no longer the one the stream read"
+            else:
+                continue
+            raise PipelineError(
+                f"instance {ref.name} was rolled back under this stream: the stream has consumed its transactions "
+                f"up to seqno {s}, but {what} (the rolled-off transactions are in the instance's lost-transaction "
+                f"files). Going on would skip the transactions that took their place. Start the stream again from "
+                f"a new checkpoint (option starting=SEQNO), or use `multisite pipeline export`, which retracts "
+                f"rolled-off transactions.")
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = self._latest()
@@ -215,7 +262,9 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
 
     def latestOffset(self, start: dict, limit) -> dict:
         begin = JournalOffset.from_dict(start)
-        latest = self.available_now or self._latest()
+        now = self._latest()
+        self._check_not_rolled_back(begin, now)
+        latest = self.available_now or now
         out = {}
         for name, last in latest.items():
             s = begin.get(name, 0)
@@ -223,10 +272,11 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
             if isinstance(limit, ReadMaxRows):  # counted in transactions: offsets are per transaction
                 end = min(end, s + max(1, limit.max_rows))
             out[name] = end
-        return JournalOffset.of(out).to_dict()
+        return self._offset(out)
 
     def partitions(self, start: dict, end: dict):
         a, b = JournalOffset.from_dict(start), JournalOffset.from_dict(end)
+        self._check_not_rolled_back(a, self._latest())
         parts: list[ChunkPartition] = []
         for ref in self.refs:
             lo, hi = a.get(ref.name, 0) + 1, b.get(ref.name, 0)
