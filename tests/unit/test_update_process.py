@@ -55,7 +55,8 @@ def test_applies_in_order_and_exactly_once(up):
     up.pool.put_many([rec_frame(s) for s in range(1, 6)])
     until(lambda: up.db.seqno == 5, "seqno 5")
     up.pool.put_many([rec_frame(s) for s in range(3, 9)])  # 3..5 again (a resend), then new ones
-    until(lambda: up.db.seqno == 8, "seqno 8")
+    # The seqno moves inside the apply, the applied count just after it: wait for both.
+    until(lambda: up.db.seqno == 8 and up.status()["applied"] == 8, "seqno 8, 8 applied")
     assert up.status()["applied"] == 8 and up.status()["error"] is None
     assert [k for k, _ in up.db.items("acct")] == [("k", s) for s in range(1, 9)]
 
