@@ -7,7 +7,7 @@ import pytest
 import multisite
 from conftest import state_of
 from multisite import pipeline
-from multisite.errors import ConfigError
+from multisite.errors import ConfigError, HistoryMismatch
 from multisite.journal.reader import iter_records
 
 
@@ -51,3 +51,43 @@ def test_fold_to_below_the_replica_is_refused_before_reading(tmp_path):
         assert db.seqno == 10
     assert state_of(b) == before
     assert [r.seqno for r in iter_records(b / "journal", 1)] == list(range(1, 11))
+
+
+def rewrite_after(root, seqno, upto, prefix="n"):
+    """Roll ``root`` back to ``seqno`` and commit other transactions up to ``upto``."""
+    from multisite.replication.rollback import rollback
+
+    with multisite.open(root) as db:
+        rollback(db, seqno)
+        for i in range(seqno + 1, upto + 1):
+            db.set("r", (prefix, i), f"other{i}")
+
+
+def test_fold_refuses_a_replica_whose_transactions_the_source_rolled_off(tmp_path):
+    # the replica still holds its last transaction in its journal: that transaction is compared
+    a = numbered(tmp_path / "A", "A", 10)
+    b = replica_of(a, tmp_path / "B", "B", 10)
+    rewrite_after(a, 5, 15)
+    before = state_of(b)
+    with pytest.raises(HistoryMismatch, match="replica B .* at seqno 10 .* source A.* differ from seqno 6") as e:
+        pipeline.fold(str(a), str(b), spark=NoSpark())
+    assert "rollback" in str(e.value) and e.value.details["common_seqno"] == 5
+    with multisite.open(b) as db:
+        assert db.seqno == 10
+    assert state_of(b) == before
+
+
+def test_fold_compares_history_records_of_a_seeded_replica(spark, tmp_path):
+    # a seeded (or folded) replica holds no journal below its seqno: its history records are compared
+    a = numbered(tmp_path / "A", "A", 10)
+    pipeline.snapshot(str(a), str(tmp_path / "snap"), at=10, spark=spark)
+    b = pipeline.seed(str(tmp_path / "snap"), str(tmp_path / "B"), name="B").path
+    with multisite.open(a) as db:
+        db.set("r", ("k", 11), "v11")
+    assert pipeline.fold(str(a), str(b), spark=spark).to_seqno == 11  # same history: folded
+    assert state_of(b) == state_of(a)
+    rewrite_after(a, 5, 15)
+    with pytest.raises(HistoryMismatch, match="replica B .* at seqno 11 .* source A.* differ from seqno 6"):
+        pipeline.fold(str(a), str(b), spark=spark)
+    with multisite.open(b) as db:
+        assert db.seqno == 11

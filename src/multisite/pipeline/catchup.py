@@ -7,6 +7,9 @@ delete), then every surviving point (a point survives only if no later kill cove
 points after kills is right). The store is then at T; the replica's journal segments up to R move to
 ``journal-before-fold-T/`` and a new segment starts at T + 1, exactly like a journal pruned below
 T + 1, so the instance opens consistent at T and replication continues from T + 1.
+
+The replica must hold the source's transactions up to R (checked as a Receiver Server's handshake
+would, see ``_check_same_history``); it then adopts the source's history records up to T.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, JournalGap
+from ..errors import ConfigError, HistoryMismatch, JournalGap
 from ..fsutil import fsync_dir
 from ..instance import instance_file as ifile
 from ..instance.layout import InstanceLock, Layout
+from ..journal.reader import iter_records
 from ..journal.segments import list_segments
 from ..journal.sidecars import drop_segments
+from ..replication.history import common_point, to_entries, to_records
 from . import columns as C
 from .folding import final_state
 from .plan import instance_ref, journal_bounds, store_regions
@@ -43,7 +48,10 @@ class FoldReport:
 
 def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int | None = None, *,
          spark=None, progress=None) -> FoldReport:
-    """Bring ``replica`` (closed, at seqno ``from_seqno - 1``) to ``to_seqno`` from ``source``'s journal."""
+    """Bring ``replica`` (closed, at seqno ``from_seqno - 1``) to ``to_seqno`` from ``source``'s journal.
+
+    Refused (``HistoryMismatch``) when the replica's transactions up to its seqno are not the source's,
+    and (``ConfigError``) when ``to_seqno`` is below the replica's seqno; ``to_seqno`` equal to it does nothing."""
     from pyspark.sql import functions as F
 
     from ..store.sqlite import Store
@@ -82,6 +90,11 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
         if hi > s_last or lo < s_first:
             store.close()
             raise JournalGap(f"source {ref.name} holds seqnos {s_first}..{s_last}; cannot fold {lo}..{hi}")
+        try:
+            _check_same_history(ref.name, Layout.existing(ref.path), s_first, s_last, rlay, first, r_seqno)
+        except HistoryMismatch:
+            store.close()
+            raise
         if hi == r_seqno:  # nothing to fold: leave the replica (and its journal) as it is
             store.close()
             return FoldReport(source, str(rlay.root), lo, hi, 0, 0, 0, time.time() - t0)
@@ -125,14 +138,67 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
         _restart_journal(rlay, hi)
         inst = ifile.load(rlay.instance_file)
         inst.seqno = hi
+        # The replica now holds a prefix of the source's history: adopt it, as a Receiver Server does
+        # after its handshake, so that the next fold (or replication) can check it.
         src_info = ifile.load(Layout.existing(ref.path).instance_file)
-        for h in src_info.history:
-            if lo <= h.start_seqno <= hi:
-                inst.history.append(h)
+        inst.history = to_records([e for e in to_entries(src_info.history) if e.start_seqno <= hi], ref.name)
         ifile.save(rlay.instance_file, inst)
     finally:
         lock.release()
     return FoldReport(source, str(rlay.root), lo, hi, n_updates, n_kills, n_points, time.time() - t0)
+
+
+def _same_txn(rec) -> tuple:
+    """What identifies a transaction on every instance that holds it (before-images are each store's own)."""
+    return (rec.seqno, rec.origin, rec.time, [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates])
+
+
+def _first_difference(src_journal: Path, rep_journal: Path, start: int, end: int) -> int:
+    """The first seqno in ``[start, end]`` where the two journals hold different transactions."""
+    for a, b in zip(iter_records(src_journal, start, end), iter_records(rep_journal, start, end)):
+        if _same_txn(a) != _same_txn(b):
+            return a.seqno
+    return end
+
+
+def _check_same_history(src_name: str, slay: Layout, s_first: int, s_last: int, rlay: Layout, r_first: int,
+                        r_seqno: int) -> None:
+    """Refuse a replica whose seqno ``r_seqno`` is not a point of the source's history.
+
+    Folding the source's ``r_seqno + 1..`` onto a replica that took other transactions up to ``r_seqno``
+    (the source rolled back below it and committed others, or the replica was some other instance's)
+    would mix two histories and still mark it consistent. When both journals still hold transaction
+    ``r_seqno`` it is compared itself (the strongest evidence: it also covers a replica filled through
+    ``apply_record``, which keeps no history records); otherwise the history records are compared the
+    way the replication handshake does (``common_point``)."""
+    if r_seqno == 0:
+        return
+    rep_name = ifile.load(rlay.instance_file).name
+    if r_first <= r_seqno and s_first <= r_seqno <= s_last:
+        theirs = next(iter_records(slay.journal, r_seqno, r_seqno))
+        mine = next(iter_records(rlay.journal, r_seqno, r_seqno))
+        if _same_txn(theirs) == _same_txn(mine):
+            return
+        start = max(r_first, s_first)
+        differ = _first_difference(slay.journal, rlay.journal, start, r_seqno)
+        where = f"from seqno {differ}" if differ > start else f"at seqno {differ} (or before: the journals start there)"
+    else:
+        src_hist = to_entries(ifile.load(slay.instance_file).history)
+        rep_hist = to_entries(ifile.load(rlay.instance_file).history)
+        common = common_point(src_hist, s_last, rep_hist, r_seqno)
+        if common >= r_seqno:
+            return
+        differ = common + 1
+        where = f"from seqno {differ} (their history records agree up to {common})"
+    common = differ - 1
+    raise HistoryMismatch(
+        f"replica {rep_name} ({rlay.root}) is at seqno {r_seqno} but does not hold source {src_name}'s "
+        f"transactions: they differ {where} ({src_name} was rolled back and took other transactions, or "
+        f"{rep_name} did). Folding would apply {src_name}'s later transactions on top of the others. Roll "
+        f"{rep_name} back to seqno {common} first (multisite rollback {rlay.root} --resync {common}, or "
+        f"--fetchresync HOST:PORT against {src_name}; it needs {rep_name}'s journal from {common + 1}), or seed it "
+        f"anew (multisite pipeline snapshot {slay.root} --to SNAP, then multisite pipeline seed SNAP), then fold",
+        source=src_name, replica=rep_name, common_seqno=common)
 
 
 def _restart_journal(lay: Layout, last: int) -> None:
