@@ -90,3 +90,25 @@ def test_a_key_json_takes_keeps_its_rendering_whichever_path_a_value_takes():
     assert value_json({**plain, None: 0}) == msgspec.json.encode(plain)[:-1] + b',"null":0}'
     assert value_json({True: 1, "true": 2}) == b'{"true":1,"true":2}'  # like json.dumps: both kept
     assert value_json({(1, (2, b"x")): 0}) == b'{"[1,[2,\\"eA==\\"]]":0}'
+
+
+# -- regions declaring one field with different types -------------------------------------------------
+def test_a_read_of_one_region_rebuilds_fields_when_pieces_hold_none(tmp_path):
+    # a and b disagree on n: pieces carry no ``fields``; a read of a alone still has a typed n
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("a", schema='{"n": "long"}')
+        db.create_region("b", schema='{"n": "string"}')
+        db.set("a", ("x",), {"n": 5})
+        db.set("b", ("y",), {"n": "five"})
+        for i in range(60):  # seal the first segment: a read writes its piece
+            db.set("b", ("pad", i), {"n": "x" * 100})
+        db.set("a", ("z",), {"n": 6})
+    a = frozenset({"a"})
+    want = [{"seqno": 1, "fields": {"n": 5}}, {"seqno": 63, "fields": {"n": 6}}]
+    assert journal_rows(root, ["seqno", "fields"], regions=a) == want
+    assert journal_rows(root, ["seqno", "fields"], regions=a, index="auto") == want  # writes pieces
+    assert len(list(Layout.existing(str(root)).journal.glob("index/*.parquet"))) >= 1
+    assert journal_rows(root, ["seqno", "fields"], regions=a, index="read") == want  # reads them
+    b = journal_rows(root, ["seqno", "fields"], regions=frozenset({"b"}), index="read")
+    assert b[0] == {"seqno": 2, "fields": {"n": "five"}} and len(b) == 61

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import columns as C
 from .plan import InstanceRef, chunks, instance_ref
-from .segment_index import INDEX_MIN_BYTES, PIECE_COLUMNS, index_fields
+from .segment_index import INDEX_MIN_BYTES, PIECE_COLUMNS, index_fields, piece_fields_serve
 
 DEFAULT_COLUMNS = list(C.JOURNAL_COLUMNS)
 
@@ -102,9 +102,9 @@ def journal_df(spark, instance: str | InstanceRef, columns: list[str] | None = N
     for c in chunks(ref, lo, hi, index="read" if index != "off" else "off"):
         ok = bool(c.piece)
         cut = cut or (ok and (c.piece_first < c.first_seqno or c.piece_last > c.last_seqno))
-        if ok and "fields" in cols:
+        if ok and "fields" in cols:  # a piece whose ``fields`` cannot give these is read as a gap
             meta = pq.read_schema(c.piece).metadata or {}
-            ok = json.loads(meta.get(b"multisite.index", b"{}")).get("region_schemas") == ref.region_schemas
+            ok = piece_fields_serve(json.loads(meta.get(b"multisite.index", b"{}")), ref.region_schemas, fields)
         if ok:
             native.append(c.piece)
         elif gaps and gaps[-1][1] == c.first_seqno - 1:
@@ -125,8 +125,7 @@ def journal_df(spark, instance: str | InstanceRef, columns: list[str] | None = N
             if n == "instance":
                 sel.append(F.lit(ref.name).alias("instance"))
             elif n == "fields":
-                sel.append(F.struct(*[F.col(f"fields.`{f}`").alias(f) if f in pfields
-                                      else F.lit(None).cast(t).alias(f) for f, t in fields.items()]).alias("fields"))
+                sel.append(F.struct(*[F.col(f"fields.`{f}`").alias(f) for f in fields]).alias("fields"))
             else:
                 sel.append(F.col(n))
         parts.append(df.select(*sel))

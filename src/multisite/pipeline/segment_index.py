@@ -79,6 +79,17 @@ def index_fields(region_schemas: dict) -> dict[str, str]:
         return {}
 
 
+def piece_fields_serve(meta: dict, region_schemas: dict, fields: dict[str, str]) -> bool:
+    """Can the ``fields`` column of a piece written with ``meta`` give a read's typed ``fields``? Only if
+    the piece was written under the same region schemas and holds every field asked for, with the type
+    asked for: where two regions declare a field with different types the piece has no ``fields`` at
+    all, though a read of one of them (option ``regions``) has a ``fields`` column."""
+    if meta.get("region_schemas") != region_schemas:
+        return False
+    stored = meta.get("fields") or {}
+    return all(stored.get(f) == t for f, t in fields.items())
+
+
 def check_mode(mode: str) -> str:
     m = (mode or "auto").lower()
     if m not in INDEX_MODES:
@@ -212,8 +223,8 @@ class Projector:
         self._inst = None
 
     def fields_from_piece(self, meta: dict) -> bool:
-        """Can the piece's ``fields`` column serve this read (same region schemas)?"""
-        return "fields" in self.names and meta.get("region_schemas") == self.region_schemas
+        """Can the piece's ``fields`` column serve this read (else ``fields`` is made from ``value_raw``)?"""
+        return "fields" in self.names and piece_fields_serve(meta, self.region_schemas, self.fields)
 
     def source_columns(self, use_fields: bool, cut: bool) -> list[str]:
         cols = [n for n in self.names if n not in ("instance", "fields")]
