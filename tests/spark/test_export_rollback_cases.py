@@ -52,3 +52,23 @@ def test_retraction_keeps_rows_of_dates_it_did_not_touch(spark, tmp_path, monkey
     assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 3
     assert _change_seqnos(lake) == [1, 2, 3]
 
+
+def test_prune_keeps_what_the_export_has_not_exported(spark, tmp_path):
+    from multisite.instance.maintenance import prune
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for i in range(1, 21):
+            db.set("r", ("k", i), "x" * 50)
+    lake = tmp_path / "lake"
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 20
+    with multisite.open(root) as db:
+        for i in range(21, 300):
+            db.set("r", ("k", i), "x" * 50)
+    rep = prune(root, 300)
+    assert rep.kept_from_seqno <= 21
+    assert rep.limit_seqno == 21 and "export-" in rep.reason, rep.reason
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 299
+    assert _change_seqnos(lake) == list(range(1, 300))
+    assert prune(root, 300).kept_from_seqno > 21  # the export's new position releases what it consumed

@@ -22,6 +22,7 @@ The manifest is written last, so a crash at any point leaves a directory the nex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..fsutil import atomic_write
+from ..instance import consumers
 from ..instance.layout import Layout
 from ..journal.segments import SegmentView, list_segments
 from . import columns as C
@@ -57,6 +59,7 @@ class ExportReport:
     retracted_transactions: int = 0
     keys: int | None = None
     seconds: float = 0.0
+    consumer: str = ""  # the position the export keeps in the instance's journal (prune honours it)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -140,6 +143,11 @@ def divergence(path: str, seq: np.ndarray, crc: np.ndarray) -> int | None:
     return None
 
 
+def consumer_name(root: Path) -> str:
+    """The name under which the export at ``root`` keeps its position in the instance's journal."""
+    return "export-" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+
+
 # -- the job --------------------------------------------------------------------------------------
 def export(instance: str, to: str, *, follow: bool = False, interval_s: float = FOLLOW_INTERVAL_S,
            max_runs: int | None = None, spark=None, progress=None) -> ExportReport:
@@ -175,7 +183,11 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
         raise ConfigError(f"the region schemas of {ref.name} changed since {d.root} was first exported "
                           f"({m['fields']} -> {fields}); export to a new directory")
     _tidy(spark, d, m)
-    rep = ExportReport(ref.name, str(d.root), m["last_seqno"] + 1, m["last_seqno"])
+    # What the export has not exported yet must outlive `journal prune`: keep a consumer position at
+    # the manifest's seqno (recorded before reading, so also for an export made before positions were).
+    rep = ExportReport(ref.name, str(d.root), m["last_seqno"] + 1, m["last_seqno"], consumer=consumer_name(d.root))
+    layout = Layout.existing(ref.path)
+    consumers.record(layout, rep.consumer, m["last_seqno"])
     seq, crc = exported_txns(d)
     k = divergence(ref.path, seq, crc)
     if k is not None:
@@ -195,6 +207,7 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
             progress(f"exporting {ref.name} seqnos {lo}..{last}")
         rep.transactions, rep.updates = _append(spark, d, m, ref, lo, last)
     rep.to_seqno = m["last_seqno"]
+    consumers.record(layout, rep.consumer, m["last_seqno"])
     rep.seconds = time.time() - t0
     return rep
 
