@@ -3,6 +3,7 @@ and protect, on real instances (``multisite.create/open``, ``rollback``, ``prune
 
 from __future__ import annotations
 
+import json
 import time
 import types
 
@@ -53,6 +54,52 @@ def test_retraction_keeps_rows_of_dates_it_did_not_touch(spark, tmp_path, monkey
     assert _change_seqnos(lake) == [1, 2, 3]
 
 
+def _lake_state(spark, path) -> dict:
+    return {r.key_text: json.loads(r.value) for r in spark.read.parquet(str(path)).collect()}
+
+
+def _instance_state(root) -> dict:
+    from multisite.keys import key_text
+
+    with multisite.open(root) as db:
+        return {key_text(k): v for k, v in db.items("r")}
+
+
+def test_rollback_into_the_base_of_a_pruned_export_rebuilds_it(spark, tmp_path):
+    # The journal is pruned, so the export starts from the instance's state at P (its base); a rollback to
+    # k < P takes back transactions folded into that base, which no retraction can take out: the export must
+    # notice (it recorded nothing to compare before) and start over from the instance's state.
+    from multisite.instance.maintenance import prune
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for i in range(1, 61):
+            db.set("r", ("k", i % 7), {"v": i, "pad": "x" * 100})
+    assert prune(root, 40).kept_from_seqno <= 50
+    lake = tmp_path / "lake"
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 60  # base at 60
+    with multisite.open(root) as db:
+        for i in range(61, 64):
+            db.set("r", ("k", i % 7), {"v": i})
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 63  # changes 61..63
+    with multisite.open(root) as db:
+        rollback(db, 50)
+        for i in range(51, 54):
+            db.set("r", ("k", i % 7), {"v": -i})
+    rep = pipeline.export(str(root), str(lake), spark=spark)
+    assert rep.retracted_from == 50 and rep.to_seqno == 53
+    assert _lake_state(spark, lake / "state") == _instance_state(root)
+    assert _change_seqnos(lake) == []  # the change table starts again after the new base
+    retracted = spark.read.parquet(str(lake / "retracted"))
+    assert sorted(r.seqno for r in retracted.collect()) == [61, 62, 63]
+    with multisite.open(root) as db:
+        db.set("r", ("k", 100), {"v": 100})
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 54
+    assert _lake_state(spark, lake / "state") == _instance_state(root)
+    assert _change_seqnos(lake) == [54]
+
+
 def test_prune_keeps_what_the_export_has_not_exported(spark, tmp_path):
     from multisite.instance.maintenance import prune
 
@@ -72,3 +119,4 @@ def test_prune_keeps_what_the_export_has_not_exported(spark, tmp_path):
     assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 299
     assert _change_seqnos(lake) == list(range(1, 300))
     assert prune(root, 300).kept_from_seqno > 21  # the export's new position releases what it consumed
+

@@ -8,7 +8,9 @@ Layout of the export directory::
     _multisite/export.json                manifest: instance, last exported seqno, runs
     _multisite/txns/r*.parquet            (seqno, crc) of every exported transaction
     _multisite/base/                      the state the change table starts from (if the journal did not
-                                          start at seqno 1 when the export began)
+                                          start at seqno 1 when the export began); its transactions'
+                                          (seqno, crc) still in the journal are in txns/, so a rollback
+                                          into the base is detected too, and rebuilds the export
 
 A run: (1) tidy what an interrupted run left (change files of runs past the manifest's seqno, a
 half-done retraction); (2) detect a rollback: compare the exported ``(seqno, crc)`` pairs with the
@@ -59,6 +61,7 @@ class ExportReport:
     retracted_transactions: int = 0
     keys: int | None = None
     seconds: float = 0.0
+    rebuilt: bool = False  # a rollback went into the base: the export was started again from the state
     consumer: str = ""  # the position the export keeps in the instance's journal (prune honours it)
 
     def to_dict(self) -> dict:
@@ -124,21 +127,21 @@ def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(seqs, np.int64), np.asarray(crcs, np.int64)
 
 
-def divergence(path: str, seq: np.ndarray, crc: np.ndarray) -> int | None:
-    """The last seqno on which the export and the journal agree, if they disagree after it."""
-    if not len(seq):
-        return None
-    last = int(seq[-1])
+def divergence(path: str, seq: np.ndarray, crc: np.ndarray, last_seqno: int = 0) -> int | None:
+    """The last seqno on which the export (its ``(seqno, crc)`` pairs, exported up to ``last_seqno``)
+    and the journal agree, if they disagree after it."""
     first, j_last = journal_bounds(path)
-    lo = max(first, int(seq[0]))
-    js, jc = journal_crcs(path, lo, last)
-    mask = seq >= lo
-    es, ec = seq[mask], crc[mask]
-    n = min(len(es), len(js))
-    bad = np.nonzero((es[:n] != js[:n]) | (ec[:n] != jc[:n]))[0]
-    if len(bad):
-        return int(es[bad[0]]) - 1
-    if j_last < last:
+    if len(seq):
+        last = int(seq[-1])
+        lo = max(first, int(seq[0]))
+        js, jc = journal_crcs(path, lo, last)
+        mask = seq >= lo
+        es, ec = seq[mask], crc[mask]
+        n = min(len(es), len(js))
+        bad = np.nonzero((es[:n] != js[:n]) | (ec[:n] != jc[:n]))[0]
+        if len(bad):
+            return int(es[bad[0]]) - 1
+    if j_last < max(last_seqno, int(seq[-1]) if len(seq) else 0):
         return j_last
     return None
 
@@ -189,13 +192,17 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
     layout = Layout.existing(ref.path)
     consumers.record(layout, rep.consumer, m["last_seqno"])
     seq, crc = exported_txns(d)
-    k = divergence(ref.path, seq, crc)
+    k = divergence(ref.path, seq, crc, m["last_seqno"])
     if k is not None:
-        if progress:
-            progress(f"rollback detected: journal of {ref.name} diverges after seqno {k}; retracting")
         rep.retracted_from = k
         rep.retracted_transactions = int((seq > k).sum())
-        _retract(spark, d, m, k, ref.name)
+        if m["base_seqno"] and k < m["base_seqno"]:
+            _rebuild(spark, d, m, k, ref.name, progress)
+            rep.rebuilt = True
+        else:
+            if progress:
+                progress(f"rollback detected: journal of {ref.name} diverges after seqno {k}; retracting")
+            _retract(spark, d, m, k, ref.name)
         rep.from_seqno = k + 1
     first, last = journal_bounds(ref.path)
     lo = m["last_seqno"] + 1
@@ -214,7 +221,12 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
 
 def _begin(spark, d: _Dirs, m: dict, ref, first: int, progress) -> int:
     """First run: the change table starts at seqno 1, or (pruned journal) at the store's state."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if first == 1:
+        shutil.rmtree(d.state, ignore_errors=True)  # left by a rebuilt export (_rebuild)
+        shutil.rmtree(d.base, ignore_errors=True)
         m["base_seqno"] = 0
         return 1
     from .seeding import state_df
@@ -229,12 +241,37 @@ def _begin(spark, d: _Dirs, m: dict, ref, first: int, progress) -> int:
         .withColumn("seqno", F.lit(at).cast("bigint")) \
         .withColumn("commit_time", F.lit(None).cast("timestamp")) \
         .write.mode("overwrite").parquet(str(d.base))
+    # The base's identity: the (seqno, crc) of its transactions still in the journal, so that a rollback
+    # into the base is detected like one into the change table (and rebuilds the export: _rebuild).
+    js, jc = journal_crcs(ref.path, first, at)
+    d.txns.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"seqno": js, "crc": jc}), d.txns / f"r{at:020d}.parquet")
     m["base_seqno"] = at
     m["last_seqno"] = at
     shutil.rmtree(d.state, ignore_errors=True)
     shutil.copytree(d.base, d.state)
     _save_manifest(d, m)
     return at + 1
+
+
+def _rebuild(spark, d: _Dirs, m: dict, k: int, instance: str, progress) -> None:
+    """A rollback to ``k`` below the base: the base holds transactions the instance no longer has, and
+    it has no history to take them out of. Retract the change table (so that ``retracted/`` lists what
+    it loses), then forget the base: this run starts the export again from the instance's state.
+
+    Crash-safe: the manifest says "nothing exported" before anything is deleted; until then a rerun
+    finds the same divergence and does the same."""
+    base = m["base_seqno"]
+    if progress:
+        progress(f"rollback into the export's base: the journal of {instance} diverges after seqno {k}, below "
+                 f"the base the export started from (the state at seqno {base}); rebuilding the export from "
+                 f"the instance's state")
+    if m["last_seqno"] > base:
+        _retract(spark, d, m, base, instance, diverged_after=k)
+    m.update(last_seqno=0, base_seqno=None, runs=[{"rebuilt_after": k, "old_base_seqno": base, "at": time.time()}])
+    _save_manifest(d, m)
+    _tidy(spark, d, m)  # every change and txn file is named after a run past seqno 0: all go
+    shutil.rmtree(d.base, ignore_errors=True)
 
 
 def _change_ddl(m: dict) -> str:
@@ -326,7 +363,7 @@ def _tidy(spark, d: _Dirs, m: dict) -> None:
 
 
 # -- retraction -----------------------------------------------------------------------------------
-def _retract(spark, d: _Dirs, m: dict, k: int, instance: str) -> None:
+def _retract(spark, d: _Dirs, m: dict, k: int, instance: str, *, diverged_after: int | None = None) -> None:
     from pyspark.sql import functions as F
 
     import pyarrow as pa
@@ -339,7 +376,7 @@ def _retract(spark, d: _Dirs, m: dict, k: int, instance: str) -> None:
     # 1. the retracted transactions, for the record
     (gone.groupBy("seqno", "txn_crc", "origin", "commit_time").agg(F.count(F.lit(1)).alias("updates"))
      .withColumn("instance", F.lit(instance)).withColumn("retracted_at", F.current_timestamp())
-     .withColumn("diverged_after", F.lit(k).cast("bigint"))
+     .withColumn("diverged_after", F.lit(k if diverged_after is None else diverged_after).cast("bigint"))
      .write.parquet(str(d.work / "retracted")))
     # 2. the state of the affected keys at k
     kept = changes.where(F.col("seqno") <= k)
