@@ -91,3 +91,24 @@ def test_fold_compares_history_records_of_a_seeded_replica(spark, tmp_path):
         pipeline.fold(str(a), str(b), spark=spark)
     with multisite.open(b) as db:
         assert db.seqno == 11
+
+
+def test_verify_and_snapshot_leave_unreplicated_regions_out_at_every_seqno(spark, tmp_path):
+    a = numbered(tmp_path / "A", "A", 10)
+    b = replica_of(a, tmp_path / "B", "B", 0)
+    for db_root in (a, b):
+        with multisite.open(db_root) as db:
+            db.create_region("scratch", replicated=False)
+            db.set("scratch", ("local",), f"only on {db_root.name}")
+    with multisite.open(b) as db:
+        db.apply_records(list(iter_records(a / "journal", 1)))
+    # 9: before A's store seqno (folded from the journal); 10: A's store seqno (read from the store)
+    for at in (9, 10):
+        rep = pipeline.verify(str(a), str(b), at=at, spark=spark)
+        assert rep.equal and rep.keys_a == rep.keys_b == at, (at, rep.sample)
+    pipeline.snapshot(str(a), str(tmp_path / "snap"), spark=spark)
+    assert {r.region for r in spark.read.parquet(str(tmp_path / "snap" / "state")).collect()} == {"r"}
+    c = pipeline.seed(str(tmp_path / "snap"), str(tmp_path / "C"), name="C").path
+    with multisite.open(c) as db:  # the region is defined, its local content is not copied
+        assert db.regions() == {"r": True, "scratch": False} and list(db.items("scratch")) == []
+

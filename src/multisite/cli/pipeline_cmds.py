@@ -111,7 +111,9 @@ def export_cmd(instance, to, follow, interval, master, confs, as_json):
 @click.option("--at", "at", type=int, default=None, help="Seqno of the state (default: the journal's end).")
 @spark_options
 def snapshot_cmd(instance, to, at, master, confs, as_json):
-    """Write a consistent checkpoint of an instance's state at a seqno as Parquet.
+    """Write a consistent checkpoint of an instance's replicated state at a seqno as Parquet.
+
+    Keys of unreplicated regions are local to the instance and are left out (their definitions are kept).
 
     Example: multisite pipeline snapshot /data/A --to /snap/A --at 1000000
     """
@@ -157,7 +159,9 @@ def seed_cmd(snapshot, into, name, as_json):
               help="Write the differing keys here as Parquet.")
 @spark_options
 def verify_cmd(a, b, at, out, master, confs, as_json):
-    """Compare two instances' (or snapshots') states key by key; exit status 1 when they differ.
+    """Compare two instances' (or snapshots') replicated states key by key; exit status 1 when they differ.
+
+    Unreplicated regions are local to each instance and are not compared.
 
     Example: multisite pipeline verify /data/A /data/B --out /tmp/diff
     """

@@ -1,7 +1,11 @@
 """Consistent checkpoints of an instance's state at a seqno, and new instances seeded from them.
 
 ``snapshot(A, to, at=S)`` writes ``to/state/`` (Parquet, one row per key) and ``to/snapshot.json``
-(instance, group, seqno, regions with their schemas, history). The state at S is
+(instance, group, seqno, regions with their schemas, history). The state at S is the replicated
+state: unreplicated regions are local to each instance (the journal does not carry them, replicas do
+not hold them), so their keys are left out whichever way S is reached, and a replica in sync compares
+equal with its primary at every seqno; their definitions stay in ``snapshot.json`` (a seeded instance
+gets them empty). It is
 
 - the store (read consistently, see ``state_source``) at its applied seqno P, rolled forward with
   the journal's ``(P, S]`` through :mod:`folding`, when S >= P;
@@ -50,18 +54,24 @@ def _journal_ddl(names: list[str], fields: dict) -> str:
 
 def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool = True,
              payload: list[str] | None = None):
-    """``(DataFrame, seqno)``: the state of ``instance`` at ``at`` (default: its journal end)."""
+    """``(DataFrame, seqno)``: the replicated state of ``instance`` at ``at`` (default: its journal end).
+
+    Keys of unreplicated regions are left out: they are local to the instance, and the journal, which
+    gives the state before the store's seqno, does not carry them (see the module's docstring)."""
     from pyspark.sql import functions as F
 
     ref = instance_ref(instance)
-    fields = C.merge_fields(sorted(ref.region_schemas.items())) if with_fields else {}
+    lay = Layout.existing(ref.path)
+    replicated = sorted(name for name, (repl, _) in store_regions(lay).items() if repl)
+    fields = (C.merge_fields(sorted((r, s) for r, s in ref.region_schemas.items() if r in replicated))
+              if with_fields else {})
     first, last = journal_bounds(ref.path)
     at = last if at is None else at
     if at > last:
         raise ConfigError(f"instance {ref.name} ends at seqno {last}; cannot take its state at {at}")
     from .state_source import _ro, consistent_store
 
-    store_file = consistent_store(Layout.existing(ref.path))
+    store_file = consistent_store(lay)
     conn = _ro(store_file)
     try:
         row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
@@ -75,7 +85,9 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
         all_state = {**C.STATE_COLUMNS, **C.STATE_EXTRA_COLUMNS}
         base = (spark.read.format("multisite_state")
                 .schema(C.ddl({n: all_state[n] for n in cols if n != "fields"}, fields))
-                .option("store_files", json.dumps({ref.name: store_file})).load(ref.path)
+                .option("store_files", json.dumps({ref.name: store_file}))
+                .option("regions", ",".join(replicated)).load(ref.path)
+                .where(F.col("region").isin(replicated) if replicated else F.lit(False))
                 .withColumn("seqno", F.lit(store_seqno).cast("bigint"))
                 .withColumn("ord", F.lit(-1)).withColumn("op", F.lit("set")))
         if at == store_seqno:
