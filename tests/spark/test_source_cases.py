@@ -35,3 +35,15 @@ def test_regions_disagreeing_on_a_field_type_keep_typed_fields_through_the_index
     assert [r.fields.n for r in read.collect()] == [5]
     df = journal_df(spark, str(root), ["seqno", "fields"], regions=frozenset({"a"}))
     assert [(r.seqno, r.fields.n) for r in df.collect()] == [(1, 5)]
+
+
+def test_a_state_read_that_plans_no_partition_is_empty(spark, tmp_path):
+    empty = multisite.create(tmp_path / "E", name="E", durability="none")
+    killed = multisite.create(tmp_path / "K", name="K", durability="none")
+    with multisite.open(killed) as db:
+        db.create_region("r")
+        db.set("r", ("a",), 1)
+        db.kill("r", ("a",))  # every key gone: no key range to read
+    for root in (empty, killed):
+        df = spark.read.format("multisite_state").load(str(root))
+        assert df.count() == 0 and df.collect() == []

@@ -196,4 +196,6 @@ class StateReader(DataSourceReader):
         return parts
 
     def read(self, partition):
+        if not isinstance(partition, RangePartition):  # a plan of no partitions: Spark reads one of its own
+            return iter(())
         return read_range(partition, _arrow_schema(self.schema))
