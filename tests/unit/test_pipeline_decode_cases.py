@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -112,3 +113,23 @@ def test_a_read_of_one_region_rebuilds_fields_when_pieces_hold_none(tmp_path):
     assert journal_rows(root, ["seqno", "fields"], regions=a, index="read") == want  # reads them
     b = journal_rows(root, ["seqno", "fields"], regions=frozenset({"b"}), index="read")
     assert b[0] == {"seqno": 2, "fields": {"n": "five"}} and len(b) == 61
+
+
+# -- timestamp fields out of range ------------------------------------------------------------------
+def test_a_timestamp_field_out_of_range_is_null_in_both_sources(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    given = {"ok": 1_700_000_000, "iso": "2024-05-01T12:00:00+02:00", "big": 10**15, "huge": 2**64 - 1,
+             "nan": float("nan"), "inf": float("inf"), "early": -1e12, "year0": "0001-01-01T00:00:00+05:00",
+             "year10000": "9999-12-31T23:00:00-05:00"}
+    with multisite.open(root) as db:
+        db.create_region("ev", schema='{"t": "timestamp"}')
+        for k, t in given.items():
+            db.set("ev", (k,), {"t": t})
+    utc = dt.timezone.utc
+    want = {f'("{k}")': None for k in given}
+    want['("ok")'] = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=utc)
+    want['("iso")'] = dt.datetime(2024, 5, 1, 10, 0, tzinfo=utc)
+    journal = journal_rows(root, ["key_text", "fields"])
+    state = state_rows(root, ["key_text", "fields"])
+    for got in (journal, state):
+        assert {r["key_text"]: r["fields"]["t"] for r in got} == want

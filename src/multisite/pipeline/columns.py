@@ -113,16 +113,19 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _to_ts(v: Any):
+    """Seconds since the epoch or ISO text -> an aware UTC datetime; None for anything else, and for an
+    instant outside years 1..9999 UTC (NaN, 1e15 s, ...): Python's and Spark's timestamp range, well
+    inside Arrow's microsecond one, so that every value given to Arrow fits."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return _EPOCH + dt.timedelta(seconds=v)
-    if isinstance(v, str):
-        try:
+    try:
+        if isinstance(v, (int, float)):
+            return _EPOCH + dt.timedelta(seconds=v)
+        if isinstance(v, str):
             t = dt.datetime.fromisoformat(v)
-        except ValueError:
-            return None
-        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+            return t.astimezone(dt.timezone.utc) if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    except (OverflowError, ValueError):
+        return None
     return None
 
 
