@@ -112,3 +112,23 @@ def test_verify_and_snapshot_leave_unreplicated_regions_out_at_every_seqno(spark
     with multisite.open(c) as db:  # the region is defined, its local content is not copied
         assert db.regions() == {"r": True, "scratch": False} and list(db.items("scratch")) == []
 
+
+def test_state_now_of_a_pruned_instance_whose_store_moved_past_the_journal_end_read(spark, tmp_path, monkeypatch):
+    # A live instance can flush its store past the journal end that state_df read just before copying
+    # the store; "now" is then the store's seqno, not an earlier one only a pruned journal could give.
+    from multisite.instance.maintenance import prune
+    from multisite.pipeline import seeding
+
+    a = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(a) as db:
+        db.create_region("r")
+        for i in range(1, 61):
+            db.set("r", ("k", i % 7), "x" * 200 + str(i))
+    prune(a, 50)
+    first, last = seeding.journal_bounds(str(a))
+    assert first > 1 and last == 60
+    monkeypatch.setattr(seeding, "journal_bounds", lambda path: (first, last - 3))  # read before the flush
+    df, seqno = seeding.state_df(spark, str(a))
+    assert seqno == 60
+    assert {(r.key_text, r.value) for r in df.collect()} == {
+        (f'("k",{i % 7})', '"' + "x" * 200 + str(i) + '"') for i in range(54, 61)}

@@ -54,7 +54,11 @@ def _journal_ddl(names: list[str], fields: dict) -> str:
 
 def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool = True,
              payload: list[str] | None = None):
-    """``(DataFrame, seqno)``: the replicated state of ``instance`` at ``at`` (default: its journal end).
+    """``(DataFrame, seqno)``: the replicated state of ``instance`` at ``at`` (default: now, that is the
+    later of its journal end and its store's seqno, read from one consistent copy of the store).
+
+    An explicit ``at`` before the store's seqno needs the journal from seqno 1: on a live instance whose
+    store is flushed past ``at`` while this runs, a pruned journal makes it a ``PipelineError``.
 
     Keys of unreplicated regions are left out: they are local to the instance, and the journal, which
     gives the state before the store's seqno, does not carry them (see the module's docstring)."""
@@ -66,8 +70,7 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     fields = (C.merge_fields(sorted((r, s) for r, s in ref.region_schemas.items() if r in replicated))
               if with_fields else {})
     first, last = journal_bounds(ref.path)
-    at = last if at is None else at
-    if at > last:
+    if at is not None and at > last:
         raise ConfigError(f"instance {ref.name} ends at seqno {last}; cannot take its state at {at}")
     from .state_source import _ro, consistent_store
 
@@ -78,6 +81,9 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
         store_seqno = row[0] if row else 0
     finally:
         conn.close()
+    # "Now" is the store copy's seqno when a live instance flushed its store past the journal end read
+    # above (the journal always holds the store's seqno): the store alone, no journal read, no pruning.
+    at = max(last, store_seqno) if at is None else at
     cols = ["region", "key_text", *(payload or STATE_PAYLOAD)] + (["fields"] if fields else [])
     jcols = ["seqno", "ord", "op", *cols]
     journal = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(ref.path))
