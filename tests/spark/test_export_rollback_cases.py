@@ -120,3 +120,24 @@ def test_prune_keeps_what_the_export_has_not_exported(spark, tmp_path):
     assert _change_seqnos(lake) == list(range(1, 300))
     assert prune(root, 300).kept_from_seqno > 21  # the export's new position releases what it consumed
 
+
+def test_a_second_retraction_of_the_same_export(spark, tmp_path):
+    # The manifest's run list holds a "retracted_after" entry after the first retraction; publishing the
+    # second one filtered that list by each entry's "to" and failed, after its intent was written, so
+    # every later run failed again in _tidy.
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for i in range(1, 7):
+            db.set("r", ("k", i % 3), i)
+    lake = tmp_path / "lake"
+    assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 6
+    for k in (5, 3):
+        with multisite.open(root) as db:
+            rollback(db, k)
+        rep = pipeline.export(str(root), str(lake), spark=spark)
+        assert (rep.retracted_from, rep.to_seqno) == (k, k)
+        assert _lake_state(spark, lake / "state") == _instance_state(root)
+    assert _change_seqnos(lake) == [1, 2, 3]
+    runs = json.loads((lake / "_multisite" / "export.json").read_text())["runs"]
+    assert runs[-1]["retracted_after"] == 3

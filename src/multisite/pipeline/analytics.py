@@ -448,7 +448,8 @@ def _finish_retraction(d: _Dirs, intent: dict, m: dict) -> None:
     if (d.work / "state").exists():
         _swap_state(d)
     m["last_seqno"] = k
-    m["runs"] = [r for r in m["runs"] if r["to"] <= k] + [{"retracted_after": k, "at": time.time()}]
+    m["runs"] = [r for r in m["runs"] if r.get("to", r.get("retracted_after", 0)) <= k] + \
+        [{"retracted_after": k, "at": time.time()}]
     _save_manifest(d, m)
     d.intent.unlink()
     shutil.rmtree(d.work, ignore_errors=True)
