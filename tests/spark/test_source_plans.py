@@ -26,8 +26,9 @@ def test_reads_with_nothing_to_read_are_empty_not_errors(spark, tmp_path):
     assert src().load(str(root)).where("seqno > 2").count() == 1
 
 
-def _stream(spark, root, out, ckpt, consumer):
-    q = (spark.readStream.format("multisite").option("consumer", consumer).load(str(root))
+def _stream(spark, root, out, ckpt, consumer, starting="earliest"):
+    q = (spark.readStream.format("multisite").option("consumer", consumer).option("starting", starting)
+         .load(str(root))
          .select("seqno", "value").writeStream.format("parquet").option("path", str(out))
          .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
     try:
@@ -71,7 +72,7 @@ def test_a_stream_goes_on_when_nothing_was_rolled_back(spark, tmp_path):
 def test_a_new_stream_does_not_take_over_another_streams_consumer_position(spark, tmp_path):
     root = build(tmp_path / "A", "A", [[("set", "log", (i,), i)] for i in range(1, 11)])
     assert _stream(spark, root, tmp_path / "o1", tmp_path / "c1", "shared") is None
-    err = _stream(spark, root, tmp_path / "o2", tmp_path / "c2", "shared")
+    err = _stream(spark, root, tmp_path / "o2", tmp_path / "c2", "shared", starting="latest")
     assert err is not None and "already keeps a position" in str(err) and "--forget shared" in str(err)
     lay = Layout.existing(root)
     assert {p.name: p.last_confirmed for p in consumers.load_all(lay)}["shared"] >= 0
@@ -84,4 +85,4 @@ def test_a_new_stream_does_not_take_over_another_streams_consumer_position(spark
     assert gone.exit_code == 0 and consumers.load_all(lay) == []
     again = CliRunner().invoke(cli, ["journal", "consumers", str(root), "--forget", "shared"])
     assert again.exit_code != 0 and "no consumer named 'shared'" in again.output
-    assert _stream(spark, root, tmp_path / "o2", tmp_path / "c2", "shared") is None
+    assert _stream(spark, root, tmp_path / "o2", tmp_path / "c2", "shared", starting="latest") is None

@@ -209,20 +209,22 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
                 except ValueError:
                     raise ConfigError(f"option starting must be earliest, latest or a seqno, got {starting!r}") \
                         from None
-        self._claim()
+        self._claim(out)
         self._record(out)  # hold the journal from here until the first commit
         self._claimed = True  # Spark may ask again in the same run
         return self._offset(out)
 
-    def _claim(self) -> None:
+    def _claim(self, start: dict[str, int]) -> None:
         """A new stream (Spark asks for an initial offset only when there is no checkpoint) must not
         take over a position another stream keeps: the two would move one position back and forth,
-        and prune could remove what the slower one has not read."""
+        and prune could remove what the slower one has not read. A position at the very seqno this
+        stream starts from is taken as its own, recorded by a start that failed before its first
+        batch was checkpointed."""
         if self.consumer.lower() == "none" or self._claimed:
             return
         for ref in self.refs:
             held = {p.name: p for p in consumers.load_all(Layout.existing(ref.path))}.get(self.consumer)
-            if held is not None:
+            if held is not None and held.last_confirmed != start[ref.name]:
                 raise ConfigError(
                     f"consumer name {self.consumer!r} already keeps a position in instance {ref.name} (seqno "
                     f"{held.last_confirmed}) for another stream, or for one whose checkpoint is gone. Give this "
