@@ -48,3 +48,31 @@ def test_partition_bytes_caps_a_group_and_a_small_chunk_size_keeps_many_partitio
     assert len(group_chunks(cs, 64 * MB, 2)) == 4
     small = [_frames(i, 3000) for i in range(20)]
     assert len(group_chunks(small, 10**12, 2, chunk_bytes=3000)) == 20
+
+
+def test_a_segment_pruned_after_planning_is_a_journal_gap_not_a_missing_file(tmp_path):
+    """A read planned before a prune, run after it: the task says the seqnos are gone and to read
+    again, through the error hierarchy, for chunks to decode and for chunks read from the index."""
+    import os
+
+    import multisite
+    from multisite.journal.sidecars import Sidecar
+    from multisite.pipeline.decode import JournalBatchBuilder, read_chunk
+    from multisite.pipeline.plan import chunks, instance_ref
+    from multisite.pipeline.segment_index import check_piece, journal_schema
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=16 * 1024)
+    with multisite.open(root) as db:
+        db.create_region("log")
+        for i in range(300):
+            db.set("log", (i,), "x" * 100)
+    first = chunks(instance_ref(str(root)), 1, None, index="off")[0]
+    os.unlink(first.path)
+    gone = f"seqnos {first.first_seqno}..{first.last_seqno} are no longer in the journal"
+    with pytest.raises(multisite.JournalGap, match=gone):
+        list(read_chunk(first, JournalBatchBuilder("A", journal_schema(["seqno"], {}))))
+    piece = f"{first.segment:08d}-{first.offset}-{first.offset + first.nbytes}-{first.first_seqno}-{first.last_seqno}" \
+            f"-{0:016x}.parquet"
+    assert Sidecar.parse(piece) is not None
+    with pytest.raises(multisite.JournalGap, match=gone):
+        check_piece(str(root / "journal" / "index" / piece), first.path)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import JournalCorrupt
+from ..errors import JournalCorrupt, JournalGap
 from ..journal.records import FRAME_HEADER_SIZE, KILL, decode_payload, parse_header
 from .columns import COERCE
 
@@ -383,11 +383,21 @@ def _before_raw(b):
     return _menc(b)  # a kill: msgpack array of [key, value bytes]
 
 
+def open_segment(path: str, first: int, last: int):
+    """Open a planned segment for reading: JournalGap, saying so, if it was removed (a prune) since
+    the read was planned, rather than a bare FileNotFoundError from a Spark task."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise JournalGap(f"journal segment {path} was removed after this read was planned (pruned?): seqnos "
+                         f"{first}..{last} are no longer in the journal; run the read again") from None
+
+
 def read_chunk(chunk: Chunk, builder: JournalBatchBuilder, *, batch_rows: int = BATCH_ROWS,
                run: FrameRun | None = None) -> Iterator[pa.RecordBatch]:
     """Decode the chunk's frames, checking each, into batches of about ``batch_rows`` rows."""
     path = chunk.path
-    with open(path, "rb") as f:
+    with open_segment(path, chunk.first_seqno, chunk.last_seqno) as f:
         size = os.fstat(f.fileno()).st_size
         if size <= chunk.offset:
             raise JournalCorrupt(f"journal segment {path} ends at byte {size}, before seqno {chunk.first_seqno} "

@@ -38,7 +38,8 @@ from ..errors import ConfigError, JournalCorrupt
 from ..journal.segments import SEGMENT_HEADER_SIZE
 from ..journal.sidecars import Sidecar, index_dir
 from . import columns as C
-from .decode import BATCH_ROWS, Chunk, FrameRun, JournalBatchBuilder, fields_column, msgpack_objects, read_chunk
+from .decode import (BATCH_ROWS, Chunk, FrameRun, JournalBatchBuilder, fields_column, msgpack_objects,
+                     open_segment, read_chunk)
 
 INDEX_MODES = ("auto", "read", "off")  # use and write pieces / only use them / ignore them
 INDEX_MIN_BYTES = 8 * 1024 * 1024  # smallest run of the open segment worth a piece
@@ -154,7 +155,7 @@ def check_piece(path: str, segment_path: str) -> None:
     """Raise JournalCorrupt if the segment no longer holds what the piece was made from (it was cut or
     replaced between planning and reading)."""
     key = Sidecar.parse(os.path.basename(path))
-    with open(segment_path, "rb") as f:
+    with open_segment(segment_path, key.first if key else 0, key.last if key else 0) as f:
         size = os.fstat(f.fileno()).st_size
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         try:
