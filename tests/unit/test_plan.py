@@ -76,3 +76,29 @@ def test_a_segment_pruned_after_planning_is_a_journal_gap_not_a_missing_file(tmp
     assert Sidecar.parse(piece) is not None
     with pytest.raises(multisite.JournalGap, match=gone):
         check_piece(str(root / "journal" / "index" / piece), first.path)
+
+
+def test_the_tail_walker_walks_on_from_where_it_stopped_and_starts_over_after_a_rollback(tmp_path):
+    import multisite
+    from multisite.pipeline.plan import TailWalker, frame_crc, journal_bounds
+    from multisite.replication.rollback import rollback
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    w = TailWalker(str(root))
+    with multisite.open(root) as db:
+        db.create_region("log")
+        assert w.bounds() == journal_bounds(str(root)) == (1, 0)
+        for i in range(1, 21):
+            db.set("log", (i,), f"old-{i}")
+        assert w.bounds() == (1, 20) and w.crc(20) == frame_crc(str(root), 20) is not None
+        old20, old15 = w.crc(20), frame_crc(str(root), 15)
+        for i in range(21, 31):
+            db.set("log", (i,), i)
+        start = w.mark.offset
+        assert w.bounds() == (1, 30) and w.mark.offset > start  # walked on, from frame 20
+        rollback(db, 15)
+        assert w.bounds() == (1, 15) and w.crc(15) == old15  # the remembered frame 30 is gone
+        for i in range(16, 26):
+            db.set("log", (i,), f"new-{i}")
+        assert w.bounds() == journal_bounds(str(root)) == (1, 25)
+        assert w.crc(20) == frame_crc(str(root), 20) != old20  # another transaction at seqno 20

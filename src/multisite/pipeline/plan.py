@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import ConfigError, JournalGap
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
+from ..journal.records import FRAME_HEADER_SIZE, parse_header
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from ..journal.sidecars import list_sidecars
 from .columns import merge_fields, parse_region_schema
@@ -116,6 +117,60 @@ def frame_crc(path: str, seqno: int) -> int | None:
                     return hdr.payload_crc
         return None
     return None
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """A frame of the newest segment that the last walk reached."""
+    segment: int
+    offset: int
+    seqno: int
+    crc: int
+
+
+class TailWalker:
+    """``journal_bounds`` and ``frame_crc`` for a long-lived reader (a stream's, asked at every
+    trigger): it remembers the last frame it walked to and walks on from there, instead of walking the
+    whole newest segment's headers again (about a second per call for a 64 MiB segment of small
+    transactions). The remembered frame is trusted only while the segment still holds it, same seqno
+    and CRC, at the same offset; after a rollback (or a new segment) the walk starts over."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.mark: _Mark | None = None
+
+    def bounds(self) -> tuple[int, int]:
+        infos = list_segments(Layout.existing(self.path).journal)
+        tail, m = infos[-1], self.mark
+        last = tail.first_seqno - 1
+        with SegmentView(tail) as view:
+            start, seqno = SEGMENT_HEADER_SIZE, None
+            if m is not None and m.segment == tail.index and self._holds(view, m):
+                start, seqno = m.offset, m.seqno
+            self.mark = None
+            for off, hdr in view.headers(tail=True, start=start, seqno=seqno):
+                self.mark = _Mark(tail.index, off, hdr.seqno, hdr.payload_crc)
+        if self.mark is not None:
+            last = self.mark.seqno
+        return infos[0].first_seqno, last
+
+    def crc(self, seqno: int) -> int | None:
+        """``frame_crc`` of ``seqno``, without a walk when it is the last frame walked to."""
+        m = self.mark
+        if m is not None and m.seqno == seqno:
+            infos = list_segments(Layout.existing(self.path).journal)
+            if infos[-1].index == m.segment:
+                with SegmentView(infos[-1]) as view:
+                    if self._holds(view, m):
+                        return m.crc
+        return frame_crc(self.path, seqno)
+
+    @staticmethod
+    def _holds(view: SegmentView, m: _Mark) -> bool:
+        if view.size - m.offset < FRAME_HEADER_SIZE:
+            return False
+        hdr = parse_header(view.buf, m.offset)
+        return hdr is not None and hdr.seqno == m.seqno and hdr.payload_crc == m.crc
 
 
 def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUNK_BYTES,

@@ -34,7 +34,7 @@ from ..instance.layout import Layout
 from . import columns as C
 from .decode import Chunk
 from .offsets import JournalOffset
-from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, chunks, fields_for, frame_crc, group_chunks,
+from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, TailWalker, chunks, fields_for, group_chunks,
                    instance_refs, journal_bounds, region_filter)
 from .segment_index import INDEX_MIN_BYTES, check_mode, chunk_batches
 
@@ -190,9 +190,10 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
         self.max_txns = _int_option(options, "max_transactions_per_batch", None)
         self.available_now: dict[str, int] | None = None
         self._claimed = False
+        self._walkers = {ref.name: TailWalker(ref.path) for ref in self.refs}  # asked at every trigger
 
     def _latest(self) -> dict[str, int]:
-        return {ref.name: journal_bounds(ref.path)[1] for ref in self.refs}
+        return {name: w.bounds()[1] for name, w in self._walkers.items()}
 
     def initialOffset(self) -> dict:
         starting = self.options.get("starting", "earliest").lower()
@@ -232,7 +233,7 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
                     f"position: multisite journal consumers {ref.path} --forget {self.consumer}")
 
     def _offset(self, seqnos: dict[str, int]) -> dict:
-        crcs = {ref.name: frame_crc(ref.path, seqnos[ref.name]) for ref in self.refs if ref.name in seqnos}
+        crcs = {name: self._walkers[name].crc(s) for name, s in seqnos.items()}
         return JournalOffset.of(seqnos, crcs).to_dict()
 
     def _check_not_rolled_back(self, begin: JournalOffset, latest: dict[str, int]) -> None:
@@ -245,7 +246,7 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
             last = latest.get(ref.name, 0)
             if last < s:
                 what = f"its journal now ends at seqno {last}"
-            elif crc is not None and frame_crc(ref.path, s) not in (None, crc):
+            elif crc is not None and self._walkers[ref.name].crc(s) not in (None, crc):
                 what = f"its record {s} is no longer the one the stream read"
             else:
                 continue
