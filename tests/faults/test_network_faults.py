@@ -145,17 +145,41 @@ def test_delays_slow_the_stream_but_break_nothing(link):
     converge(cluster, a, b, proxy)
 
 
+def stall_right_after_an_answer(proxy: ProxyProcess, timeout_s: float = 10.0) -> float:
+    """Stall both ways just after a heartbeat answer got through the proxy; return a time before
+    which the last answer the source can have heard had not yet left the proxy.
+
+    The proxy counts a chunk as forwarded in the same event-loop step as it writes it (no await in
+    between), so a count read at some moment says what had been written to the source by then. An
+    answer that the count did not include yet at a read started at ``t`` reached the source after
+    ``t``, whatever the scheduling of the three processes; so did any later one."""
+    def answered() -> int:
+        return proxy.stats()["downstream"]["bytes_forwarded"]
+
+    t = time.monotonic()
+    seen = answered()
+    deadline = t + timeout_s
+    while True:
+        t_next = time.monotonic()
+        now = answered()
+        if now > seen:
+            break
+        t = t_next  # still `seen` at a read started at t_next: the next answer passes after it
+        assert t_next < deadline, f"no heartbeat answer passed the proxy within {timeout_s} s"
+    proxy.stall()
+    return t
+
+
 def test_a_stall_is_detected_by_the_heartbeat_timeout(link):
     cluster, a, b, proxy = link
     first = write(a, 50)
     cluster.wait_caught_up(a, b)
-    proxy.stall()  # nothing passes either way; nothing is closed
-    stalled_at = time.monotonic()
+    answered_after = stall_right_after_an_answer(proxy)  # nothing passes either way; nothing is closed
     more = write(a, 100, start=50)
     st = wait_until(lambda: (s := source(a))["last_error"] and "heartbeat" in s["last_error"] and s,
                     timeout_s=20, what="a heartbeat timeout")
-    # Not before the timeout: the last answer came at most one heartbeat interval before the stall.
-    assert time.monotonic() - stalled_at >= HEARTBEAT_TIMEOUT_S - HEARTBEAT_INTERVAL_S - 0.1
+    # Not before the timeout: the source heard its last answer after `answered_after`.
+    assert time.monotonic() - answered_after > HEARTBEAT_TIMEOUT_S
     assert st["state"] != "streaming"
     assert "heartbeat" in log_text(a.root, "source-B.log")
     assert b.seqno() == first < more  # nothing got through the stall
