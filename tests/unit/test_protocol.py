@@ -341,6 +341,13 @@ def test_body_of_the_wrong_shape():
     bad(reach(R, State.STREAMING), FRAME_PREFIX.pack(len(body) + 1, 4) + body, "malformed Heartbeat")
 
 
+def test_a_string_that_is_not_utf8():
+    """msgspec raises UnicodeDecodeError for it, which must become a protocol error like any other
+    malformed body (it escaped, and a Source Server's task died of it)."""
+    hello = Connection(Role.SOURCE).send(Hello(1, "AAAA", "g", False, "primary", 0, []))
+    bad(Connection(Role.RECEIVER), hello.replace(b"AAAA", b"\xff\xfe\xfd\xfc"), "malformed Hello")  # the name
+
+
 def test_compressed_flag_on_garbage():
     bad(reach(R, State.STREAMING), FRAME_PREFIX.pack(9, 3 | COMPRESSED) + b"notzstd!", "decompress")
 

@@ -202,6 +202,10 @@ class SourceServer:
                     if self.state != "connecting" or self.connects == 0 or self.last_error != what:
                         self.log.warning("connection to %s lost: %s; reconnecting", self.cfg.secondary, what)
                     self.last_error = what
+                except Exception as e:  # a bug here must not end replication to this secondary for good
+                    self.log.exception("unexpected error in the session with %s; reconnecting", self.cfg.secondary)
+                    self.last_error = f"internal error: {e!r}"
+                    backoff = max(backoff, 1.0)
                 self._save_slot()
                 if self.active:
                     self.state = "connecting"

@@ -146,7 +146,8 @@ class Connection:
             t &= ~COMPRESSED
         try:
             msg = decode_body(t, body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
+            # msgspec raises UnicodeDecodeError itself for a string that is not UTF-8
             self._fail(f"malformed {MESSAGE_TYPES[t].__name__} message: {e}")
         self._transition(RECV, msg)
         self._check(msg)
