@@ -45,7 +45,9 @@ print("finished")
 """
 
 # Each step of rollback(), in order, by the module-level name the child wraps.
-STEPS = ["atomic_write", "write_lost_file", "_undo_store", "_cut_journal", "_trim_info"]  # marker, lost file, ...
+STEPS = ["atomic_write", "write_lost_file", "_undo_store",  # marker, lost file, store
+         "_remove_segment", "_truncate_segment",  # inside the journal cut: the newest segment gone, the cut
+         "_cut_journal", "_trim_info"]
 
 
 def state(db) -> dict:

@@ -153,18 +153,28 @@ def _cut_journal(db, to_seqno: int) -> None:
                 break
             cut = off + hdr.total
     drop_after(lay.journal, to_seqno)  # columnar copies of the frames being cut (pipeline index)
-    fd = os.open(keep.path, os.O_WRONLY)
+    # Newest segment first, then the cut: after each step the journal is still a whole prefix of
+    # itself ending at or after to_seqno, which a crash leaves for the next open to roll back again.
+    # (Cutting first left a short segment followed by newer ones: records missing, no open possible.)
+    for s in sorted((s for s in infos if s.index > keep.index), key=lambda s: s.index, reverse=True):
+        _remove_segment(s.path)
+    _truncate_segment(keep.path, cut)
+    db.journal = JournalWriter(lay.journal, index=keep.index, path=keep.path, last_seqno=to_seqno,
+                               durability=db.journal.durability, segment_bytes=db.journal.segment_bytes)
+
+
+def _remove_segment(path) -> None:
+    path.unlink()
+    fsync_dir(path.parent)
+
+
+def _truncate_segment(path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
     try:
-        os.ftruncate(fd, cut)
+        os.ftruncate(fd, size)
         os.fsync(fd)
     finally:
         os.close(fd)
-    for s in infos:
-        if s.index > keep.index:
-            s.path.unlink()
-    fsync_dir(lay.journal)
-    db.journal = JournalWriter(lay.journal, index=keep.index, path=keep.path, last_seqno=to_seqno,
-                               durability=db.journal.durability, segment_bytes=db.journal.segment_bytes)
 
 
 def _trim_info(db, to_seqno: int, records: list[Record]) -> None:
