@@ -330,3 +330,36 @@ def test_a_receiver_takes_one_source_at_a_time(cluster):
     assert b.call("receiver.status")["source"] == "A"
     c.call("source.stop", secondary="B")
     finish(cluster, a, b)
+
+
+def test_a_supplementary_receiver_confirms_in_the_sources_seqnos(cluster):
+    """A supplementary instance counts its own transactions in its seqno; what it confirms to its
+    source must be its SI stream's seqno, since the source keeps its journal (prune) by it. It
+    confirmed its own seqno, and prune removed segments it had never received."""
+    import time
+
+    a = cluster.instance("A", group="bank", segment_bytes=4096)
+    m = cluster.instance("M", group="si", supplementary=True)
+    with m.client() as db:
+        db.create_region("loc")
+        for i in range(200):
+            db.set("loc", (i,), i)  # M's own seqno goes to 200
+    m.start_receiver()
+    a.start_source(m)
+    with a.client() as db:
+        db.create_region("t")
+        for i in range(3):
+            db.set("t", (i,), "x" * 100)
+    def m_has_them() -> bool:
+        with m.client() as db:
+            try:
+                return len(list(db.items("t"))) == 3
+            except multisite.RegionNotFound:  # not even the first of them yet
+                return False
+
+    wait_until(m_has_them, what="M applies A's 3 transactions")
+    wait_until(lambda: source_status(a, m)["last_confirmed"] >= 3, what="A's slot for M confirmed")
+    deadline = time.monotonic() + 1.5  # several heartbeat answers (every 0.2 s)
+    while time.monotonic() < deadline:
+        assert source_status(a, m)["last_confirmed"] == 3, "confirmed past what A has"
+        time.sleep(0.1)

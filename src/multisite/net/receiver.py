@@ -235,6 +235,9 @@ class ReceiverServer:
             self.log.error("refusing source %s: %s: %s", peer.name, refusal.code, refusal.message)
             writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
             return
+        # The stream's seqnos from here on are the source's: for a supplementary instance they are its
+        # SI stream's, not its own (which count its own transactions too).
+        self.pool.clear(me.seqno)
         writer.write(conn.send(me))
         await writer.drain()
         start = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
@@ -293,7 +296,8 @@ class ReceiverServer:
                                       self.cfg.receive_pool_high_bytes)
                         writer.write(conn.send(Xoff(self.pool.received_seqno)))
                 elif isinstance(ev, Heartbeat):
-                    writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, self.db.seqno, self.pool.received_seqno)))
+                    writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, self._applied_seqno(),
+                                                           self.pool.received_seqno)))
                 elif isinstance(ev, Error):
                     self.log.error("source %s reported %s: %s", peer.name, ev.code, ev.message)
                     return
@@ -316,9 +320,16 @@ class ReceiverServer:
             now, got = time.monotonic(), conn.bytes_in - last
             pend = conn.pending()
             if got and (pend is None or (pend[0] - pend[1]) / (got / (now - last_t)) <= self.cfg.idle_timeout_s):
-                writer.write(conn.send(HeartbeatAck(0, 0.0, self.db.seqno, self.pool.received_seqno)))
+                writer.write(conn.send(HeartbeatAck(0, 0.0, self._applied_seqno(), self.pool.received_seqno)))
                 await writer.drain()
             last, last_t = conn.bytes_in, now
+
+    def _applied_seqno(self) -> int:
+        """What this instance has applied, in the source's seqnos (what the source confirms and keeps
+        its journal for): a supplementary instance's SI stream seqno, else its own seqno."""
+        if self.update.si_stream is not None:
+            return self.db.stream_seqno(self.update.si_stream)
+        return self.db.seqno
 
     def _position(self, peer: Hello, si: bool):
         """This instance's Hello for ``peer`` and the refusal it calls for, if any."""

@@ -355,7 +355,8 @@ class SourceServer:
                 self._last_ack = time.monotonic()
                 if ev.seq:
                     self._rtt_s = max(0.0, time.time() - ev.sent_at)
-                self.last_confirmed = ev.applied_seqno
+                # Never past what this instance has: the slot's confirmed seqno decides what prune keeps.
+                self.last_confirmed = min(ev.applied_seqno, self.db.seqno)
                 self.peer_received = ev.received_seqno
             elif isinstance(ev, Xoff):
                 self.log.info("XOFF from %s at received seqno %d: pausing", self.cfg.secondary, ev.received_seqno)
