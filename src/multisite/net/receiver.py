@@ -97,6 +97,7 @@ class ReceiverServer:
         self.start_seqno = self.db.seqno
         self._stats_task: asyncio.Task | None = None
         self._restart = asyncio.Event()
+        self._restart_why = ""
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -108,7 +109,8 @@ class ReceiverServer:
             self.cfg.host, self.cfg.port)
         self.port = self._srv.sockets[0].getsockname()[1]
         self.pool.on_drained = lambda: self._loop.call_soon_threadsafe(self._maybe_xon)
-        self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._restart.set)
+        self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
+                                                                     "the update process found a gap")
         self._stats_task = self._loop.create_task(self._stats_loop())
         self.log.info("receiver server listening on %s:%d%s", self.cfg.host, self.port, " (TLS)" if ctx else "")
 
@@ -211,7 +213,9 @@ class ReceiverServer:
                      peer: Hello) -> None:
         loop = asyncio.get_running_loop()
         self.state = "handshake"
-        # The restart point: empty the pool, let the Update Process finish its batch.
+        # The restart point: empty the pool, let the Update Process finish its batch. A restart asked
+        # for from here on (a rollback during the handshake) ends this session as soon as it receives.
+        self._restart.clear()
         self.pool.clear(self.db.seqno)
         await loop.run_in_executor(None, self.pool.quiesce)
         si = is_si(peer.supplementary, self.db.info.supplementary)
@@ -258,7 +262,6 @@ class ReceiverServer:
         self.peer = peer.name
         self._conn, self._writer = conn, writer
         self._xoff_sent = False
-        self._restart.clear()
         self.state = "receiving"
         self.last_error = None
         self.log.info("receiving from %s at seqno %d (common point %d)", peer.name, start.from_seqno,
@@ -280,7 +283,7 @@ class ReceiverServer:
                     seen = conn.bytes_in
                     continue
                 if restart in done:
-                    raise ConnectionLost("the update process found a gap; restarting the connection")
+                    raise ConnectionLost(f"{self._restart_why}; restarting the connection")
                 if progress in done:
                     progress.result()  # raises what ended it
                 ev = nxt.result()
@@ -373,6 +376,10 @@ class ReceiverServer:
 
     def restart_stream(self) -> None:
         """End the current connection (after a rollback); the source reconnects and renegotiates."""
+        self._request_restart("this instance was rolled back")
+
+    def _request_restart(self, why: str) -> None:
+        self._restart_why = why
         self._restart.set()
 
     def _maybe_xon(self) -> None:
