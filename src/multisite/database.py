@@ -398,14 +398,19 @@ class Database:
                 return req.seqno
         with self._q_lock:
             batch, self._queue = self._queue, []
-        token, err = self._prepare_batch(batch)
-        with self._q_lock:  # the next batch may start now
-            if self._queue:
-                nxt = self._queue[0]
-                nxt.promoted = True
-                nxt.wake.release()
-            else:
-                self._combining = False
+        try:
+            token, err = self._prepare_batch(batch)
+        except BaseException as e:  # whatever happens, the batch and the next combiner must be woken
+            token, err = None, e
+            _fail_all(batch, e)
+        finally:
+            with self._q_lock:  # the next batch may start now
+                if self._queue:
+                    nxt = self._queue[0]
+                    nxt.promoted = True
+                    nxt.wake.release()
+                else:
+                    self._combining = False
         if token is not None and err is None:
             try:
                 self.journal.harden(token)
@@ -426,6 +431,10 @@ class Database:
         frames: list[tuple[int, bytes]] = []
         st = self.store
         with self._lock:
+            if self._closed:  # closed while these waited: the store is gone
+                e = TransactionError(f"instance {self.layout.root} was closed before this commit")
+                _fail_all(batch, e)
+                return None, e
             snap = self._savepoint()
             for r in batch:
                 st.savepoint(REQUEST)
@@ -443,7 +452,10 @@ class Database:
                     self._write(frames)
                     token = self.journal.sync_token()
             except BaseException as e:
+                # The whole batch is undone, including requests that journal nothing (updates of
+                # unreplicated regions only): every one of them must fail, not only those with a seqno.
                 self._rollback_to(snap)
+                _fail_all(batch, e)
                 return None, e
             st.release(BATCH)
             self._maybe_flush()
@@ -560,6 +572,14 @@ class Database:
 
     def __repr__(self) -> str:
         return f"<multisite.Database {self.name} at {self.layout.root} seqno={self._seqno}>"
+
+
+def _fail_all(batch: list["_Request"], err: BaseException) -> None:
+    """Give every request of a batch that was not applied the error (keeping its own, if it had one)."""
+    for r in batch:
+        if r.error is None:
+            r.error = err
+        r.seqno = 0
 
 
 class _ThreadState(threading.local):
