@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 from .errors import (InstanceExists, JournalError, JournalGap, NotPrimary, RegionNotFound, TransactionError,
                      ConfigError)
+from .fsutil import fsync_file
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
 from .journal.reader import iter_records
@@ -125,7 +126,13 @@ class Database:
         self._stream_seqnos = self.store.stream_seqnos  # SI: last stream_seqno per stream (1..15)
         if self.store.applied_seqno < js.last_seqno:
             t1 = time.perf_counter()
-            rep.replayed = self._roll_forward(self.store.applied_seqno + 1, js.last_seqno)
+            replay_from = self.store.applied_seqno + 1
+            rep.replayed = self._roll_forward(replay_from, js.last_seqno)
+            # Journal first, then database: the records just replayed may be in the page cache only
+            # (the writer crashed before hardening them); a power loss must not leave the store ahead.
+            for i, seg in enumerate(js.segments):
+                if i + 1 == len(js.segments) or js.segments[i + 1].first_seqno > replay_from:
+                    fsync_file(seg.path)
             self.store.flush()
             rep.replay_seconds = time.perf_counter() - t1
         self.recovery = rep

@@ -21,6 +21,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Harden a file someone else wrote (a crashed process: its writes may be in the page cache only)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_all(fd: int, data: bytes | memoryview, what: str, *, offset: int | None = None) -> None:
     """os.write (os.pwrite at ``offset``) until done; a full disk raises StorageFull naming ``what``."""
     view = memoryview(data)

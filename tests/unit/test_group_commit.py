@@ -92,3 +92,4 @@ def test_closing_while_threads_commit_wakes_every_one_of_them(tmp_path):
             t.join(10)
         assert [t for t in ts if t.is_alive()] == [], "threads left waiting after close"
         assert all(isinstance(e, TransactionError) for e in errors.values()), errors
+
