@@ -52,7 +52,12 @@ def _enc_int(p: int) -> bytes:
 
 
 def _enc_str(p: str) -> bytes:
-    return b"\x02" + p.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
+    try:
+        raw = p.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise KeyTypeError(f"string subscript {p!r} is not valid Unicode text ({e.reason} at position {e.start}): "
+                           f"subscripts must encode to UTF-8") from None
+    return b"\x02" + raw.replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
 _STR_CACHE: dict[str, bytes] = {}  # encoded string subscripts: the first ones of a key repeat a lot

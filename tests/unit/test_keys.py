@@ -105,3 +105,18 @@ def test_the_string_cache_stays_bounded_and_never_changes_an_encoding():
     assert keys.encode_key((long,)) == keys._enc_str(long) and long not in keys._STR_CACHE
     with pytest.raises(KeyTypeError):
         keys.encode_key(("a", 1.5))
+
+
+def test_a_string_subscript_that_is_not_unicode_text_is_a_key_type_error(tmp_path):
+    """A lone surrogate: a KeyTypeError naming the subscript (it was a bare UnicodeEncodeError), and
+    nothing written."""
+    import multisite
+
+    with pytest.raises(KeyTypeError, match="not valid Unicode text"):
+        encode_key(("a\ud800",))
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    with multisite.open(root) as db:
+        db.create_region("r")
+        with pytest.raises(KeyTypeError, match=r"'a\\ud800'"):
+            db.set("r", ("a\ud800", 1), 1)
+        assert db.seqno == 0 and list(db.items("r")) == []
