@@ -38,12 +38,11 @@ from ..errors import ConfigError
 from ..fsutil import atomic_write
 from ..instance import consumers
 from ..instance.layout import Layout
-from ..journal.segments import SegmentView, list_segments
 from . import columns as C
 from .change_files import write_changes
 from .folding import covered_by, final_state
 from .state_files import fold_state
-from .plan import instance_ref, journal_bounds
+from .plan import instance_ref, journal_bounds, journal_crcs
 
 FOLLOW_INTERVAL_S = 1.0
 STATE_PAYLOAD = ["key", "value", "value_size", "value_raw", "commit_time"]
@@ -106,25 +105,6 @@ def exported_txns(d: _Dirs) -> tuple[np.ndarray, np.ndarray]:
     crc = np.concatenate([t.column("crc").to_numpy() for t in tables])
     order = np.argsort(seq, kind="stable")
     return seq[order], crc[order]
-
-
-def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(seqnos, payload CRCs)`` of the journal's frames in ``[lo, hi]`` from headers alone."""
-    infos = list_segments(Layout.existing(path).journal)
-    seqs, crcs = [], []
-    last_index = infos[-1].index
-    for i, info in enumerate(infos):
-        nxt = infos[i + 1].first_seqno if i + 1 < len(infos) else None
-        if (nxt is not None and nxt <= lo) or info.first_seqno > hi:
-            continue
-        with SegmentView(info) as view:
-            for _, h in view.headers(tail=info.index == last_index):
-                if h.seqno > hi:
-                    break
-                if h.seqno >= lo:
-                    seqs.append(h.seqno)
-                    crcs.append(h.payload_crc)
-    return np.asarray(seqs, np.int64), np.asarray(crcs, np.int64)
 
 
 def divergence(path: str, seq: np.ndarray, crc: np.ndarray, last_seqno: int = 0) -> int | None:

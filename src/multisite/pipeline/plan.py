@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import ConfigError, JournalGap
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
@@ -93,30 +95,33 @@ def fields_for(refs: list[InstanceRef], regions: frozenset | None) -> dict[str, 
 
 def journal_bounds(path: str) -> tuple[int, int]:
     """``(first, last)`` seqno held by the instance's journal now (last = first - 1 if empty)."""
+    return TailWalker(path).bounds()
+
+
+def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(seqnos, payload CRCs)`` of the journal's frames in ``[lo, hi]`` from headers alone."""
     infos = list_segments(Layout.existing(path).journal)
-    first = infos[0].first_seqno
-    tail = infos[-1]
-    last = tail.first_seqno - 1
-    with SegmentView(tail) as view:
-        for _, hdr in view.headers(tail=True):
-            last = hdr.seqno
-    return first, last
+    seqs, crcs = [], []
+    last_index = infos[-1].index
+    for i, info in enumerate(infos):
+        nxt = infos[i + 1].first_seqno if i + 1 < len(infos) else None
+        if (nxt is not None and nxt <= lo) or info.first_seqno > hi:
+            continue
+        with SegmentView(info) as view:
+            for _, h in view.headers(tail=info.index == last_index):
+                if h.seqno > hi:
+                    break
+                if h.seqno >= lo:
+                    seqs.append(h.seqno)
+                    crcs.append(h.payload_crc)
+    return np.asarray(seqs, np.int64), np.asarray(crcs, np.int64)
 
 
 def frame_crc(path: str, seqno: int) -> int | None:
     """The payload CRC of the instance's record ``seqno`` (from its frame header), None if the
     journal does not hold it (pruned, rolled back, not yet written, or 0)."""
-    infos = list_segments(Layout.existing(path).journal)
-    for i, info in enumerate(infos):
-        nxt = infos[i + 1].first_seqno if i + 1 < len(infos) else None
-        if seqno < info.first_seqno or (nxt is not None and seqno >= nxt):
-            continue
-        with SegmentView(info) as view:
-            for _, hdr in view.headers(tail=nxt is None):
-                if hdr.seqno == seqno:
-                    return hdr.payload_crc
-        return None
-    return None
+    seqs, crcs = journal_crcs(path, seqno, seqno)
+    return int(crcs[0]) if len(seqs) else None
 
 
 @dataclass(frozen=True)
