@@ -14,6 +14,17 @@ import multisite.journal.writer as writer
 from multisite.errors import StorageFull, TransactionError
 
 
+def _run_then(threads: list[threading.Thread], seconds: float, then) -> list[threading.Thread]:
+    """Start ``threads``, let them run ``seconds``, call ``then`` (what ends them), join each (10 s)."""
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    then()
+    for t in threads:
+        t.join(10)
+    return threads
+
+
 def test_a_failed_batch_fails_its_unreplicated_only_commits_too(tmp_path, monkeypatch):
     """A commit of unreplicated regions only journals nothing, yet its store writes are in the batch
     that a failed journal write rolls back: it must fail too. It returned success, its data gone."""
@@ -49,14 +60,8 @@ def test_a_failed_batch_fails_its_unreplicated_only_commits_too(tmp_path, monkey
             except StorageFull:
                 pass
 
-    ts = [threading.Thread(target=unreplicated), threading.Thread(target=replicated),
-          threading.Thread(target=replicated)]
-    for t in ts:
-        t.start()
-    time.sleep(1.0)
-    stop.set()
-    for t in ts:
-        t.join(10)
+    _run_then([threading.Thread(target=unreplicated), threading.Thread(target=replicated),
+               threading.Thread(target=replicated)], 1.0, stop.set)
     monkeypatch.setattr(writer, "write_all", real)
     try:
         assert acked, "no unreplicated commit got through at all"
@@ -83,13 +88,7 @@ def test_closing_while_threads_commit_wakes_every_one_of_them(tmp_path):
             except BaseException as e:
                 errors[t] = e
 
-        ts = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(8)]
-        for t in ts:
-            t.start()
-        time.sleep(0.3)
-        db.close()
-        for t in ts:
-            t.join(10)
+        ts = _run_then([threading.Thread(target=work, args=(t,), daemon=True) for t in range(8)], 0.3, db.close)
         assert [t for t in ts if t.is_alive()] == [], "threads left waiting after close"
         assert all(isinstance(e, TransactionError) for e in errors.values()), errors
 
