@@ -41,6 +41,7 @@ from .values import decode_value, encode_value  # noqa: F401 - re-exported for o
 STORE_FLUSH_INTERVAL_S = 0.5
 BATCH, REQUEST = "ms_batch", "ms_request"  # store savepoints: a commit or batch, one request in it
 STORE_FLUSH_TXNS = 50_000
+_ABSENT = object()  # a key the store does not hold (None is a value a key can hold)
 
 
 @dataclass
@@ -361,8 +362,16 @@ class Database:
                 i += 1
             if r.replicated:
                 touched.add(region)
+        return self._seal(updates, touched, origin=origin, stream=stream, stream_seqno=stream_seqno,
+                          commit_time=commit_time)
+
+    def _seal(self, updates: list[Update], touched: set[str], *, origin: str | None = None, stream: int = 0,
+              stream_seqno: int | None = None, commit_time: float | None = None) -> tuple[int, bytes]:
+        """Under the commit lock: give applied ``updates`` the next seqno and frame their journal
+        record; a record over the journal's limit is a TransactionError and takes no seqno."""
         if not updates:
             return 0, b""
+        st = self.store
         seqno = self._seqno + 1
         if stream_seqno is None:  # a local transaction: stream 0
             # A supplementary instance counts its own transactions on stream 0 (GT.M's {102,0,11});
@@ -443,16 +452,8 @@ class Database:
                 _fail_all(batch, e)
                 return None, e
             snap = self._savepoint()
-            for r in batch:
-                st.savepoint(REQUEST)
-                try:
-                    r.seqno, data = self._prepare(r.ops, **r.kw)
-                    if data:
-                        frames.append((r.seqno, data))
-                    st.release(REQUEST)
-                except Exception as e:  # this request only: it leaves nothing behind
-                    st.rollback_to(REQUEST)
-                    r.error, r.seqno = e, 0
+            if not self._prepare_sets(batch, frames):
+                self._prepare_each(batch, frames)
             token = None
             try:
                 if frames:
@@ -467,6 +468,80 @@ class Database:
             st.release(BATCH)
             self._maybe_flush()
         return token, None
+
+    def _prepare_each(self, batch: list["_Request"], frames: list[tuple[int, bytes]]) -> None:
+        """Under the commit lock: prepare a batch request by request, each in a savepoint of its
+        own, so that a request that fails leaves nothing behind and the others go on."""
+        st = self.store
+        for r in batch:
+            st.savepoint(REQUEST)
+            try:
+                r.seqno, data = self._prepare(r.ops, **r.kw)
+                if data:
+                    frames.append((r.seqno, data))
+                st.release(REQUEST)
+            except Exception as e:  # this request only: it leaves nothing behind
+                st.rollback_to(REQUEST)
+                r.error, r.seqno = e, 0
+
+    def _prepare_sets(self, batch: list["_Request"], frames: list[tuple[int, bytes]]) -> bool:
+        """Under the commit lock, the common batch (on a primary, every request only sets keys of
+        existing regions): read the batch's before-images with one query per region and write its
+        values with one statement per region, instead of a savepoint, a read and a write for each
+        request. Every SQLite call lets the GIL go, and with many committing threads the combiner
+        then waits for its turn to take it back: the calls per batch, more than their work, bound
+        group commit. Returns False, having done nothing, for any other batch."""
+        st = self.store
+        regions = st.regions
+        if self.info.role != "primary":
+            return False
+        for r in batch:
+            if r.kw:
+                return False
+            for op in r.ops:
+                if op[0] != SET or op[1] not in regions:
+                    return False
+        keyed = [[encode_key(op[2]) for op in r.ops] for r in batch]
+        wanted: dict[int, list[bytes]] = {}
+        for r, kbs in zip(batch, keyed):
+            for op, kb in zip(r.ops, kbs):
+                reg = regions[op[1]]
+                if reg.replicated:
+                    wanted.setdefault(reg.id, []).append(kb)
+        current = {rid: st.get_many(rid, kbs) for rid, kbs in wanted.items()}  # before-images, kept current
+        written: dict[int, dict[bytes, bytes]] = {}
+        for r, kbs in zip(batch, keyed):
+            undo: list[tuple[dict, bytes, Any]] = []  # what to put back if the request fails
+            updates: list[Update] = []
+            touched: set[str] = set()
+            for (_, region, key, vb), kb in zip(r.ops, kbs):
+                reg = regions[region]
+                if reg.replicated:
+                    cur = current[reg.id]
+                    before = cur.get(kb, _ABSENT)
+                    updates.append(Update(SET, region, key, vb, None if before is _ABSENT else before))
+                    touched.add(region)
+                    undo.append((cur, kb, before))
+                    cur[kb] = vb
+                w = written.setdefault(reg.id, {})
+                undo.append((w, kb, w.get(kb, _ABSENT)))
+                w[kb] = vb
+            try:
+                r.seqno, data = self._seal(updates, touched)
+            except Exception as e:  # this request only (a record over the limit): undo its sets
+                for d, kb, old in reversed(undo):
+                    if old is _ABSENT:
+                        del d[kb]
+                    else:
+                        d[kb] = old
+                r.error, r.seqno = e, 0
+                continue
+            if data:
+                frames.append((r.seqno, data))
+        for rid, w in written.items():
+            if w:
+                st.put_values(rid, w)
+        return True
 
     def apply_records(self, recs: list[Record], *, si_stream: int | None = None) -> int:
         """Apply transactions received from upstream, in order, with one journal write and one

@@ -6,12 +6,18 @@ tests/faults); what is checked is how a failed batch reaches each of its callers
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
 import multisite
 import multisite.journal.writer as writer
+from multisite import database
 from multisite.errors import StorageFull, TransactionError
+from multisite.journal import records as journal_records
+from multisite.journal.reader import iter_records
+from multisite.journal.records import KILL, SET, ZKILL
+from multisite.values import encode_value
 
 
 def _run_then(threads: list[threading.Thread], seconds: float, then) -> list[threading.Thread]:
@@ -92,3 +98,101 @@ def test_closing_while_threads_commit_wakes_every_one_of_them(tmp_path):
         assert [t for t in ts if t.is_alive()] == [], "threads left waiting after close"
         assert all(isinstance(e, TransactionError) for e in errors.values()), errors
 
+
+
+# -- a batch of requests, as the combiner prepares it ------------------------------------------------
+def _requests(*txs):
+    """Group-commit requests, each a list of ``(op, region, key, value)``."""
+    return [database._Request([(op, region, key, None if v is None else encode_value(v)) for op, region, key, v in ops],
+                              {}, threading.Lock()) for ops in txs]
+
+
+def _prepare(db, batch):
+    token, err = db._prepare_batch(batch)
+    assert err is None
+    if token is not None:
+        db.journal.harden(token)
+
+
+def test_a_batch_of_sets_reads_each_before_image_after_the_requests_before_it(tmp_path, monkeypatch):
+    """The combiner reads a batch's before-images in one query: a request must still see the sets of
+    the requests before it in the batch, and one that fails (a record over the limit) must leave no
+    set behind for the requests after it to see."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    db.create_region("u", replicated=False)
+    db.set("r", ("k",), "v0")
+    monkeypatch.setattr(journal_records, "MAX_RECORD_BYTES", 2000)
+    batch = _requests([(SET, "r", ("k",), "v1"), (SET, "u", ("u",), 1)],
+                      [(SET, "r", ("k",), "x" * 5000), (SET, "r", ("new",), 1), (SET, "u", ("u",), 99)],
+                      [(SET, "r", ("k",), "v3"), (SET, "r", ("k",), "v4")],
+                      [(SET, "u", ("u",), 2)])
+    _prepare(db, batch)
+    assert [r.seqno for r in batch] == [2, 0, 3, 0]
+    assert [type(r.error) for r in batch] == [type(None), TransactionError, type(None), type(None)]
+    recs = list(iter_records(db.layout.journal, 2))
+    assert [[(u.key, u.value, u.before) for u in rec.updates] for rec in recs] == [
+        [(("k",), encode_value("v1"), encode_value("v0"))],
+        [(("k",), encode_value("v3"), encode_value("v1")), (("k",), encode_value("v4"), encode_value("v3"))]]
+    state = (db.get("r", ("k",)), db.get("r", ("new",)), db.get("u", ("u",)), db.seqno)
+    assert state == ("v4", None, 2, 3)
+    db.close()
+    db = multisite.open(root)
+    assert (db.get("r", ("k",)), db.get("r", ("new",)), db.get("u", ("u",)), db.seqno) == state
+    db.close()
+
+
+def test_batches_of_any_requests_match_a_model(tmp_path, monkeypatch):
+    """Random batches (sets, kills, zkills, unreplicated sets, records over the limit), prepared as
+    the combiner does: every request's seqno, error, journal before-images and the store agree with
+    a dict applied one request at a time."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    db.create_region("u", replicated=False)
+    monkeypatch.setattr(journal_records, "MAX_RECORD_BYTES", 3000)
+    rnd = random.Random(7)
+    model: dict[tuple, object] = {}
+    seqno = 0
+    for _ in range(300):
+        kinds = rnd.choice([(SET,), (SET,), (SET, KILL, ZKILL)])  # all sets: the one-query path
+        txs = []
+        for _ in range(rnd.randint(1, 8)):
+            ops = []
+            for _ in range(rnd.randint(1, 4)):
+                op, region = rnd.choice(kinds), rnd.choice("rru")
+                key = (rnd.randint(0, 5),) if rnd.random() < 0.7 else (rnd.randint(0, 5), rnd.randint(0, 2))
+                val = "x" * 4000 if rnd.random() < 0.05 else rnd.randint(0, 10**6)
+                ops.append((op, region, key, val if op == SET else None))
+            txs.append(ops)
+        batch = _requests(*txs)
+        _prepare(db, batch)
+        for r, ops in zip(batch, txs):
+            too_big = any(op == SET and region == "r" and isinstance(v, str) for op, region, _, v in ops)
+            if too_big:
+                assert isinstance(r.error, TransactionError) and r.seqno == 0
+                continue
+            assert r.error is None
+            befores = []
+            for op, region, key, v in ops:
+                if region == "r":
+                    befores.append(model.get((region, key)))
+                if op == SET:
+                    model[(region, key)] = v
+                else:
+                    for k in [k for k in model if k[0] == region and k[1][: len(key)] == key]:
+                        if op == KILL or k[1] == key:
+                            del model[k]
+            if befores:
+                seqno += 1
+                assert r.seqno == seqno
+                (rec,) = iter_records(db.layout.journal, seqno, seqno)
+                got = [u.before for u in rec.updates if u.op != KILL]
+                assert got == [None if b is None else encode_value(b) for b, (op, *_) in
+                               zip(befores, [o for o in ops if o[1] == "r"]) if op != KILL]
+            else:
+                assert r.seqno == 0
+    for region in "ru":
+        assert {k: v for k, v in db.items(region)} == {k[1]: v for k, v in model.items() if k[0] == region}
+    db.close()
