@@ -712,11 +712,16 @@ class Transaction:
         self.commit()
 
     def commit(self) -> int:
-        if self._state == "committed":
-            raise TransactionError("transaction already committed")
+        if self._state in ("committed", "failed"):
+            raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
+        self._state = "committing"
+        try:
+            if self.ops:
+                self.seqno = self.db._commit(self.ops)
+        except BaseException:
+            self._state = "failed"  # nothing of it was applied: the caller may retry with a new one
+            raise
         self._state = "committed"
-        if self.ops:
-            self.seqno = self.db._commit(self.ops)
         return self.seqno
 
     def _add(self, op: int, region: str, key: Any, vb: bytes | None) -> None:

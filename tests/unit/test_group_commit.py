@@ -196,3 +196,33 @@ def test_batches_of_any_requests_match_a_model(tmp_path, monkeypatch):
     for region in "ru":
         assert {k: v for k, v in db.items(region)} == {k[1]: v for k, v in model.items() if k[0] == region}
     db.close()
+
+
+def test_a_transaction_whose_commit_failed_says_so_and_a_new_one_commits(tmp_path, monkeypatch):
+    """A commit that fails (disk full) applied nothing: the transaction says it failed, not that it
+    is committed, and the same updates in a new transaction commit once the disk has room."""
+    for mode in ("fsync", "group"):
+        root = multisite.create(tmp_path / mode, name="A", durability=mode)
+        db = multisite.open(root)
+        db.create_region("r")
+        real = writer.write_all
+        monkeypatch.setattr(writer, "write_all", lambda *a, **k: (_ for _ in ()).throw(StorageFull("simulated")))
+        try:
+            with db.transaction() as tx:
+                tx.set("r", ("k",), 1)
+        except StorageFull:
+            pass
+        else:
+            raise AssertionError("the commit did not fail")
+        monkeypatch.setattr(writer, "write_all", real)
+        try:
+            tx.commit()
+        except TransactionError as e:
+            assert "failed" in str(e), e
+        else:
+            raise AssertionError("a failed transaction committed on a second call")
+        assert (db.get("r", ("k",)), db.seqno) == (None, 0)
+        with db.transaction() as tx2:
+            tx2.set("r", ("k",), 1)
+        assert (db.get("r", ("k",)), db.seqno) == (1, 1)
+        db.close()
