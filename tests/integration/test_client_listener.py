@@ -17,7 +17,11 @@ from multisite.protocol.client import LEN, encode
 
 
 def _ask(sock: socket.socket, req: list) -> list:
-    sock.sendall(encode(req))
+    return _ask_raw(sock, encode(req))
+
+
+def _ask_raw(sock: socket.socket, data: bytes) -> list:
+    sock.sendall(data)
     head = sock.recv(4, socket.MSG_WAITALL)
     (n,) = LEN.unpack(head)
     return msgspec.msgpack.decode(sock.recv(n, socket.MSG_WAITALL))
@@ -35,7 +39,9 @@ def test_requests_replies_errors_and_a_malformed_frame():
         with socket.create_connection(("127.0.0.1", lis.port)) as s:
             assert _ask(s, [1, "echo", {"a": 1}]) == [1, True, ["echo", {"a": 1}]]
             assert _ask(s, [2, "boom", {}]) == [2, False, [ConfigError.code, "no such thing"]]
-            s.sendall(LEN.pack(3) + b"\xc1\xc1\xc1")  # not msgpack: the connection is closed
+            # not msgpack: an error naming it, then the connection is closed
+            rid, ok, (code, msg) = _ask_raw(s, LEN.pack(3) + b"\xc1\xc1\xc1")
+            assert (rid, ok, code) == (None, False, "REMOTE_PROTOCOL") and "malformed client frame" in msg
             assert s.recv(10) == b""
     finally:
         lis.close()
@@ -97,7 +103,9 @@ def test_a_request_of_the_wrong_shape_or_with_missing_arguments_gets_a_clear_err
             rid, ok, (code, msg) = _ask(s, [7, "get", {}])
             assert (rid, ok, code) == (7, False, ConfigError.code) and "malformed 'get' request" in msg
             assert _ask(s, [8, "get", {"region": "r"}]) == [8, True, "r"]  # the connection lives on
-            s.sendall(encode([9, "get"]))  # not [id, op, args]: the connection is closed
+            # not [id, op, args]: an error naming it, then the connection is closed
+            rid, ok, (code, msg) = _ask(s, [9, "get"])
+            assert (rid, ok, code) == (None, False, "REMOTE_PROTOCOL") and "[id, op, args]" in msg
             assert s.recv(10) == b""
     finally:
         lis.close()

@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Any, Callable
 
-from ..errors import ConfigError, MultisiteError, RemoteProtocolError
+from ..errors import ConfigError, MultisiteError, RemoteProtocolError, ServerError
 from ..protocol.client import FrameBuffer, encode
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
@@ -52,7 +52,7 @@ class ClientListener:
     def _serve(self, conn: socket.socket) -> None:
         buf = FrameBuffer()
         try:
-            while True:
+            while not self._closing:
                 data = conn.recv(1 << 20)
                 if not data:
                     return
@@ -60,21 +60,34 @@ class ClientListener:
                 while (req := buf.next()) is not None:
                     if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
                         raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
-                    rid, op, args = req
-                    try:
-                        reply = [rid, True, self._run_op(op, args)]
-                    except MultisiteError as e:
-                        reply = [rid, False, [e.code, e.message]]
-                    except (KeyError, TypeError, ValueError) as e:  # a request missing or mistyping an argument
-                        reply = [rid, False, [ConfigError.code, f"malformed {op!r} request: {type(e).__name__}: {e}"]]
-                    conn.sendall(encode(reply))
-        except (MultisiteError, OSError, ValueError) as e:
+                    conn.sendall(encode(self._reply(*req)))
+                    if self._closing:
+                        return  # the request in flight was answered; take no more
+        except RemoteProtocolError as e:
+            # A frame that cannot be read leaves nothing to go on: say why, then close.
+            self._log.warning("client connection closed: %s", e)
+            try:
+                conn.sendall(encode([None, False, [e.code, e.message]]))
+            except OSError:
+                pass
+        except OSError as e:
             if not self._closing:
                 self._log.warning("client connection closed: %s", e)
         finally:
             with self._lock:
                 self._conns.pop(conn, None)
             conn.close()
+
+    def _reply(self, rid: Any, op: Any, args: dict) -> list:
+        try:
+            return [rid, True, self._run_op(op, args)]
+        except MultisiteError as e:
+            return [rid, False, [e.code, e.message]]
+        except (KeyError, TypeError, ValueError) as e:  # a request missing or mistyping an argument
+            return [rid, False, [ConfigError.code, f"malformed {op!r:.40} request: {type(e).__name__}: {e}"]]
+        except Exception as e:  # a bug met by this request: answer it and keep serving the connection
+            self._log.exception("client request %r failed", op)
+            return [rid, False, [ServerError.code, f"{op!r:.40} failed in the server: {type(e).__name__}: {e}"]]
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection, and wait for the transactions in flight."""
@@ -88,7 +101,9 @@ class ClientListener:
         self._sock.close()
         for conn in conns:
             try:
-                conn.shutdown(socket.SHUT_RDWR)  # the thread's recv returns; a request in flight finishes
+                # The reading side only: the thread's recv returns, and a request in flight finishes
+                # and its reply still reaches the client (a commit made durable is acknowledged).
+                conn.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
         for th in conns.values():

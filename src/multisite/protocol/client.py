@@ -47,5 +47,5 @@ class FrameBuffer:
         del self._buf[: 4 + n]
         try:
             return msgspec.msgpack.decode(body)
-        except msgspec.DecodeError as e:
-            raise RemoteProtocolError(f"malformed client frame: {e}") from e
+        except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nesting too deep to decode
+            raise RemoteProtocolError(f"malformed client frame: {e}") from None
