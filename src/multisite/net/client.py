@@ -12,10 +12,10 @@ import threading
 from typing import Any, Iterator
 
 from .. import errors
-from ..errors import ConnectionLost, MultisiteError, TransactionError
+from ..errors import ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
-from ..protocol.client import FrameBuffer, encode
+from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
 from ..values import encode_value
 from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
 from .tls import parse_hostport
@@ -34,12 +34,23 @@ class RemoteDatabase:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._broken: str | None = None  # why the connection can no longer be used
+        self._broken_op = ""
 
     def _call(self, op: str, **args: Any) -> Any:
         with self._lock:
+            if self._broken is not None:
+                # A request whose reply never came (a timeout, a cut) leaves that reply, or part of
+                # it, on the way: read on and this call would take the last call's answer for its own.
+                raise ConnectionLost(f"the connection to {self.address} was lost earlier ({self._broken}); "
+                                     f"connect again (whether that {self._broken_op!r} took effect is unknown)")
             rid = next(self._ids)
+            frame = encode([rid, op, args])
+            if len(frame) - 4 > MAX_CLIENT_FRAME_BYTES:  # the server would cut the connection mid-send
+                raise TransactionError(f"{op} request of {len(frame) - 4:,} bytes exceeds the client protocol's "
+                                       f"limit of {MAX_CLIENT_FRAME_BYTES:,} bytes; split it into smaller ones")
             try:
-                self._sock.sendall(encode([rid, op, args]))
+                self._sock.sendall(frame)
                 while True:
                     msg = self._buf.next()
                     if msg is not None:
@@ -48,8 +59,17 @@ class RemoteDatabase:
                     if not data:
                         raise ConnectionLost(f"instance server at {self.address} closed the connection")
                     self._buf.feed(data)
+                if not (isinstance(msg, list) and len(msg) == 3 and msg[0] in (rid, None)):
+                    raise RemoteProtocolError(f"instance server at {self.address} answered request {rid} "
+                                              f"with {msg!r:.80}")
             except OSError as e:
+                self._lose(op, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
                 raise ConnectionLost(f"connection to {self.address} failed: {e}") from e
+            except MultisiteError as e:  # closed by the server, or a reply that cannot be read
+                self._lose(op, e.message)
+                raise
+            if msg[0] is None:  # the server could not read the request and closed the connection
+                self._lose(op, f"{msg[2][0]}: {msg[2][1]}")
         _id, ok, result = msg
         if ok:
             return result
@@ -59,6 +79,10 @@ class RemoteDatabase:
         err = cls.__new__(cls)
         MultisiteError.__init__(err, message)
         raise err
+
+    def _lose(self, op: str, why: str) -> None:
+        self._broken, self._broken_op = why, op
+        self._sock.close()
 
     # -- the Database API ------------------------------------------------------------------------
     @property
@@ -70,6 +94,10 @@ class RemoteDatabase:
 
     def create_region(self, name: str, replicated: bool = True, schema: str | None = None) -> None:
         self._call("create_region", name=name, replicated=replicated, schema=schema)
+
+    def regions(self) -> dict[str, bool]:
+        """Region name -> replicated, as ``Database.regions``."""
+        return self._call("regions")
 
     def get(self, region: str, key: tuple) -> Any:
         return self._call("get", region=region, key=list(check_key(key)))
