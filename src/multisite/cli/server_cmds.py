@@ -16,6 +16,7 @@ from ..errors import ServerError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.affinity import parse_cpus
+from ..net.tls import parse_hostport
 from .output import console, print_json, table
 
 SERVER_START_TIMEOUT_S = 60.0
@@ -28,6 +29,8 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None) -> dic
         raise ServerError(f"an instance server for {lay.root} is already running")
     if cpus:
         parse_cpus(cpus)  # a wrong value is an error here, not only in the server's log
+    if listen:
+        parse_hostport(listen)  # likewise
     out = open(lay.log / "server.out", "ab")
     cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
     cmd += ["--cpus", cpus] if cpus else []
@@ -41,7 +44,8 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None) -> dic
                               + " | ".join(tail))
         if control.is_running(lay.root):
             info = json.loads((lay.run / "server.json").read_text())
-            return info
+            if info.get("pid") == proc.pid:  # written before the control socket opened: this server's
+                return info
         time.sleep(0.05)
     proc.kill()
     raise ServerError(f"the instance server for {lay.root} did not answer within {SERVER_START_TIMEOUT_S:.0f} s")

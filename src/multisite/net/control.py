@@ -36,6 +36,9 @@ def call(root: Path, op: str, timeout: float = CONTROL_TIMEOUT_S, **args: Any) -
         s.close()
         raise ServerError(f"no instance server is running for {root}; start one with "
                           f"`multisite server start {root}`") from None
+    except OSError as e:
+        s.close()
+        raise ServerError(f"cannot reach the instance server of {root}: {e.strerror or e}") from None
     try:
         s.sendall((json.dumps({"op": op, "args": args}) + "\n").encode())
         buf = b""
@@ -46,6 +49,9 @@ def call(root: Path, op: str, timeout: float = CONTROL_TIMEOUT_S, **args: Any) -
             buf += chunk
     except socket.timeout:
         raise ServerError(f"the instance server of {root} did not answer {op!r} within {timeout:.0f} s") from None
+    except OSError as e:  # e.g. reset by a server that exited while starting or stopping
+        raise ServerError(f"the control connection to the instance server of {root} failed during {op!r}: "
+                          f"{e.strerror or e}") from None
     finally:
         s.close()
     reply = json.loads(buf)

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -25,9 +27,10 @@ from typing import Any
 import msgspec
 
 from .. import database
-from ..errors import ConfigError, MultisiteError, ServerError
-from ..journal.records import SET
+from ..errors import ConfigError, MultisiteError, RegionNotFound, ServerError
+from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key, decode_key, encode_key
+from ..protocol.client import OPS
 from ..replication.history import SI_STREAM, to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
@@ -80,17 +83,23 @@ class InstanceServer:
         self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
-        ctl = await asyncio.start_unix_server(self._control, path=control_address(self.root))
         cli_srv = None
         if self.listen:
             host, port = parse_hostport(self.listen)
-            cli_srv = ClientListener(host, port, self._client_op, self.log)
+            try:
+                cli_srv = ClientListener(host, port, self._client_op, self.log)
+            except OSError as e:
+                self.db.close()
+                raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None
             self.client_port = cli_srv.port
             self.log.info("client protocol listening on %s:%d", host, self.client_port)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        # The control socket last: once it answers, `server start` reads the run file, which must
+        # then be this server's (not one left by a killed server) and the server fully up.
         self._write_runfile()
+        ctl = await asyncio.start_unix_server(self._control, path=control_address(self.root))
         try:
             await self._stop.wait()
         finally:
@@ -118,6 +127,27 @@ class InstanceServer:
 
     # -- control channel -------------------------------------------------------------------------
     async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The socket is in the abstract namespace, which has no file permissions: any local user
+        # could connect, so the peer's credentials are checked (this server's user, or root).
+        sock = writer.get_extra_info("socket")
+        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid not in (os.getuid(), 0):
+            self.log.warning("control connection from pid %d of uid %d refused: only uid %d (or root) may "
+                             "control this server", pid, uid, os.getuid())
+            reply = {"ok": False, "code": ServerError.code,
+                     "error": f"refused: the instance server of {self.root} runs as uid {os.getuid()} and takes "
+                              f"control commands only from that user or root, not from uid {uid}"}
+            try:
+                await reader.readline()  # read the request (and do nothing): the peer then gets the reply
+            except (ValueError, OSError):
+                pass
+            writer.write((json.dumps(reply) + "\n").encode())
+            try:
+                await writer.drain()
+                writer.close()
+            except OSError:
+                pass
+            return
         try:
             line = await reader.readline()
             req = json.loads(line)
@@ -325,24 +355,45 @@ class InstanceServer:
 
     # -- client protocol (connections are served by net.clients) ------------------------------
     def _client_op(self, op: str, a: dict) -> Any:
+        """One client request. Every argument is checked here, with an error naming it: what the
+        engine's own API trusts its caller for (an opcode, the types of a region's settings) comes
+        from the wire here."""
         db = self.db
         if op == "get":
-            return db.get(a["region"], tuple(a["key"]))
+            return db.get(_region_name(a["region"]), check_key(a["key"]))
         if op == "items":
-            rid = db._region(a["region"]).id
-            lo = encode_key(check_key(a["start"])) if a.get("start") else b""
-            hi = encode_key(check_key(a["stop"])) if a.get("stop") else None
+            rid = db._region(_region_name(a["region"])).id
+            lo = encode_key(check_key(a["start"])) if a.get("start") is not None else b""
+            hi = encode_key(check_key(a["stop"])) if a.get("stop") is not None else None
+            limit, inclusive = a.get("limit", 1000), a.get("inclusive", True)
+            if type(limit) is not int or not 1 <= limit <= MAX_ITEMS_PAGE:
+                raise ConfigError(f"items: limit must be an integer from 1 to {MAX_ITEMS_PAGE}, got {limit!r}")
+            if type(inclusive) is not bool:
+                raise ConfigError(f"items: inclusive must be true or false, got {inclusive!r}")
             with db._lock:
-                rows = db.store.page(rid, lo, hi, int(a.get("limit", 1000)), inclusive=a.get("inclusive", True))
+                rows = db.store.page(rid, lo, hi, limit, inclusive=inclusive)
             return [[list(decode_key(k)), database.decode_value(v)] for k, v in rows]
         if op == "commit":
             ops = []
-            for opc, region, key, value in a["ops"]:
-                db._region(region)
+            if not isinstance(a["ops"], list):
+                raise ConfigError(f"commit: ops must be a list of [opcode, region, key, value], got {a['ops']!r:.80}")
+            for i, u in enumerate(a["ops"]):
+                if not (isinstance(u, list) and len(u) == 4):
+                    raise ConfigError(f"commit: update {i} must be [opcode, region, key, value], got {u!r:.80}")
+                opc, region, key, value = u
+                if type(opc) is not int or opc not in CLIENT_OPCODES:
+                    raise ConfigError(f"commit: update {i} has opcode {opc!r:.40}; the opcodes are "
+                                      + ", ".join(f"{c} ({n})" for c, n in CLIENT_OPCODES.items()))
+                db._region(_region_name(region))
                 ops.append((opc, region, check_key(key), database.encode_value(value) if opc == SET else None))
             return db._commit(ops)
         if op == "create_region":
-            db.create_region(a["name"], a.get("replicated", True), a.get("schema"))
+            replicated, schema = a.get("replicated", True), a.get("schema")
+            if type(replicated) is not bool:
+                raise ConfigError(f"create_region: replicated must be true or false, got {replicated!r:.40}")
+            if schema is not None and not isinstance(schema, str):
+                raise ConfigError(f"create_region: schema must be a string or null, got {schema!r:.40}")
+            db.create_region(a["name"], replicated, schema)
             return None
         if op in ("info", "history"):
             info = db.info
@@ -351,7 +402,17 @@ class InstanceServer:
                     "history": msgspec.to_builtins(to_entries(info.history))}
         if op == "regions":
             return db.regions()
-        raise ConfigError(f"unknown client operation {op!r}")
+        raise ConfigError(f"unknown client operation {op!r:.40}; the operations are {', '.join(OPS)}")
+
+
+MAX_ITEMS_PAGE = 100_000  # rows in one ``items`` reply
+CLIENT_OPCODES = {SET: "set", KILL: "kill", ZKILL: "zkill"}
+
+
+def _region_name(region: object) -> str:
+    if not isinstance(region, str):
+        raise RegionNotFound(f"a region is named by a string, got {region!r:.40}")
+    return region
 
 
 def main(argv: list[str] | None = None) -> None:
