@@ -231,3 +231,18 @@ def test_start_on_a_port_in_use_fails_clearly_every_time(tmp_path):
     info = start_server(root, "127.0.0.1:0")  # and the instance is fine
     assert info["pid"] and info["client_port"]
     stop_server(root)
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1"])
+def test_server_stop_with_a_timeout_that_is_not_a_duration_says_so_and_leaves_the_server_up(server, timeout):
+    from click.testing import CliRunner
+
+    from multisite.cli.main import cli
+
+    root, _port = server
+    res = CliRunner().invoke(cli, ["server", "stop", str(root), "--timeout", timeout])
+    assert res.exit_code != 0 and "--timeout" in res.output, res.output  # was: ValueError, OverflowError
+    assert control.is_running(root)
+    with pytest.raises(multisite.errors.ConfigError, match="timeout_s"):
+        control.call(root, "shutdown", timeout_s=float(timeout))
+    assert control.is_running(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ServerError
+from ..errors import ConfigError, ServerError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.affinity import parse_cpus
@@ -52,6 +53,8 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None) -> dic
 
 
 def stop_server(root: Path, timeout: float = 10.0) -> int:
+    if not (math.isfinite(timeout) and timeout >= 0):  # nan, inf: a traceback from settimeout, server left up
+        raise ConfigError(f"--timeout takes a number of seconds, 0 or more, got {timeout}")
     lay = Layout.existing(root)
     pid = control.call(lay.root, "ping")["pid"]
     control.call(lay.root, "shutdown", timeout=timeout + 5, timeout_s=timeout)  # socket timeout, flush bound

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -176,7 +177,10 @@ class InstanceServer:
     async def ctl_shutdown(self, timeout_s: float = 5.0) -> dict:
         # ``timeout_s``, not ``timeout``: control.call keeps that name for its own socket timeout, so an
         # argument called ``timeout`` never reached the server and every stop flushed for 5 s only.
-        self._stop_timeout_s = float(timeout_s)
+        timeout_s = float(timeout_s)
+        if not (math.isfinite(timeout_s) and timeout_s >= 0):
+            raise ConfigError(f"shutdown: timeout_s must be a number of seconds, 0 or more, got {timeout_s}")
+        self._stop_timeout_s = timeout_s
         self._stop.set()
         return {"pid": os.getpid()}
 
