@@ -246,3 +246,34 @@ def test_server_stop_with_a_timeout_that_is_not_a_duration_says_so_and_leaves_th
     with pytest.raises(multisite.errors.ConfigError, match="timeout_s"):
         control.call(root, "shutdown", timeout_s=float(timeout))
     assert control.is_running(root)
+
+
+def test_a_remote_transaction_behaves_as_an_embedded_one_and_never_drops_an_update(server):
+    root, port = server
+    with multisite.connect(f"127.0.0.1:{port}") as db:
+        db.create_region("r")
+        # db.set inside a transaction: the embedded engine refuses it; remotely it was committed at once,
+        # on its own, outside the transaction that the application believed atomic.
+        with pytest.raises(multisite.TransactionError, match="would nest transactions"):
+            with db.transaction() as tx:
+                tx.set("r", ("a",), 1)
+                db.set("r", ("b",), 1)
+        assert db.seqno == 0 and db.get("r", ("b",)) is None
+        # An update to a transaction that has ended: remotely it was appended and never sent.
+        with db.transaction() as tx:
+            tx.set("r", ("c",), 1)
+        assert tx.seqno == 1
+        with pytest.raises(multisite.TransactionError, match="transaction is committed"):
+            tx.set("r", ("d",), 1)
+        with pytest.raises(multisite.TransactionError, match="already committed"):
+            tx.commit()
+        assert db.get("r", ("d",)) is None and db.seqno == 1
+        with pytest.raises(multisite.TransactionError, match="transaction is new"):
+            db.transaction().set("r", ("e",), 1)
+    stop_server(root)
+    with multisite.open(root) as emb:  # the same rules, embedded
+        with pytest.raises(multisite.TransactionError, match="would nest transactions"):
+            with emb.transaction():
+                emb.set("r", ("b",), 1)
+        with pytest.raises(multisite.TransactionError, match="transaction is new"):
+            emb.transaction().set("r", ("e",), 1)

@@ -118,13 +118,19 @@ class RemoteDatabase:
         return RemoteTransaction(self)
 
     def set(self, region: str, key: tuple, value: Any) -> int:
-        return self._call("commit", ops=[[SET, region, list(check_key(key)), _document(value)]])
+        return self._single([SET, region, list(check_key(key)), _document(value)])
 
     def kill(self, region: str, key: tuple) -> int:
-        return self._call("commit", ops=[[KILL, region, list(check_key(key)), None]])
+        return self._single([KILL, region, list(check_key(key)), None])
 
     def zkill(self, region: str, key: tuple) -> int:
-        return self._call("commit", ops=[[ZKILL, region, list(check_key(key)), None]])
+        return self._single([ZKILL, region, list(check_key(key)), None])
+
+    def _single(self, update: list) -> int:
+        if getattr(self._local, "tx", None) is not None:  # as the embedded engine: not a silent separate commit
+            raise TransactionError("db.set/kill/zkill inside an open transaction would nest transactions: "
+                                   "use tx.set/kill/zkill on the transaction instead")
+        return self._call("commit", ops=[update])
 
     def close(self) -> None:
         self._sock.close()
@@ -137,28 +143,54 @@ class RemoteDatabase:
 
 
 class RemoteTransaction:
+    """As the embedded ``Transaction``: updates are collected while it is open and committed as one
+    request when the ``with`` block ends (or by ``commit()``); an update to a transaction that is
+    not open is an error, not an update silently never sent."""
+
     def __init__(self, db: RemoteDatabase):
         self.db, self.ops, self.seqno = db, [], 0
+        self._state = "new"
 
     def __enter__(self) -> "RemoteTransaction":
         if getattr(self.db._local, "tx", None) is not None:
             raise TransactionError("nested transactions are not supported: commit the outer transaction first")
         self.db._local.tx = self
+        self._state = "open"
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.db._local.tx = None
-        if exc_type is None and self.ops:
-            self.seqno = self.db._call("commit", ops=self.ops)
+        if exc_type is not None:
+            self._state = "aborted"
+            return
+        self.commit()
+
+    def commit(self) -> int:
+        if self._state in ("committed", "failed"):
+            raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
+        self._state = "committing"
+        try:
+            if self.ops:
+                self.seqno = self.db._call("commit", ops=self.ops)
+        except BaseException:
+            self._state = "failed"
+            raise
+        self._state = "committed"
+        return self.seqno
+
+    def _add(self, update: list) -> None:
+        if self._state != "open":
+            raise TransactionError(f"transaction is {self._state}; start a new one with db.transaction()")
+        self.ops.append(update)
 
     def set(self, region: str, key: tuple, value: Any) -> None:
-        self.ops.append([SET, region, list(check_key(key)), _document(value)])
+        self._add([SET, region, list(check_key(key)), _document(value)])
 
     def kill(self, region: str, key: tuple) -> None:
-        self.ops.append([KILL, region, list(check_key(key)), None])
+        self._add([KILL, region, list(check_key(key)), None])
 
     def zkill(self, region: str, key: tuple) -> None:
-        self.ops.append([ZKILL, region, list(check_key(key)), None])
+        self._add([ZKILL, region, list(check_key(key)), None])
 
 
 def _document(value: Any) -> Any:
