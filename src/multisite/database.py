@@ -41,6 +41,7 @@ from .values import decode_value, encode_value  # noqa: F401 - re-exported for o
 STORE_FLUSH_INTERVAL_S = 0.5
 BATCH, REQUEST = "ms_batch", "ms_request"  # store savepoints: a commit or batch, one request in it
 STORE_FLUSH_TXNS = 50_000
+OPS = frozenset((SET, KILL, ZKILL))
 _ABSENT = object()  # a key the store does not hold (None is a value a key can hold)
 
 
@@ -318,6 +319,9 @@ class Database:
         st = self.store
         regions = st.regions
         for op in ops:
+            if op[0] not in OPS:
+                raise TransactionError(f"update {op[0]!r} to region {op[1]!r} is not one of set ({SET}), kill "
+                                       f"({KILL}) or zkill ({ZKILL})")
             r = regions.get(op[1])
             if r is None:
                 if not replicated_apply:

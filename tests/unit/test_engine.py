@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import multisite
+from multisite.errors import TransactionError
 from multisite.journal.reader import iter_records
 from multisite.journal.records import KILL, SET, ZKILL
 
@@ -226,3 +227,12 @@ def test_recovery_hardens_the_replayed_journal_before_the_store(tmp_path, monkey
     with multisite.open(root) as db:
         assert db.recovery.replayed > 0 and db.seqno == 200
     assert order[:2] == ["journal", "store"], order
+
+
+def test_an_update_that_is_not_set_kill_or_zkill_is_refused_and_changes_nothing(db):
+    """The engine's own commit path checks the opcode: any other value was applied as a zkill."""
+    db.set("acct", ("k",), 1)
+    for op in (99, 0, "1", None):
+        with pytest.raises(TransactionError, match="not one of set"):
+            db._commit([(op, "acct", ("k",), None)])
+    assert (db.get("acct", ("k",)), db.seqno) == (1, 1)
