@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, JournalGap
 from ..instance.layout import Layout
 from ..instance.maintenance import prune
 from ..journal.extract import record_lines, record_to_dict
@@ -31,10 +31,23 @@ def show(dir: str, from_seqno: int | None, to_seqno: int | None, as_json: bool) 
     Example: multisite journal show /data/A --from 100 --to 120
     """
     lay = Layout.existing(dir)
-    from ..journal.segments import list_segments
+    from ..journal.recovery import recover_journal
 
-    infos = list_segments(lay.journal)
-    start = from_seqno if from_seqno is not None else (infos[0].first_seqno if infos else 1)
+    js = recover_journal(lay.journal, repair=False)  # the segments and the last intact seqno; changes nothing
+    infos, last = js.segments, js.last_seqno
+    first = infos[0].first_seqno
+    for opt, v in (("--from", from_seqno), ("--to", to_seqno)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{opt} must be a positive seqno, got {v}")
+    if from_seqno is not None and to_seqno is not None and to_seqno < from_seqno:
+        raise ConfigError(f"--to {to_seqno} is before --from {from_seqno}: the range is empty")
+    if from_seqno is not None and from_seqno > last:
+        raise ConfigError(f"--from {from_seqno} is past the end of the journal of {lay.root}: its last seqno is "
+                          f"{last}" + ("" if last else " (no transaction yet)"))
+    if to_seqno is not None and to_seqno < first:
+        raise JournalGap(f"seqnos up to {to_seqno} are no longer in the journal at {lay.journal} (the oldest "
+                         f"segment starts at {first}); they were pruned")
+    start = from_seqno if from_seqno is not None else first
     out = sys.stdout
     for rec in iter_records(lay.journal, start, to_seqno, infos):
         if as_json:
