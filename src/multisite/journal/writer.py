@@ -79,7 +79,10 @@ class JournalWriter:
         """Write the frames of one or more transactions ending at ``last_seqno``."""
         if self.broken is not None:
             raise JournalError(f"the journal writer failed earlier ({self.broken}); reopen the instance")
-        if self._size >= self.segment_bytes:
+        if self._size >= self.segment_bytes and self._size >= self._alloc_end:
+            # Past the limit and no zeros left: seal. Zeros preallocated under a larger limit (the
+            # instance reopened with a smaller segment_bytes) are written over first: a sealed segment
+            # must end at its last record, or readers take the zeros for corruption.
             self._switch()
         if self._prealloc and self._size + len(data) > self._alloc_end:
             self._extend(self._size + len(data))
