@@ -92,9 +92,13 @@ class FrameHeader(msgspec.Struct, frozen=True):
 
 
 def parse_header(buf: bytes | memoryview, offset: int = 0) -> FrameHeader | None:
-    """Parse a frame header at ``offset``; None if its checksum or length is wrong."""
-    length, seqno, pcrc, hcrc = FRAME_HEADER.unpack_from(buf, offset)
-    if zlib.crc32(buf[offset : offset + 16]) != hcrc or length > MAX_RECORD_BYTES:
+    """Parse a frame header at ``offset``; None if its checksum or length is wrong.
+
+    The header is read once and checked on those bytes: a live segment (a map of it) can change
+    between two reads, and a checksum taken on a second read would vouch for fields of the first."""
+    head = bytes(buf[offset : offset + FRAME_HEADER_SIZE])
+    length, seqno, pcrc, hcrc = FRAME_HEADER.unpack(head)
+    if zlib.crc32(head[:16]) != hcrc or length > MAX_RECORD_BYTES:
         return None
     return FrameHeader(length, seqno, pcrc)
 

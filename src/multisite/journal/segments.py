@@ -89,11 +89,55 @@ class SegmentInfo:
         return self.header.first_seqno
 
 
+_LIST_ATTEMPTS = 5  # listings of a live journal that lose a segment to a concurrent prune before it is an error
+
+
+def _read_info(p: Path) -> SegmentInfo:
+    info = SegmentInfo(p, read_header(p))
+    if p.name != segment_name(info.index):  # the name is how the chain is followed: it must agree
+        raise JournalCorrupt(f"journal segment {p} holds the header of segment {info.index} (its file would "
+                             f"be {segment_name(info.index)})", path=str(p), offset=0)
+    return info
+
+
 def list_segments(journal_dir: Path) -> list[SegmentInfo]:
-    """Every segment in index order, with the back-pointer chain checked."""
-    infos = []
+    """Every segment in index order, with the back-pointer chain checked.
+
+    The journal may be live (backup, ``journal show``, source servers, prune beside the owner). A
+    directory listing is not a snapshot: a large one takes several ``getdents`` calls, and a segment
+    the writer creates meanwhile may be missed while a later one is listed. So the chain is followed
+    by name (segment names follow from their indexes), not only from the listing; a segment that
+    vanishes between the listing and the read of its header (pruned, or cut by a rollback) makes the
+    listing start again."""
+    for attempt in range(_LIST_ATTEMPTS):
+        try:
+            return _list_segments(journal_dir)
+        except FileNotFoundError:
+            if attempt + 1 == _LIST_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _list_segments(journal_dir: Path) -> list[SegmentInfo]:
+    by_index: dict[int, SegmentInfo] = {}
     for p in sorted(journal_dir.glob("*" + SUFFIX)):
-        infos.append(SegmentInfo(p, read_header(p)))
+        info = _read_info(p)
+        by_index[info.index] = info
+    if not by_index:
+        return []
+    # Follow the back pointers from the newest listed segment, adding each previous segment the
+    # listing missed that exists by name. The chain ends at a pruned (absent) segment; a listed
+    # segment beyond a real hole stays apart, and the check below reports the hole.
+    cur = by_index[max(by_index)]
+    while 0 < cur.header.prev_index < cur.index:
+        prev = cur.header.prev_index
+        if prev not in by_index:
+            p = journal_dir / segment_name(prev)
+            if not p.exists():
+                break
+            by_index[prev] = _read_info(p)
+        cur = by_index[prev]
+    infos = [by_index[i] for i in sorted(by_index)]
     for prev, cur in zip(infos, infos[1:]):
         h = cur.header
         if h.prev_index != prev.index or h.first_seqno != h.prev_last_seqno + 1:
@@ -154,17 +198,18 @@ class SegmentView:
         expect = self.info.first_seqno
         off = SEGMENT_HEADER_SIZE
         count = 0
-        unpack, crc32, hsize = FRAME_HEADER.unpack_from, zlib.crc32, FRAME_HEADER_SIZE
+        unpack, crc32, hsize = FRAME_HEADER.unpack, zlib.crc32, FRAME_HEADER_SIZE
         while off < size:  # the checks of records.parse_header/payload_ok, inlined: this is the hot loop
             bad = None
             if size - off < hsize:
                 bad = "frame header is truncated"
             else:
-                length, seqno, pcrc, hcrc = unpack(buf, off)
+                head = buf[off : off + hsize]  # one read, checked as read: a live writer may change the map
+                length, seqno, pcrc, hcrc = unpack(head)
                 end = off + hsize + length
                 if checked and end <= size and seqno == expect:
                     pass  # safe: the caller reads no further than the scan that checked these (last_seqno)
-                elif crc32(buf[off : off + 16]) != hcrc or length > MAX_RECORD_BYTES:
+                elif crc32(head[:16]) != hcrc or length > MAX_RECORD_BYTES:
                     bad = "frame header is damaged"
                 elif end > size:
                     bad = f"frame of {length} bytes runs past the end of the file"
@@ -178,8 +223,15 @@ class SegmentView:
                     break  # preallocated space, never written: the records end here (see journal.writer)
                 if tail and (not search or not self._valid_frame_after(off, expect)):
                     break  # torn tail: the crash interrupted this write
-                raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
-                                     + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
+                # An intact later frame. If the owner is live, this frame may simply have been written
+                # since it was read (a write copies its bytes in order, so once a later frame is there,
+                # this one is complete): read it again before calling it corruption.
+                again = self._intact_frame(off, expect) if tail else None
+                if again is None:
+                    raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
+                                         + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
+                length, seqno, pcrc = again.length, again.seqno, again.payload_crc
+                end = off + again.total
             yield off, FrameHeader(length, seqno, pcrc)
             off = end
             expect += 1
@@ -242,6 +294,15 @@ class SegmentView:
             if buf[i:j] != _ZEROS[: j - i]:
                 return False
         return True
+
+    def _intact_frame(self, off: int, seqno: int) -> FrameHeader | None:
+        """The header of the frame at ``off`` if it is intact now and holds ``seqno``, else None."""
+        if self.size - off < FRAME_HEADER_SIZE:
+            return None
+        hdr = parse_header(self.buf, off)
+        if hdr is None or hdr.seqno != seqno or off + hdr.total > self.size or not payload_ok(hdr, self.buf, off):
+            return None
+        return hdr
 
     def _valid_frame_after(self, off: int, expect: int) -> bool:
         """Is there any intact frame for seqno ``expect``..``expect+4`` after ``off``?"""
