@@ -4,7 +4,10 @@ Backup is consistent without stopping the owner: the store is copied first throu
 API (a committed snapshot at some seqno S, never ahead of the hardened journal), then the journal
 segments (which hold at least everything up to S), then the instance file. The copy of the newest
 segment is cut after its last intact record (the owner may have written on while it was read).
-Opening the copy rolls its store forward from the copied journal.
+Opening the copy rolls its store forward from the copied journal. Before it returns, backup checks
+that the copy holds, intact, every record from the store's seqno to the last one the journal held
+when it began: a damaged source journal fails the backup (naming the file and offset) rather than
+giving a copy cut short at the damage.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, InstanceExists
+from ..errors import ConfigError, InstanceExists, JournalCorrupt
 from ..fsutil import fsync_dir
-from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
+from ..journal.reader import iter_frames
+from ..journal.recovery import recover_journal
+from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import drop_segments
 from . import consumers, instance_file as ifile
 from .layout import Layout
@@ -62,8 +67,28 @@ def cut_after_last_intact_record(path: Path) -> None:
 def backup(src: str | Path, dest: str | Path) -> BackupReport:
     lay = Layout.existing(src)
     out = Layout(Path(dest).absolute())
+    if out.root.exists() and not out.root.is_dir():
+        raise InstanceExists(f"backup destination {out.root} is a file; choose a new directory")
     if out.root.exists() and any(out.root.iterdir()):
         raise InstanceExists(f"backup destination {out.root} exists and is not empty; choose a new directory")
+    inst = ifile.load(lay.instance_file)  # a damaged instance file fails the backup before anything is copied
+    # Every record acknowledged before the backup began is in the journal now, up to ``acked``; this
+    # also checks the newest segment (corruption there is JournalCorrupt, not a copy cut short).
+    acked = recover_journal(lay.journal, repair=False).last_seqno
+    created = not out.root.exists()
+    try:
+        return _backup(lay, out, inst, acked)
+    except BaseException:
+        # Leave no half copy behind (it would look like an instance, and block a retry into dest).
+        if created:
+            shutil.rmtree(out.root, ignore_errors=True)
+        elif out.root.is_dir():
+            for p in out.root.iterdir():
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink()
+        raise
+
+
+def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> BackupReport:
     for d in out.dirs():
         d.mkdir(parents=True, exist_ok=True)
     copied = 0
@@ -85,18 +110,40 @@ def backup(src: str | Path, dest: str | Path) -> BackupReport:
         copied += target.stat().st_size
     if segs:
         cut_after_last_intact_record(out.journal / segs[-1].path.name)
-    for d in (lay.lost,):
-        for f in d.glob("*"):
-            shutil.copyfile(f, out.lost / f.name)
-    inst = ifile.load(lay.instance_file)
+    _check_copied_journal(lay, out, seqno, acked)
+    lost = [f for f in lay.lost.glob("*") if f.is_file()]
+    for f in lost:
+        shutil.copyfile(f, out.lost / f.name)
     ifile.save(out.instance_file, inst)
-    for p in [*(out.journal.glob("*")), out.store_file]:
-        with open(p, "rb+") as f:
-            os.fsync(f.fileno())
+    for p in [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost), out.store_file]:
+        with open(p, "rb+") as fh:
+            os.fsync(fh.fileno())
     for d in out.dirs():
         fsync_dir(d)
     fsync_dir(out.root)
+    fsync_dir(out.root.parent)
     return BackupReport(out.root, seqno, len(segs), copied)
+
+
+def _check_copied_journal(lay: Layout, out: Layout, store_seqno: int, acked: int) -> None:
+    """The copy opens and holds every acknowledged record: its journal runs, intact, from just after
+    the copied store's seqno to at least ``acked`` (and to the store's seqno). A damaged frame that
+    the copy was cut at, or a damaged sealed segment, is the source's corruption: named there."""
+    last = store_seqno
+    try:
+        for last, _ in iter_frames(out.journal, store_seqno + 1):
+            pass
+    except JournalCorrupt as e:
+        src = lay.journal / Path(e.path).name
+        raise JournalCorrupt(e.message.replace(str(out.journal), str(lay.journal))
+                             + " (found while backing it up; nothing was copied)", path=str(src),
+                             offset=e.offset) from None
+    need = max(acked, store_seqno)
+    if last < need:
+        tail = list_segments(lay.journal)[-1].path
+        raise JournalCorrupt(f"the journal of {lay.root} held records up to seqno {need} when the backup began, but "
+                             f"its copy ends at seqno {last}: {tail} is damaged after seqno {last} (or was cut by "
+                             f"a rollback meanwhile); nothing was copied", path=str(tail), offset=-1)
 
 
 @dataclass

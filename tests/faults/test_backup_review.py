@@ -1,0 +1,120 @@
+"""Backup of a damaged or odd source: a clear error and no half copy, never a copy that silently
+misses acknowledged transactions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import multisite
+from multisite.errors import InstanceExists, InstanceFileCorrupt, JournalCorrupt
+from multisite.instance.layout import Layout
+from multisite.instance.maintenance import backup, store_seqno
+from multisite.journal.segments import SegmentView, list_segments
+
+WRITER = """
+import sys, multisite, multisite.database
+multisite.database.STORE_FLUSH_INTERVAL_S = 3600  # the store stays behind: the copy needs the journal
+db = multisite.open(sys.argv[1], segment_bytes=int(sys.argv[2]))
+i = 0
+while True:
+    db.set("acct", ("k", i % 50), {"i": i, "pad": "x" * 200})
+    i += 1
+    if i == 300:
+        print("ready", flush=True)
+"""
+
+
+@pytest.fixture
+def crashed(tmp_path):
+    return _crash(tmp_path)
+
+
+def _crash(tmp_path, segment_bytes=64 << 20):
+    """An instance whose writer was SIGKILLed: the store is behind the journal (unflushed)."""
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    with multisite.open(root) as db:
+        db.create_region("acct")
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(segment_bytes)], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    return root
+
+
+def _frames(root):
+    info = list_segments(root / "journal")[-1]
+    with SegmentView(info) as v:
+        return info, [(off, hdr.seqno) for off, hdr in v.frames(tail=True)]
+
+
+def _damage(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off + 30)
+        b = f.read(1)
+        f.seek(off + 30)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_a_damaged_journal_fails_the_backup_instead_of_a_copy_cut_short(crashed, tmp_path):
+    # The copy of the newest segment was cut at the first damaged frame without a word: the copy
+    # opened (its store was behind the damage) and silently lacked acknowledged transactions that
+    # the source still held after the damage (the source itself refuses to open: JournalCorrupt).
+    s = store_seqno(Layout.existing(crashed))
+    info, frames = _frames(crashed)
+    after = [(off, q) for off, q in frames if q > s + 1]
+    assert len(after) > 4, "the store must be behind the journal for this test"
+    off, seqno = after[len(after) // 2]
+    _damage(info.path, off)
+    with pytest.raises(JournalCorrupt) as e:
+        backup(crashed, tmp_path / "copy")
+    assert info.path.name in str(e.value) and str(off) in str(e.value)
+    assert not (tmp_path / "copy").exists()  # no half copy
+
+
+def test_a_damaged_sealed_segment_the_copy_needs_fails_the_backup(tmp_path):
+    # Sealed segments were copied unchecked: backup said "backed up", and the copy then refused to
+    # open (its roll-forward hit the damage).
+    root = _crash(tmp_path, segment_bytes=4096)
+    s = store_seqno(Layout.existing(root))
+    sealed = [i for i in list_segments(root / "journal")[:-1] if i.first_seqno > s + 1]
+    assert sealed, "the store must be behind a sealed segment for this test"
+    with SegmentView(sealed[0]) as v:
+        off = [o for o, _ in v.frames(tail=False)][1]
+    _damage(sealed[0].path, off)
+    with pytest.raises(JournalCorrupt) as e:
+        backup(root, tmp_path / "copy")
+    assert e.value.path == str(sealed[0].path) and str(sealed[0].path) in str(e.value)
+    assert not (tmp_path / "copy").exists()
+
+
+def test_backup_refuses_a_file_or_damaged_instance_file_without_leaving_a_copy(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InstanceExists, match="is a file"):
+        backup(root, tmp_path / "f")
+    data = (root / "instance.msi").read_bytes()
+    (root / "instance.msi").write_bytes(data[:-3])
+    with pytest.raises(InstanceFileCorrupt, match="instance.msi"):
+        backup(root, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InstanceFileCorrupt):
+        backup(root, tmp_path / "empty")
+    assert list((tmp_path / "empty").iterdir()) == []  # usable for a retry
+
+
+def test_a_crashed_instance_backs_up_with_every_acknowledged_transaction(crashed, tmp_path):
+    _, frames = _frames(crashed)
+    backup(crashed, tmp_path / "copy")
+    with multisite.open(tmp_path / "copy") as c:
+        assert c.seqno == frames[-1][1]
