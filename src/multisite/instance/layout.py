@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InstanceLocked, NotAnInstance
 
 INSTANCE_FILE = "instance.msi"
+PID_WAIT_S = 0.5  # how long a second opener waits for the owner's pid to appear in the lock file
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,22 @@ class InstanceLock:
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = owner_pid(self.path)
-            os.close(fd)
-            raise InstanceLocked(
-                f"instance {self.path.parent} is owned by process {owner if owner else '(unknown pid)'}; "
-                f"stop that process or connect to its server instead", pid=owner) from None
+        deadline = time.monotonic() + PID_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                owner = owner_pid(self.path)
+                if owner is None and time.monotonic() < deadline:
+                    # The owner is between taking the lock and writing its pid, or between clearing
+                    # it and letting go: look again rather than name no one.
+                    time.sleep(0.002)
+                    continue
+                os.close(fd)
+                raise InstanceLocked(
+                    f"instance {self.path.parent} is owned by process {owner if owner else '(unknown pid)'}; "
+                    f"stop that process or connect to its server instead", pid=owner) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
