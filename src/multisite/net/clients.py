@@ -18,10 +18,35 @@ from ..errors import ConfigError, MultisiteError, RemoteProtocolError, ServerErr
 from ..protocol.client import FrameBuffer, encode
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
+KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
+KEEPALIVE_PROBES = 3
+
+
+def check_keepalive(seconds: object) -> int:
+    """``--keepalive``: whole seconds from 1 to 32767 (Linux's TCP_KEEPIDLE range); ConfigError otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 32767:
+        raise ConfigError(f"--keepalive takes whole seconds from 1 to 32767, got {seconds!r}")
+    return seconds
+
+
+def keepalive(conn: socket.socket, seconds: int) -> None:
+    """Drop a client whose host or network vanished without closing the connection: after ``seconds``
+    of silence the kernel probes it, ``KEEPALIVE_PROBES`` times ``seconds / 3`` apart, and a client
+    that answers none is reset (its thread's recv fails), so it does not hold a thread and one of the
+    ``MAX_CONNECTIONS`` slots forever. A reply it never acknowledges fails as late (TCP_USER_TIMEOUT).
+    An idle client that is alive answers the probes itself (its kernel does) and stays connected."""
+    interval = max(1, seconds // 3)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, (seconds + KEEPALIVE_PROBES * interval) * 1000)
 
 
 class ClientListener:
-    def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger):
+    def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
+                 keepalive_s: int = KEEPALIVE_S):
+        self.keepalive_s = check_keepalive(keepalive_s)
         self._sock = socket.create_server((host, port))
         self.port: int = self._sock.getsockname()[1]
         self._run_op = run_op
@@ -39,17 +64,25 @@ class ClientListener:
             except OSError:
                 return  # closed
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keepalive(conn, self.keepalive_s)
             with self._lock:
                 if self._closing or len(self._conns) >= MAX_CONNECTIONS:
                     self._log.warning("client connection from %s refused: %s", addr,
                                       "shutting down" if self._closing else f"{MAX_CONNECTIONS} connections open")
                     conn.close()
                     continue
-                th = threading.Thread(target=self._serve, args=(conn,), name=f"client-{addr[1]}", daemon=True)
+                th = threading.Thread(target=self._serve, args=(conn, addr), name=f"client-{addr[1]}",
+                                      daemon=True)
                 self._conns[conn] = th
             th.start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    @property
+    def connections(self) -> int:
+        """Client connections open now."""
+        with self._lock:
+            return len(self._conns)
+
+    def _serve(self, conn: socket.socket, addr: Any) -> None:
         buf = FrameBuffer()
         try:
             while not self._closing:
@@ -65,14 +98,14 @@ class ClientListener:
                         return  # the request in flight was answered; take no more
         except RemoteProtocolError as e:
             # A frame that cannot be read leaves nothing to go on: say why, then close.
-            self._log.warning("client connection closed: %s", e)
+            self._log.warning("client connection from %s closed: %s", _peer(addr), e)
             try:
                 conn.sendall(encode([None, False, [e.code, e.message]]))
             except OSError:
                 pass
         except OSError as e:
             if not self._closing:
-                self._log.warning("client connection closed: %s", e)
+                self._log.warning("client connection from %s closed: %s", _peer(addr), e)
         finally:
             with self._lock:
                 self._conns.pop(conn, None)
@@ -109,3 +142,7 @@ class ClientListener:
         for th in conns.values():
             th.join(timeout_s)
         self._acceptor.join(timeout_s)
+
+
+def _peer(addr: Any) -> str:
+    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)

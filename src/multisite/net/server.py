@@ -40,7 +40,7 @@ from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
 from .affinity import parse_cpus
 from .client import fetch_hello
-from .clients import ClientListener
+from .clients import KEEPALIVE_S, ClientListener, check_keepalive
 from .control import control_address
 from .receiver import ReceiverConfig, ReceiverServer
 from .source import SourceConfig, SourceServer
@@ -61,9 +61,10 @@ def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
 
 
 class InstanceServer:
-    def __init__(self, root: Path, listen: str | None):
+    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S):
         self.root = Path(root).absolute()
         self.listen = listen
+        self.keepalive_s = keepalive_s
         self.log = logging.getLogger("multisite")
         self.sources: dict[str, SourceServer] = {}
         self.receiver: ReceiverServer | None = None
@@ -71,6 +72,7 @@ class InstanceServer:
         self._stop_timeout_s = 5.0  # how long sources may send what is pending at shutdown
         self.started_at = time.time()
         self.client_port: int | None = None
+        self.clients: ClientListener | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -88,12 +90,14 @@ class InstanceServer:
         if self.listen:
             host, port = parse_hostport(self.listen)
             try:
-                cli_srv = ClientListener(host, port, self._client_op, self.log)
+                cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s)
             except OSError as e:
                 self.db.close()
                 raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None
             self.client_port = cli_srv.port
-            self.log.info("client protocol listening on %s:%d", host, self.client_port)
+            self.log.info("client protocol listening on %s:%d (keepalive %d s)", host, self.client_port,
+                          self.keepalive_s)
+        self.clients = cli_srv
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
@@ -189,6 +193,7 @@ class InstanceServer:
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
+                "clients": self.clients.connections if self.clients else 0,
                 "durability": self.db.journal.durability, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
@@ -424,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("dir")
     ap.add_argument("--listen", default=None)
     ap.add_argument("--cpus", default=None)
+    ap.add_argument("--keepalive", type=int, default=KEEPALIVE_S)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -435,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
             # Before any thread starts, so that every thread of the server inherits it (see affinity).
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
-        asyncio.run(InstanceServer(root, a.listen).run())
+        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive)).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)
