@@ -193,3 +193,21 @@ def iter_frames_of(root):
     from multisite.journal.reader import iter_frames
 
     return iter_frames(root / "journal", 1)
+
+
+def test_an_instance_whose_segments_were_all_removed_is_refused_and_left_alone(chain):
+    # Opening used to create a new empty segment 1 (first seqno 1) before refusing (the store was
+    # further on): restoring the real segments (the oldest pruned long ago) then gave a journal whose
+    # first segment claimed seqnos it never held, and every read from it failed.
+    root, infos = chain
+    saved = {i.path: i.path.read_bytes() for i in infos}
+    for p in saved:
+        p.unlink()
+    with pytest.raises(JournalCorrupt, match="no segment files"):
+        multisite.open(root)
+    assert list((root / "journal").glob("*.msj")) == []
+    for p, data in list(saved.items())[1:]:  # restored, as pruned before the loss
+        p.write_bytes(data)
+    with multisite.open(root) as db:
+        assert db.seqno == 120
+    assert [r.seqno for r in iter_records(root / "journal", infos[1].first_seqno)][-1] == 120

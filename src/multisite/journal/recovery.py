@@ -14,7 +14,6 @@ from ..errors import JournalCorrupt
 from ..fsutil import fsync_dir
 from .segments import SegmentInfo, list_segments, scan
 from .sidecars import drop_after
-from .writer import create_segment
 
 
 @dataclass
@@ -30,10 +29,12 @@ class JournalState:
 def recover_journal(journal_dir: Path, *, repair: bool = True) -> JournalState:
     infos = list_segments(journal_dir)
     if not infos:
-        if not repair:
-            raise JournalCorrupt(f"journal {journal_dir} has no segments", path=str(journal_dir), offset=0)
-        create_segment(journal_dir, 1, 1, 0)
-        infos = list_segments(journal_dir)
+        # Every instance is created with a segment and keeps its newest one (prune, rollback): none at
+        # all means they were removed. Making a new empty one here would start the journal again at
+        # seqno 1, beside a store further on, and block the restore of the real ones (a segment whose
+        # back pointer matches but holds none of the records it stands for).
+        raise JournalCorrupt(f"journal {journal_dir} has no segment files (*.msj): they were removed; restore "
+                             f"them from a backup", path=str(journal_dir), offset=0)
     tail = infos[-1]
     res = scan(tail, tail=True)
     state = JournalState(infos, res.last_seqno, res.valid_end)
