@@ -148,6 +148,11 @@ def load(path: Path) -> InstanceFile:
         data = path.read_bytes()
     except FileNotFoundError:
         raise NotAnInstance(f"{path.parent} is not a multisite instance (no {path.name})") from None
+    except IsADirectoryError:
+        raise InstanceFileCorrupt(f"{path} is a directory, not an instance file; restore the file from a backup "
+                                  f"taken with `multisite backup`") from None
+    except OSError as e:
+        raise InstanceFileCorrupt(f"{path} cannot be read ({e.strerror or e})") from None
     return loads(data, path)
 
 
