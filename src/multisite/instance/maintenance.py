@@ -12,6 +12,7 @@ giving a copy cut short at the damage.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -154,9 +155,25 @@ class PruneReport:
     reason: str
 
 
+ROLLBACK_MARKER = "rollback.json"  # replication.rollback.MARKER (that layer sits above this one)
+
+
+def _interrupted_rollback(lay: Layout) -> int | None:
+    """The seqno a rollback that has not finished (its marker in ``run/``) goes back to, if any."""
+    marker = lay.run / ROLLBACK_MARKER
+    try:
+        return int(json.loads(marker.read_text())["to_seqno"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"rollback marker {marker} is unreadable ({e}); open the instance (it finishes the "
+                          f"rollback) before pruning") from None
+
+
 def prune(root: str | Path, before: int) -> PruneReport:
     """Remove whole segments holding only seqnos below ``before`` and below what every source slot,
-    pipeline consumer and the store's own recovery still need. The newest segment always stays."""
+    pipeline consumer, the store's own recovery and an interrupted rollback still need. The newest
+    segment always stays."""
     if before < 1:
         raise ConfigError(f"--before must be a positive seqno, got {before}")
     lay = Layout.existing(root)
@@ -173,6 +190,10 @@ def prune(root: str | Path, before: int) -> PruneReport:
     need = store_seqno(lay) + 1
     if need < limit:
         limit, reason = need, f"the store is flushed only to seqno {need - 1}"
+    rolling = _interrupted_rollback(lay)
+    if rolling is not None and rolling + 1 < limit:
+        # The next open finishes it, undoing the store from the records after that seqno.
+        limit, reason = rolling + 1, f"an interrupted rollback to seqno {rolling} still needs the records after it"
     segs = list_segments(lay.journal)
     removed = []
     for cur, nxt in zip(segs, segs[1:]):

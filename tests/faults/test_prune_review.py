@@ -1,0 +1,34 @@
+"""Prune beside a rollback that a crash interrupted: the records it undoes from must stay."""
+
+from __future__ import annotations
+
+import json
+
+import multisite
+from multisite.instance.maintenance import prune
+from multisite.replication.rollback import MARKER
+
+
+def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
+    # A rollback to seqno 10 was under way (its marker written) when the process died; the next open
+    # finishes it from the before-images of records 11.. . Prune ignored the marker and removed
+    # those segments: the instance then could not open ("cannot roll A back to seqno 10: the journal
+    # starts at 79 (older segments were pruned)").
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        for i in range(100):
+            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
+    (root / "run" / MARKER).write_text(json.dumps({"to_seqno": 10, "lost_file": str(root / "lost" / "x.utl")}))
+    rep = prune(root, 90)
+    assert rep.limit_seqno == 11 and "rollback" in rep.reason
+    with multisite.open(root) as db:
+        assert db.seqno == 10
+        assert db.get("acct", ("k", 9)) == {"i": 9, "pad": "x" * 100} and db.get("acct", ("k", 10)) is None
+    assert "rollback" not in prune(root, 90).reason  # finished: no longer held
+
+
+def test_the_marker_name_is_the_rollback_s():
+    from multisite.instance.maintenance import ROLLBACK_MARKER
+
+    assert ROLLBACK_MARKER == MARKER
