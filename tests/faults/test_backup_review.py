@@ -118,3 +118,41 @@ def test_a_crashed_instance_backs_up_with_every_acknowledged_transaction(crashed
     backup(crashed, tmp_path / "copy")
     with multisite.open(tmp_path / "copy") as c:
         assert c.seqno == frames[-1][1]
+
+
+def _filled(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        for i in range(60):
+            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
+    return root
+
+
+def test_a_missing_store_is_rebuilt_from_the_journal_so_prune_keeps_it_and_backup_copies_it(tmp_path):
+    # sqlite3.OperationalError tracebacks before; opening such an instance rebuilds its store from
+    # the whole journal, so prune must keep all of it, and a backup is the journal without a store.
+    from multisite.instance.maintenance import prune
+
+    root = _filled(tmp_path)
+    for f in (root / "db").iterdir():
+        f.unlink()
+    rep = prune(root, 50)
+    assert rep.removed == [] and rep.limit_seqno == 1
+    backup(root, tmp_path / "copy")
+    with multisite.open(tmp_path / "copy") as c:
+        assert c.seqno == 60 and c.get("acct", ("k", 59)) == {"i": 59, "pad": "x" * 100}
+
+
+def test_a_damaged_store_is_a_clear_error_naming_it(tmp_path):
+    from multisite.errors import MultisiteError
+    from multisite.instance.maintenance import prune
+
+    root = _filled(tmp_path)
+    for f in (root / "db").iterdir():
+        f.unlink()
+    (root / "db" / "store.sqlite").write_bytes(b"not a database" * 100)
+    for fn in (lambda: prune(root, 50), lambda: backup(root, tmp_path / "copy")):
+        with pytest.raises(MultisiteError, match="store.sqlite cannot be read"):
+            fn()
+    assert not (tmp_path / "copy").exists()

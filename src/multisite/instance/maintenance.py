@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, InstanceExists, JournalCorrupt
+from ..errors import ConfigError, InstanceExists, JournalCorrupt, MultisiteError
 from ..fsutil import fsync_dir
 from ..journal.reader import iter_frames
 from ..journal.recovery import recover_journal
@@ -38,13 +38,20 @@ class BackupReport:
 
 
 def store_seqno(layout: Layout) -> int:
-    """The store's committed applied seqno, read through its own connection (safe while live)."""
-    conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+    """The store's committed applied seqno, read through its own connection (safe while live). A
+    store that is not there is at 0: opening the instance rebuilds it from the whole journal."""
+    if not layout.store_file.exists():
+        return 0
     try:
-        row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
-        return row[0] if row else 0
-    finally:
-        conn.close()
+        conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+            return row[0] if row else 0
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise MultisiteError(f"the store {layout.store_file} cannot be read ({e}); restore the instance from a "
+                             f"backup") from None
 
 
 def cut_after_last_intact_record(path: Path) -> None:
@@ -93,17 +100,10 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     for d in out.dirs():
         d.mkdir(parents=True, exist_ok=True)
     copied = 0
-    src_conn = sqlite3.connect(f"file:{lay.store_file}?mode=ro", uri=True)
-    dst_conn = sqlite3.connect(str(out.store_file))
-    try:
-        src_conn.backup(dst_conn)
-        row = dst_conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
-        seqno = row[0] if row else 0
-        dst_conn.execute("PRAGMA journal_mode=WAL")
-    finally:
-        src_conn.close()
-        dst_conn.close()
-    copied += out.store_file.stat().st_size
+    seqno = 0
+    if lay.store_file.exists():  # else the copy, as the source, rebuilds its store from the whole journal
+        seqno = _copy_store(lay, out)
+        copied += out.store_file.stat().st_size
     segs = list_segments(lay.journal)
     for s in segs:
         target = out.journal / s.path.name
@@ -116,7 +116,8 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     for f in lost:
         shutil.copyfile(f, out.lost / f.name)
     ifile.save(out.instance_file, inst)
-    for p in [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost), out.store_file]:
+    synced = [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost)]
+    for p in synced + ([out.store_file] if out.store_file.exists() else []):
         with open(p, "rb+") as fh:
             os.fsync(fh.fileno())
     for d in out.dirs():
@@ -124,6 +125,24 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     fsync_dir(out.root)
     fsync_dir(out.root.parent)
     return BackupReport(out.root, seqno, len(segs), copied)
+
+
+def _copy_store(lay: Layout, out: Layout) -> int:
+    """Copy the store (a committed snapshot, through SQLite's backup API); returns its applied seqno."""
+    try:
+        src_conn = sqlite3.connect(f"file:{lay.store_file}?mode=ro", uri=True)
+        dst_conn = sqlite3.connect(str(out.store_file))
+        try:
+            src_conn.backup(dst_conn)
+            row = dst_conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+            dst_conn.execute("PRAGMA journal_mode=WAL")
+            return row[0] if row else 0
+        finally:
+            src_conn.close()
+            dst_conn.close()
+    except sqlite3.Error as e:
+        raise MultisiteError(f"the store {lay.store_file} cannot be read ({e}); restore the instance from a "
+                             f"backup") from None
 
 
 def _check_copied_journal(lay: Layout, out: Layout, store_seqno: int, acked: int) -> None:
