@@ -71,6 +71,12 @@ class InstanceFileCorrupt(MultisiteError):
     code = "INSTANCE_FILE_CORRUPT"
 
 
+class StoreCorrupt(MultisiteError):
+    """The store (SQLite) file cannot be read: damaged, or not a database."""
+
+    code = "STORE_CORRUPT"
+
+
 class JournalError(MultisiteError):
     code = "JOURNAL"
 

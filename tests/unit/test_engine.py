@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import multisite
-from multisite.errors import TransactionError
+from multisite.errors import StoreCorrupt, TransactionError
 from multisite.journal.reader import iter_records
 from multisite.journal.records import KILL, SET, ZKILL
 
@@ -236,3 +236,22 @@ def test_an_update_that_is_not_set_kill_or_zkill_is_refused_and_changes_nothing(
         with pytest.raises(TransactionError, match="not one of set"):
             db._commit([(op, "acct", ("k",), None)])
     assert (db.get("acct", ("k",)), db.seqno) == (1, 1)
+
+
+def test_a_damaged_store_is_a_clear_error_and_a_store_moved_aside_is_rebuilt_from_the_journal(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A")
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        for i in range(50):
+            db.set("acct", ("k", i), i)
+    store = root / "db" / "store.sqlite"
+    journal = {p.name: p.read_bytes() for p in (root / "journal").iterdir() if p.is_file()}
+    store.write_bytes(b"not a database, " * 4096)
+    for p in root.glob("db/store.sqlite-*"):
+        p.unlink()
+    with pytest.raises(StoreCorrupt, match="store.sqlite cannot be read.*move it"):
+        multisite.open(root)
+    assert {p.name: p.read_bytes() for p in (root / "journal").iterdir() if p.is_file()} == journal
+    store.rename(tmp_path / "store-aside")
+    with multisite.open(root) as db:  # the lock was let go; the store is rebuilt from the journal
+        assert (db.seqno, db.recovery.replayed, db.get("acct", ("k", 49))) == (50, 50, 49)

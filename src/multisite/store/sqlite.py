@@ -17,6 +17,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import StoreCorrupt
 from ..keys import KILL_END
 
 SCHEMA = """
@@ -55,6 +56,19 @@ class Store:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.conn: sqlite3.Connection | None = None
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as e:
+            if self.conn is not None:
+                self.conn.close()
+            raise StoreCorrupt(
+                f"the store {path} cannot be read ({e}). It is a cache of the journal: move it (with its -wal "
+                f"and -shm files) aside and open the instance again to rebuild it from the journal, which "
+                f"works when the journal reaches back to seqno 1 (unreplicated regions are not journaled and "
+                f"are lost); otherwise restore the instance from a backup") from None
+
+    def _open(self, path: Path) -> None:
         self.conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
                                     cached_statements=256)
         c = self.conn
