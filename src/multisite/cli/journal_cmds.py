@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,7 +13,7 @@ from ..instance.layout import Layout
 from ..instance.maintenance import prune
 from ..journal.extract import record_lines, record_to_dict
 from ..journal.reader import iter_records
-from .output import console
+from .output import console, table
 
 
 @click.group()
@@ -68,6 +69,47 @@ def prune_cmd(dir: str, before: int) -> None:
     rep = prune(dir, before)
     console.print(f"removed {len(rep.removed)} segment(s) {', '.join(rep.removed)}; journal now starts at seqno "
                   f"{rep.kept_from_seqno}; limit was seqno {rep.limit_seqno} ({rep.reason})")
+
+
+@journal.command("repair")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--yes", is_flag=True, help="Make the cut (without it: only show what it would drop).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def repair_cmd(dir: str, yes: bool, as_json: bool) -> None:
+    """Cut the newest journal segment at damage a power loss left, when nothing proves it acknowledged.
+
+    An instance whose newest segment has a damaged record with intact records after it does not
+    open (JOURNAL_CORRUPT). After a power loss those records may never have been acknowledged (group
+    commit writes the next batch while the previous one is being hardened). This shows the damage,
+    the records after it and who confirmed them; with --yes it saves those records to a lost file
+    (lost/) and cuts the journal at the damage. Refused when the store proves the damaged records
+    were acknowledged. Example: multisite journal repair /data/A --yes
+    """
+    from ..journal import repair as jr
+
+    p = jr.repair(dir) if yes else jr.plan(dir)
+    if as_json:
+        print(json.dumps(None if p is None else p.to_dict()))
+        return
+    if p is None:
+        console.print("the newest journal segment has no damage to cut: the instance opens as it is")
+        return
+    after = p.intact_after
+    table("journal damage", ["segment", "offset", "last intact seqno", "damaged bytes", "intact records after",
+                             "store seqno"],
+          [(Path(p.segment).name, p.offset, p.last_intact_seqno, p.damaged_bytes,
+            f"{len(after)} (seqnos {after[0]}..{after[-1]})", p.store_seqno)])
+    for name, seqno in p.confirmed.items():
+        console.print(f"secondary {name} confirmed up to seqno {seqno}: after the cut it is ahead, and rolls back "
+                      f"to {p.last_intact_seqno} when it next connects (multisite rollback --fetchresync)")
+    if p.refused:
+        console.print(f"[red]will not cut:[/] {p.refused}")
+    elif yes:
+        console.print(f"cut the journal at offset {p.offset}: it ends at seqno {p.last_intact_seqno}; the "
+                      f"{len(after)} intact records after the damage are in {p.lost_file}")
+    else:
+        console.print(f"run again with --yes to cut the journal at seqno {p.last_intact_seqno}, keeping the "
+                      f"{len(after)} records after the damage in a lost file")
 
 
 @journal.command("index")
