@@ -111,6 +111,13 @@ class InstanceLock:
             os.close(self._fd)
             self._fd = None
 
+    def __enter__(self) -> "InstanceLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 def owner_pid(lock_path: Path) -> int | None:
     try:

@@ -22,7 +22,6 @@ format rollback uses), removes the sidecars past the cut and cuts the segment at
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,14 +53,14 @@ class RepairPlan:
 def plan(root: str | os.PathLike) -> RepairPlan | None:
     """What a repair would do, or None when the newest segment needs none (the owner must be gone)."""
     lay = Layout.existing(root)
-    with _owned(lay):
+    with InstanceLock(lay):  # a journal someone writes is not to be judged, nor cut
         return _plan(lay)[0]
 
 
 def repair(root: str | os.PathLike) -> RepairPlan | None:
     """Make the cut of :func:`plan` (refused plans raise); returns the plan done, None if nothing to do."""
     lay = Layout.existing(root)
-    with _owned(lay):
+    with InstanceLock(lay):
         p, records = _plan(lay)
         if p is None:
             return None
@@ -86,19 +85,6 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
             os.close(fd)
         fsync_dir(lay.journal)
         return p
-
-
-class _owned:
-    """Hold the instance lock: a repair of a journal someone writes would cut their records."""
-
-    def __init__(self, lay: Layout):
-        self._lock = InstanceLock(lay)
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
 
 def _plan(lay: Layout) -> tuple[RepairPlan | None, list[Record]]:
@@ -134,20 +120,10 @@ def _plan(lay: Layout) -> tuple[RepairPlan | None, list[Record]]:
 
 
 def _intact_after(view: SegmentView, off: int, seqno: int) -> list[tuple[int, int, int]]:
-    """``(offset, total bytes, seqno)`` of the intact frames after the damage at ``off``: the first for
-    ``seqno``..``seqno+4`` found after it, then every intact frame that follows it in order."""
-    first = None
-    for s in range(seqno, seqno + 5):
-        pat = struct.pack("<Q", s)
-        pos = view.buf.find(pat, off + 1)
-        while pos != -1 and first is None:
-            start = pos - 4
-            if start > off and view._intact_frame(start, s) is not None:
-                first = (start, s)
-            pos = view.buf.find(pat, pos + 1)
-        if first is not None:
-            break
+    """``(offset, total bytes, seqno)`` of the intact frames after the damage at ``off``: the first
+    found after it (as recovery finds it), then every intact frame that follows in order."""
     out: list[tuple[int, int, int]] = []
+    first = view.intact_frame_after(off, seqno)
     if first is None:
         return out
     at, s = first

@@ -307,18 +307,21 @@ class SegmentView:
 
     def _valid_frame_after(self, off: int, expect: int) -> bool:
         """Is there any intact frame for seqno ``expect``..``expect+4`` after ``off``?"""
-        buf, size = self.buf, self.size
+        return self.intact_frame_after(off, expect) is not None
+
+    def intact_frame_after(self, off: int, expect: int) -> tuple[int, int] | None:
+        """``(offset, seqno)`` of the first intact frame for seqno ``expect``..``expect+4`` found
+        after the damage at ``off`` (searched for by its seqno's bytes), or None."""
+        buf = self.buf
         for s in range(expect, expect + 5):
             pat = struct.pack("<Q", s)
             pos = buf.find(pat, off + 1)
             while pos != -1:
                 start = pos - 4
-                if start > off and size - start >= FRAME_HEADER_SIZE:
-                    hdr = parse_header(buf, start)
-                    if hdr is not None and start + hdr.total <= size and payload_ok(hdr, buf, start):
-                        return True
+                if start > off and self._intact_frame(start, s) is not None:
+                    return start, s
                 pos = buf.find(pat, pos + 1)
-        return False
+        return None
 
     def payload(self, off: int, hdr: FrameHeader) -> bytes:
         start = off + FRAME_HEADER_SIZE
