@@ -156,3 +156,32 @@ def test_a_damaged_store_is_a_clear_error_naming_it(tmp_path):
         with pytest.raises(MultisiteError, match="store.sqlite cannot be read"):
             fn()
     assert not (tmp_path / "copy").exists()
+
+
+def test_segments_pruned_while_the_backup_copies_are_left_out_and_the_copy_opens(tmp_path, monkeypatch):
+    """``journal prune`` may remove old segments between the backup's listing and its copy of them
+    (it was FileNotFoundError): those, and older ones copied already, are not needed by the copy."""
+    import shutil
+
+    from multisite.instance import maintenance
+    from multisite.instance.maintenance import prune
+
+    root = _filled(tmp_path)
+    with multisite.open(root) as db:
+        db.flush()
+    segs = list_segments(root / "journal")
+    assert len(segs) >= 3
+    real = shutil.copyfile
+
+    def copy_after_prune(src, dst, *a, **k):
+        if os.path.basename(src) == segs[1].path.name:  # prune runs just after segment 1 was copied
+            prune(root, segs[-1].first_seqno)
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(maintenance.shutil, "copyfile", copy_after_prune)
+    rep = backup(root, tmp_path / "copy")
+    monkeypatch.setattr(maintenance.shutil, "copyfile", real)
+    left = [s.path.name for s in list_segments(tmp_path / "copy" / "journal")]
+    assert left == [s.path.name for s in list_segments(root / "journal")] and rep.segments == len(left)
+    with multisite.open(tmp_path / "copy") as c:
+        assert c.seqno == 60 and c.get("acct", ("k", 59)) == {"i": 59, "pad": "x" * 100}

@@ -105,10 +105,18 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
         seqno = _copy_store(lay, out)
         copied += out.store_file.stat().st_size
     segs = list_segments(lay.journal)
-    for s in segs:
-        target = out.journal / s.path.name
-        shutil.copyfile(s.path, target)
-        copied += target.stat().st_size
+    for i, s in enumerate(segs):
+        try:
+            shutil.copyfile(s.path, out.journal / s.path.name)
+        except FileNotFoundError:
+            if i + 1 == len(segs):
+                raise  # the newest segment is never pruned: something else removed it
+            # Pruned since the listing (prune goes oldest first): neither it nor the older ones
+            # copied so far are needed; the check below proves the copy holds what it needs.
+            for older in segs[:i]:
+                (out.journal / older.path.name).unlink(missing_ok=True)
+    segs = [s for s in segs if (out.journal / s.path.name).exists()]
+    copied += sum((out.journal / s.path.name).stat().st_size for s in segs)
     if segs:
         cut_after_last_intact_record(out.journal / segs[-1].path.name)
     _check_copied_journal(lay, out, seqno, acked)
