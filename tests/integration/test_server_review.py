@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import msgspec
 import pytest
@@ -277,3 +278,35 @@ def test_a_remote_transaction_behaves_as_an_embedded_one_and_never_drops_an_upda
                 emb.set("r", ("b",), 1)
         with pytest.raises(multisite.TransactionError, match="transaction is new"):
             emb.transaction().set("r", ("e",), 1)
+
+
+def test_request_bytes_held_by_all_connections_have_a_budget_that_a_full_frame_frees():
+    """Connections that each send part of a large frame hold its bytes; past the listener's budget
+    the connection that would grow it gets an error naming the limit and is closed, the others go
+    on, and the bytes of frames taken whole (or of closed connections) are given back."""
+    lis = clients.ClientListener("127.0.0.1", 0, lambda name, args: len(args.get("pad", "")),
+                                 logging.getLogger("test"), buffer_bytes=3 << 20)
+    try:
+        body = msgspec.msgpack.encode([1, "echo", {"pad": "x" * (2 << 20)}])  # a 2 MiB frame
+        a = socket.create_connection(("127.0.0.1", lis.port))
+        b = socket.create_connection(("127.0.0.1", lis.port))
+        a.sendall(LEN.pack(len(body)) + body[: 1 << 20])  # A holds 1 MiB
+        b.sendall(LEN.pack(len(body)) + body[: (1 << 20) + 4096])
+        deadline = time.monotonic() + 30
+        while lis._buffered < (2 << 20) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        b.sendall(body[(1 << 20) + 4096 :])  # B would hold its 2 MiB frame: 3 MiB in all, past the budget
+        rep = _read_reply(b)
+        assert rep[:2] == [None, False] and "limit is 3 MiB" in rep[2][1], rep
+        assert _read_reply(b) is None  # closed
+        b.close()
+        a.sendall(body[1 << 20 :])  # A's frame completes within the budget: answered
+        assert _read_reply(a) == [1, True, 2 << 20]
+        a.sendall(LEN.pack(len(body)) + body)  # and again: the bytes of the first were given back
+        assert _read_reply(a) == [1, True, 2 << 20]
+        a.close()
+        while lis._buffered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lis._buffered == 0
+    finally:
+        lis.close()

@@ -20,6 +20,7 @@ from ..protocol.client import FrameBuffer, encode
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
 KEEPALIVE_PROBES = 3
+BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
 
 
 def check_keepalive(seconds: object) -> int:
@@ -45,8 +46,10 @@ def keepalive(conn: socket.socket, seconds: int) -> None:
 
 class ClientListener:
     def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
-                 keepalive_s: int = KEEPALIVE_S):
+                 keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES):
         self.keepalive_s = check_keepalive(keepalive_s)
+        self.buffer_bytes = buffer_bytes
+        self._buffered = 0  # bytes all connections hold in their FrameBuffers (under _lock)
         self._sock = socket.create_server((host, port))
         self.port: int = self._sock.getsockname()[1]
         self._run_op = run_op
@@ -82,15 +85,31 @@ class ClientListener:
         with self._lock:
             return len(self._conns)
 
+    def _hold(self, held: int, now: int) -> int:
+        """Account for a connection holding ``now`` bytes instead of ``held``; refuse growth past the
+        budget: 256 connections each filling a 64 MiB frame would otherwise take 16 GiB and the
+        instance's owner with them (the kernel's OOM killer)."""
+        with self._lock:
+            if now > held and self._buffered + now - held > self.buffer_bytes:
+                total = self._buffered
+                raise RemoteProtocolError(
+                    f"the server holds {total / 2**20:.0f} MiB of client requests not yet received in full, "
+                    f"its limit is {self.buffer_bytes / 2**20:.0f} MiB; send smaller requests or retry later")
+            self._buffered += now - held
+        return now
+
     def _serve(self, conn: socket.socket, addr: Any) -> None:
         buf = FrameBuffer()
+        held = 0  # of this listener's buffer budget
         try:
             while not self._closing:
                 data = conn.recv(1 << 20)
                 if not data:
                     return
                 buf.feed(data)
+                held = self._hold(held, len(buf))
                 while (req := buf.next()) is not None:
+                    held = self._hold(held, len(buf))
                     if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
                         raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
                     conn.sendall(encode(self._reply(*req)))
@@ -108,6 +127,7 @@ class ClientListener:
                 self._log.warning("client connection from %s closed: %s", _peer(addr), e)
         finally:
             with self._lock:
+                self._buffered -= held
                 self._conns.pop(conn, None)
             conn.close()
 

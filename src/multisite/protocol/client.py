@@ -34,6 +34,10 @@ class FrameBuffer:
     def feed(self, data: bytes) -> None:
         self._buf += data
 
+    def __len__(self) -> int:
+        """Bytes held: received and not yet taken as whole frames."""
+        return len(self._buf)
+
     def next(self):
         """The next decoded body, or None if more bytes are needed."""
         if len(self._buf) < 4:
