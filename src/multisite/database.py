@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import (InstanceExists, JournalError, JournalGap, NotPrimary, RegionNotFound, TransactionError,
-                     ConfigError)
+from .errors import (InstanceExists, JournalError, JournalGap, KeyTypeError, NotPrimary, RegionNotFound,
+                     TransactionError, ConfigError)
 from .fsutil import fsync_file
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
@@ -456,10 +456,10 @@ class Database:
                 _fail_all(batch, e)
                 return None, e
             snap = self._savepoint()
-            if not self._prepare_sets(batch, frames):
-                self._prepare_each(batch, frames)
             token = None
             try:
+                if not self._prepare_sets(batch, frames):
+                    self._prepare_each(batch, frames)
                 if frames:
                     self._write(frames)
                     token = self.journal.sync_token()
@@ -505,16 +505,21 @@ class Database:
             for op in r.ops:
                 if op[0] != SET or op[1] not in regions:
                     return False
-        keyed = [[encode_key(op[2]) for op in r.ops] for r in batch]
+        keyed: list[tuple[_Request, list[bytes]]] = []
+        for r in batch:
+            try:
+                keyed.append((r, [encode_key(op[2]) for op in r.ops]))
+            except KeyTypeError as e:  # a string subscript that is not text: this request only
+                r.error, r.seqno = e, 0
         wanted: dict[int, list[bytes]] = {}
-        for r, kbs in zip(batch, keyed):
+        for r, kbs in keyed:
             for op, kb in zip(r.ops, kbs):
                 reg = regions[op[1]]
                 if reg.replicated:
                     wanted.setdefault(reg.id, []).append(kb)
         current = {rid: st.get_many(rid, kbs) for rid, kbs in wanted.items()}  # before-images, kept current
         written: dict[int, dict[bytes, bytes]] = {}
-        for r, kbs in zip(batch, keyed):
+        for r, kbs in keyed:
             undo: list[tuple[dict, bytes, Any]] = []  # what to put back if the request fails
             updates: list[Update] = []
             touched: set[str] = set()

@@ -226,3 +226,45 @@ def test_a_transaction_whose_commit_failed_says_so_and_a_new_one_commits(tmp_pat
             tx2.set("r", ("k",), 1)
         assert (db.get("r", ("k",)), db.seqno) == (1, 1)
         db.close()
+
+
+def test_a_key_that_cannot_be_encoded_fails_its_own_request_only(tmp_path):
+    """A string subscript that is not text (a lone surrogate) is found when the combiner encodes the
+    batch's keys: that request fails with KeyTypeError, the others in the batch commit."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    batch = _requests([(SET, "r", ("a",), 1)], [(SET, "r", ("\ud800",), 2)], [(SET, "r", ("b",), 3)])
+    _prepare(db, batch)
+    assert [r.seqno for r in batch] == [1, 0, 2]
+    assert type(batch[1].error).__name__ == "KeyTypeError" and batch[0].error is batch[2].error is None
+    assert (db.get("r", ("a",)), db.get("r", ("b",))) == (1, 3)
+    db.close()
+
+
+def test_a_store_write_that_fails_fails_the_batch_and_leaves_no_gap(tmp_path, monkeypatch):
+    """The batch's one store write failing (SQLite: disk full) fails every request of the batch and
+    undoes it whole: the seqnos it took are given back, so the next commit follows on."""
+    import sqlite3
+
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    db.set("r", ("a",), 0)
+    real = db.store.put_values
+
+    def full(rid, values):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(db.store, "put_values", full)
+    batch = _requests([(SET, "r", ("a",), 1)], [(SET, "r", ("b",), 2)])
+    token, err = db._prepare_batch(batch)
+    assert token is None and isinstance(err, sqlite3.OperationalError)
+    assert [type(r.error) for r in batch] == [sqlite3.OperationalError] * 2 and db.seqno == 1
+    monkeypatch.setattr(db.store, "put_values", real)
+    db.set("r", ("c",), 3)
+    assert (db.seqno, db.get("r", ("a",)), db.get("r", ("b",))) == (2, 0, None)
+    db.close()
+    with multisite.open(root) as db:
+        assert [r.seqno for r in iter_records(db.layout.journal)] == [1, 2]
+        assert (db.get("r", ("a",)), db.get("r", ("c",))) == (0, 3)
