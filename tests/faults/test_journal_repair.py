@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import multisite
 from multisite.cli.main import cli
 from multisite.errors import InstanceLocked, JournalCorrupt
+from multisite.instance import instance_file as ifile
 from multisite.journal import repair as jr
 from multisite.journal.segments import SegmentView, list_segments
 from multisite.replication.lostfile import LostFile, list_lost_files
@@ -71,6 +72,8 @@ def test_a_lost_unacknowledged_record_is_cut_with_the_records_after_it_kept_in_a
     assert (p.last_intact_seqno, p.intact_after, p.store_seqno, p.refused) == (29, list(range(31, 51)), 20, "")
     (lost,) = list_lost_files(root / "lost")
     assert [r.seqno for r in LostFile.read(lost).records()] == list(range(31, 51))
+    info = ifile.load(root / "instance.msi")
+    assert info.history[-1].start_seqno == 30 and info.history[-1].root_primary == "A"  # told apart from 30..50
     with multisite.open(root) as db:
         assert db.seqno == 29
         assert [db.get("r", ("k", i)) for i in (20, 29, 30, 31, 50)] == [20, 29, None, None, None]

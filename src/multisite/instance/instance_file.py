@@ -110,6 +110,18 @@ class InstanceFile(msgspec.Struct):
         while len(self.history) > 1 and self.history[-1].start_seqno > last_seqno:
             self.history.pop()
 
+    def cut_at(self, seqno: int) -> None:
+        """The journal now ends at ``seqno`` (rollback, journal repair): drop the history after it (a
+        primary starts a new record at ``seqno + 1``, so that its next transactions are told apart
+        from the ones cut) and bring every slot back to it."""
+        self.truncate_history(seqno)
+        if self.role == "primary":
+            self.add_history(seqno + 1, self.name, "originating")
+        for s in self.slots.values():
+            s.last_sent = min(s.last_sent, seqno)
+            s.last_confirmed = min(s.last_confirmed, seqno)
+        self.seqno = min(self.seqno, seqno)
+
     def slot(self, name: str, kind: str = "secondary") -> SourceSlot:
         s = self.slots.get(name)
         if s is None:

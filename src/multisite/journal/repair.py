@@ -16,7 +16,8 @@ case it is, so opening stays strict and the operator decides, with what this mod
   (``multisite rollback --fetchresync``) when they next connect, as after any failover.
 
 The repair writes the intact records after the damage to a lost-transaction file (``lost/``, the
-format rollback uses), removes the sidecars past the cut and cuts the segment at the damage.
+format rollback uses), trims the instance file as a rollback does (history, slots), removes the
+sidecars past the cut and cuts the segment at the damage.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
                 lay.lost, instance=info.name, group=info.group, records=records, common_seqno=p.last_intact_seqno,
                 reason=f"journal repair: damage at offset {p.offset} of {Path(p.segment).name}, intact records "
                        f"after it cut"))
+        info.cut_at(p.last_intact_seqno)  # as a rollback does: what was cut is told apart from what follows
+        ifile.save(lay.instance_file, info)
         drop_after(lay.journal, p.last_intact_seqno)
         fd = os.open(p.segment, os.O_WRONLY)
         try:

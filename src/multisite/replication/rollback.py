@@ -179,12 +179,7 @@ def _truncate_segment(path, size: int) -> None:
 
 def _trim_info(db, to_seqno: int, records: list[Record]) -> None:
     info = db.info
-    info.truncate_history(to_seqno)
-    if info.role == "primary":
-        info.add_history(to_seqno + 1, info.name, "originating")
-    for s in info.slots.values():
-        s.last_sent = min(s.last_sent, to_seqno)
-        s.last_confirmed = min(s.last_confirmed, to_seqno)
+    info.cut_at(to_seqno)
     for num, st in info.streams.items():
         st.last_stream_seqno = db._stream_seqnos.get(num, st.last_stream_seqno)
         if st.history:
