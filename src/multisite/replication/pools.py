@@ -131,6 +131,16 @@ class ReceivePool:
             self.on_drained()
         return gen, out
 
+    def put_back(self, gen: int, items: list[tuple[int, bytes]]) -> None:
+        """Return frames ``take`` gave out (and that were not applied) to the front of the pool, in
+        order, unless the pool was cleared since (generation ``gen``): they come again then."""
+        with self._cond:
+            if gen != self.generation or not items:
+                return
+            self._q.extendleft(reversed(items))
+            self.bytes += sum(len(fr) for _, fr in items)
+            self._cond.notify()
+
     def clear(self, received_seqno: int) -> None:
         with self._cond:
             self._q.clear()

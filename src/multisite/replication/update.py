@@ -6,6 +6,10 @@ pool until it sends XOFF. Each batch goes through ``Database.apply_records``: jo
 the originating seqno), then the store, then the secondary's own journal pool, so that it can feed a
 further secondary. Its restart point is always the instance's own seqno, so restarts of any process
 neither skip nor repeat a transaction.
+
+A batch that fails is never dropped: a gap hands the stream back to the receiver (restart from
+this instance's seqno); a full disk keeps the batch and tries again, with a growing pause, until
+there is room; anything else stops the Update Process visibly with the batch back in the pool.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import threading
 import time
 
 from ..database import Database
-from ..errors import MultisiteError
+from ..errors import JournalGap, StorageFull
 from ..journal.records import FRAME_HEADER_SIZE, decode_payload
 from .pools import ReceivePool
 
 UPDATE_BATCH_MAX = 512
+STORAGE_RETRY_MIN_S = 0.25  # a full disk: first pause before applying again, doubled up to
+STORAGE_RETRY_MAX_S = 5.0
 
 
 class UpdateProcess:
@@ -59,25 +65,44 @@ class UpdateProcess:
 
     def _run(self) -> None:
         last_log, last_applied = time.monotonic(), 0
+        full_since: float | None = None  # when the disk was found full (None: applying normally)
+        pause = STORAGE_RETRY_MIN_S
         while not self._stop.is_set():
             gen, items = self.pool.take(UPDATE_BATCH_MAX, timeout=0.2)
             if items:
+                at = self.db.seqno
                 try:
                     with self.pool.apply_lock:
                         if gen != self.pool.generation:
                             continue  # the receiver restarted the stream; these will come again
-                        before = self.db.seqno
                         self.db.apply_records([decode_payload(memoryview(fr)[FRAME_HEADER_SIZE:])
                                                for _, fr in items], si_stream=self.si_stream)
-                        self.applied += self.db.seqno - before
-                except MultisiteError as e:
+                        self.applied += self.db.seqno - at
+                    if full_since is not None:
+                        self.log.info("update process: room again after %.1f s; applying from seqno %d",
+                                      time.monotonic() - full_since, at + 1)
+                        full_since, pause, self.error = None, STORAGE_RETRY_MIN_S, None
+                except JournalGap as e:
                     self.error = str(e)
                     self.log.error("update process: %s; asking the receiver to restart from seqno %d",
                                    e, self.db.seqno + 1)
                     self.pool.clear(self.db.seqno)
                     if self.on_gap:
                         self.on_gap()
+                except StorageFull as e:
+                    # Nothing of the batch was applied (the engine undid it). Keep it and try again:
+                    # restarting the stream would only fetch the same records again, every time.
+                    # Meanwhile the receive pool fills and the receiver sends XOFF.
+                    self.pool.put_back(gen, items)
+                    self.error = str(e)
+                    if full_since is None:
+                        full_since = time.monotonic()
+                        self.log.error("update process: %s; holding the received records from seqno %d and "
+                                       "trying again until there is room", e, at + 1)
+                    self._stop.wait(pause)
+                    pause = min(pause * 2, STORAGE_RETRY_MAX_S)
                 except Exception as e:  # a record this instance cannot apply: stop, but visibly
+                    self.pool.put_back(gen, items)  # `update start` takes them again
                     self.error = f"{type(e).__name__}: {e}"
                     self.log.exception("update process stopped at seqno %d: cannot apply received records (%s); "
                                        "fix the cause, then `multisite update start`", self.db.seqno, self.error)
