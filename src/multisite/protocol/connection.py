@@ -22,7 +22,7 @@ import zstandard
 
 from ..errors import LocalProtocolError, RemoteProtocolError
 from ..journal.records import FRAME_HEADER_SIZE, parse_header
-from .messages import (COMPRESSED, FRAME_PREFIX, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
+from .messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
                        Heartbeat, HeartbeatAck, Hello, Message, Start, TxnBatch, Xoff, Xon, decode_body,
                        encode_message)
 
@@ -124,8 +124,10 @@ class Connection:
         if len(buf) < FRAME_PREFIX.size:
             return self._need_data()
         length, t = FRAME_PREFIX.unpack_from(buf, 0)
-        if length < 1 or length - 1 > self.max_frame_bytes:
-            self._fail(f"frame length {length} is outside 1..{self.max_frame_bytes + 1}")
+        limit = self._frame_limit()
+        if length < 1 or length - 1 > limit:
+            self._fail(f"frame length {length} is outside 1..{limit + 1}"
+                       + ("" if self.state is State.STREAMING else " (the handshake's limit)"))
         if (t & ~COMPRESSED) not in MESSAGE_TYPES:
             self._fail(f"unknown message type 0x{t:02x}")
         if len(buf) < 4 + length:
@@ -137,9 +139,9 @@ class Connection:
             # declared size first: a small body must not expand into gigabytes (a zstd bomb).
             try:
                 size = zstandard.frame_content_size(body)
-                if not 0 <= size <= self.max_frame_bytes:
+                if not 0 <= size <= limit:
                     self._fail(f"compressed body declares {'no' if size < 0 else size} decompressed size "
-                               f"(limit {self.max_frame_bytes})")
+                               f"(limit {limit})")
                 body = self._decompressor.decompress(body)
             except zstandard.ZstdError as e:
                 self._fail(f"compressed body does not decompress: {e}")
@@ -152,6 +154,13 @@ class Connection:
         self._transition(RECV, msg)
         self._check(msg)
         return msg
+
+    def _frame_limit(self) -> int:
+        """Largest body accepted now: ``max_frame_bytes`` once streaming, far less before (see
+        HANDSHAKE_FRAME_BYTES): an unknown peer's first frame cannot make us buffer 64 MiB."""
+        if self.state is State.STREAMING:
+            return self.max_frame_bytes
+        return min(self.max_frame_bytes, HANDSHAKE_FRAME_BYTES)
 
     def pending(self) -> tuple[int, int] | None:
         """The frame being received: ``(its declared size, bytes of it received)``, or None."""

@@ -20,6 +20,9 @@ PROTOCOL_VERSION = 1
 FRAME_PREFIX = struct.Struct("<IB")
 COMPRESSED = 0x80
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+# Until streaming starts only Hello, Start and Error travel: a few history records. A peer nobody
+# has vouched for yet must not make the other side hold MAX_FRAME_BYTES per connection.
+HANDSHAKE_FRAME_BYTES = 1024 * 1024
 
 
 class HistoryEntry(msgspec.Struct, array_like=True, frozen=True):
