@@ -31,6 +31,7 @@ from ..replication.history import check_peer, common_point, hello_for, stream_en
 from .tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
+CONNECT_BACKOFF_MIN_S = 0.05  # first pause after a failed connect; doubled up to connect_backoff_max_s
 
 
 @dataclass
@@ -118,6 +119,7 @@ class SourceServer:
         self._rtt_s = 0.0
         self._kicked = False
         self._stopping = False
+        self._streaming_since: float | None = None  # when the current session began streaming
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -171,7 +173,7 @@ class SourceServer:
 
     # -- main loop -------------------------------------------------------------------------------
     async def _run(self) -> None:
-        backoff = 0.05
+        backoff = CONNECT_BACKOFF_MIN_S
         stats = asyncio.get_running_loop().create_task(self._stats_loop())
         try:
             while True:
@@ -181,9 +183,10 @@ class SourceServer:
                     await self._wake.wait()
                     continue
                 self.state = "connecting"
+                self._streaming_since = None
                 try:
                     await self._connect_and_stream()
-                    backoff = 0.05
+                    backoff = CONNECT_BACKOFF_MIN_S
                 except asyncio.CancelledError:
                     raise
                 except _Refused as e:
@@ -206,6 +209,11 @@ class SourceServer:
                     self.log.exception("unexpected error in the session with %s; reconnecting", self.cfg.secondary)
                     self.last_error = f"internal error: {e!r}"
                     backoff = max(backoff, 1.0)
+                if self._streaming_since is not None and \
+                        time.monotonic() - self._streaming_since >= self.cfg.connect_backoff_max_s:
+                    # A session that streamed a while ends the run of failures: reconnect at once,
+                    # not after the longest pause earlier failures (in this server's life) built up.
+                    backoff = CONNECT_BACKOFF_MIN_S
                 self._save_slot()
                 if self.active:
                     self.state = "connecting"
@@ -278,6 +286,7 @@ class SourceServer:
                       peer.name, peer.seqno, common, self._next)
         self.last_confirmed = peer.seqno
         self.state = "streaming"
+        self._streaming_since = time.monotonic()
         self.last_error = None
         self._fiter = None
         self._xon.set()
