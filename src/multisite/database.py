@@ -305,11 +305,13 @@ class Database:
         return self._seqno, dict(self._stream_seqnos), self.store.positions()
 
     def _rollback_to(self, snap: tuple) -> None:
-        self.store.rollback_to(BATCH)
+        # In-memory positions first: if the store cannot roll back (StoreLost), they still must not
+        # count what was undone.
         self._seqno = snap[0]
         self._stream_seqnos.clear()
         self._stream_seqnos.update(snap[1])
         self.store.restore_positions(snap[2])
+        self.store.rollback_to(BATCH)
 
     def _prepare(self, ops: list[tuple[int, str, tuple, bytes | None]], *, origin: str | None = None,
                  stream: int = 0, stream_seqno: int | None = None, replicated_apply: bool = False,

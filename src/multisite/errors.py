@@ -77,6 +77,14 @@ class StoreCorrupt(MultisiteError):
     code = "STORE_CORRUPT"
 
 
+class StoreLost(MultisiteError):
+    """SQLite rolled back the store's open transaction by itself (a full disk, an I/O error): the
+    changes since the last flush are gone from the store. They are in the journal, which recovery
+    rolls the store forward from: the instance must be reopened."""
+
+    code = "STORE_LOST"
+
+
 class JournalError(MultisiteError):
     code = "JOURNAL"
 

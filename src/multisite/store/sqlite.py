@@ -17,7 +17,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import StoreCorrupt
+from ..errors import StorageFull, StoreCorrupt, StoreLost
 from ..keys import KILL_END
 
 SCHEMA = """
@@ -43,6 +43,35 @@ def _select_sql(n: int) -> str:
     return f"SELECT k, v FROM kv WHERE r=? AND k IN ({','.join('?' * n)})"
 
 
+def _in_txn(method):
+    """For a store method that runs inside the open transaction: when SQLite answers an error by
+    rolling that transaction back by itself (SQLITE_FULL, SQLITE_IOERR, ...), every change since the
+    last flush is gone, while the engine goes on as if they were there, and a later flush would
+    record an applied seqno over rows that are not. The store then refuses all work (StoreLost):
+    the journal holds the changes, and reopening the instance rolls the store forward from it. A
+    full disk that only undid the failing statement is StorageFull, like a full journal."""
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        if self.lost is not None:
+            raise self.lost
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            if self._in_txn and not self.conn.in_transaction:
+                self.lost = StoreLost(
+                    f"SQLite rolled back the open transaction of the store {self.path} after '{e}' (a full "
+                    f"disk?): its changes since the last flush are gone from the store, though every committed "
+                    f"one is in the journal. Close the instance and open it again once the cause is fixed: "
+                    f"recovery rolls the store forward from the journal")
+                raise self.lost from e
+            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:  # only the statement was undone
+                raise StorageFull(f"the store {self.path} is full ({e}); the commit was not applied") from e
+            raise
+
+    return guarded
+
+
 @dataclass
 class RegionInfo:
     id: int
@@ -57,6 +86,7 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.conn: sqlite3.Connection | None = None
+        self.lost: StoreLost | None = None  # set when SQLite dropped the open transaction (see _in_txn)
         try:
             self._open(path)
         except sqlite3.DatabaseError as e:
@@ -95,6 +125,7 @@ class Store:
             self._in_txn = True
         self.dirty = True
 
+    @_in_txn
     def flush(self) -> None:
         """Commit everything applied so far (the caller made sure the journal is hard up to here)."""
         if not self._in_txn:
@@ -114,13 +145,16 @@ class Store:
         self.flushed_seqno = self.applied_seqno
 
     # -- savepoints: undo one commit without losing the rest of the open transaction ------------
+    @_in_txn
     def savepoint(self, name: str) -> None:
         self._begin()
         self.conn.execute(f"SAVEPOINT {name}")
 
+    @_in_txn
     def release(self, name: str) -> None:
         self.conn.execute(f"RELEASE {name}")
 
+    @_in_txn
     def rollback_to(self, name: str) -> None:
         """Undo everything since ``savepoint(name)``; regions created since are forgotten too."""
         self.conn.execute(f"ROLLBACK TO {name}")
@@ -145,10 +179,12 @@ class Store:
         return {int(k): v for k, v in json.loads(row[0]).items()} if row else {}
 
     def close(self) -> None:
-        self.flush()
+        if self.lost is None:  # else nothing may be flushed: the journal has it all
+            self.flush()
         self.conn.close()
 
     # -- regions ---------------------------------------------------------------------------------
+    @_in_txn
     def create_region(self, name: str, replicated: bool, schema: str | None = None) -> RegionInfo:
         self._begin()
         cur = self.conn.execute("INSERT INTO regions (name, replicated, schema) VALUES (?, ?, ?)",
@@ -164,10 +200,12 @@ class Store:
             self._dirty_regions.add(name)
 
     # -- data ------------------------------------------------------------------------------------
+    @_in_txn
     def get(self, rid: int, kb: bytes) -> bytes | None:
         row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kb)).fetchone()
         return row[0] if row else None
 
+    @_in_txn
     def get_many(self, rid: int, kbs: list[bytes]) -> dict[bytes, bytes]:
         if len(kbs) == 1:
             row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kbs[0])).fetchone()
@@ -181,6 +219,7 @@ class Store:
     def put_many(self, rid: int, rows: list[tuple[bytes, bytes]]) -> None:
         self.put_values(rid, dict(rows))
 
+    @_in_txn
     def put_values(self, rid: int, values: dict[bytes, bytes]) -> None:
         """Write ``{key: value}`` into region ``rid``."""
         if len(values) == 1:  # a single-update commit: the common case
@@ -189,6 +228,7 @@ class Store:
             self._begin()
             self._insert([x for k, v in values.items() for x in (rid, k, v)])
 
+    @_in_txn
     def put_rows(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         """Bulk ``(region id, key, value)`` writes, in order (recovery)."""
         self._begin()
@@ -204,23 +244,28 @@ class Store:
             self.conn.execute(_insert_sql(n), flat[i : i + 3 * n])
             i, left = i + 3 * n, left - n
 
+    @_in_txn
     def put(self, rid: int, kb: bytes, vb: bytes) -> None:
         self._begin()
         self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
 
+    @_in_txn
     def delete_many(self, rid: int, kbs: list[bytes]) -> None:
         if kbs:
             self._begin()
             self.conn.executemany("DELETE FROM kv WHERE r=? AND k=?", [(rid, k) for k in kbs])
 
+    @_in_txn
     def delete(self, rid: int, kb: bytes) -> None:
         self._begin()
         self.conn.execute("DELETE FROM kv WHERE r=? AND k=?", (rid, kb))
 
+    @_in_txn
     def subtree(self, rid: int, kb: bytes) -> list[tuple[bytes, bytes]]:
         return self.conn.execute("SELECT k, v FROM kv WHERE r=? AND k>=? AND k<? ORDER BY k",
                                  (rid, kb, kb + KILL_END)).fetchall()
 
+    @_in_txn
     def delete_subtree(self, rid: int, kb: bytes) -> None:
         self._begin()
         self.conn.execute("DELETE FROM kv WHERE r=? AND k>=? AND k<?", (rid, kb, kb + KILL_END))
