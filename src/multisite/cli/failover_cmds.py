@@ -9,18 +9,18 @@ from __future__ import annotations
 import click
 
 from .. import database
-from ..errors import ConfigError
+from ..errors import ConfigError, RollbackError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.client import fetch_hello
 from ..replication.lostfile import LostFile
 from ..replication.roles import change_role, resync_instance
-from .output import console, print_json, table
+from .output import HostPort, console, print_json, table
 
 
 @click.command("rollback")
 @click.argument("dir", type=click.Path())  # checked by Layout.existing: one line, exit 1
-@click.option("--fetchresync", default=None, metavar="HOST:PORT",
+@click.option("--fetchresync", type=HostPort(), default=None, metavar="HOST:PORT",
               help="Ask the primary at HOST:PORT (its client port) for the common point and roll back to it.")
 @click.option("--resync", type=int, default=None, metavar="SEQNO", help="Roll back to SEQNO.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
@@ -32,6 +32,8 @@ def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json:
     root = Layout.existing(dir).root
     if (resync is None) == (fetchresync is None):  # before contacting anyone
         raise ConfigError("give exactly one of --resync SEQNO or --fetchresync HOST:PORT")
+    if resync is not None and resync < 0:  # resync_instance calls it "past the end" of the instance
+        raise RollbackError(f"--resync {resync} is not a seqno (0 or more); nothing was changed")
     if control.is_running(root):
         rep = control.call(root, "rollback", resync=resync, fetchresync=fetchresync)
     else:

@@ -11,7 +11,7 @@ from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..instance.maintenance import backup
 from ..journal.recovery import recover_journal
-from .output import console, print_json, table
+from .output import MAX_MIB, console, print_json, table
 
 
 @click.group()
@@ -26,8 +26,10 @@ def instance() -> None:
 @click.option("--supplementary", is_flag=True, help="Supplementary (SI) instance: may originate updates "
               "while receiving a stream.")
 @click.option("--durability", type=click.Choice(["fsync", "group", "none"]), default="fsync", show_default=True)
-@click.option("--segment-mib", type=int, default=64, show_default=True, help="Journal segment size limit.")
-@click.option("--journal-pool-mib", type=int, default=64, show_default=True, help="Journal pool size.")
+@click.option("--segment-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,
+              help="Journal segment size limit.")
+@click.option("--journal-pool-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,
+              help="Journal pool size.")
 def create_cmd(dir: str, name: str, group: str, supplementary: bool, durability: str, segment_mib: int,
                journal_pool_mib: int) -> None:
     """Create an empty instance.

@@ -1,15 +1,28 @@
-"""Shared output helpers: rich tables for people, stable JSON for scripts."""
+"""Shared CLI helpers: rich tables for people, stable JSON for scripts, and option types that refuse
+bad values (a port out of range, a nan timeout, an empty name) at the command line, before any server
+or Spark sees them, as the one-line ``error: CONFIG: …`` naming the option."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any, Iterable
 
+import click
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import ConfigError
+from ..net.tls import parse_hostport
+
 console = Console()
+
+# Sizes are given in MiB; past 1 TiB a setting is a typo (and past 2**44 MiB it no longer fits the
+# instance file's 64-bit field: a failure after the instance directory was made).
+MAX_MIB = 1024 * 1024
+# A socket timeout is a C time value: far beyond any real wait and below what settimeout accepts.
+MAX_SECONDS = 7 * 24 * 3600.0
 
 
 def print_json(obj: Any) -> None:
@@ -23,3 +36,57 @@ def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> 
     for r in rows:
         t.add_row(*[str(x) for x in r])
     console.print(t)
+
+
+def _fail(param, message: str):
+    opt = param.opts[0] if param is not None and param.opts else "value"
+    raise ConfigError(f"{opt}: {message}")
+
+
+class HostPort(click.ParamType):
+    """HOST:PORT with a port in range (0 allowed where the OS picks one: a listen address)."""
+
+    name = "HOST:PORT"
+
+    def __init__(self, *, listen: bool = False):
+        self.min_port = 0 if listen else 1
+
+    def convert(self, value, param, ctx):
+        try:
+            _, port = parse_hostport(value)
+        except ConfigError:
+            _fail(param, f"expected HOST:PORT, got {value!r}")
+        if not self.min_port <= port <= 65535:
+            _fail(param, f"port {port} of {value!r} is not in {self.min_port}..65535")
+        return value
+
+
+class Seconds(click.ParamType):
+    """A finite duration in seconds, above zero (``positive``) or at least zero, at most MAX_SECONDS."""
+
+    name = "SECONDS"
+
+    def __init__(self, *, positive: bool = True):
+        self.positive = positive
+
+    def convert(self, value, param, ctx):
+        try:
+            s = float(value)
+        except (TypeError, ValueError):
+            _fail(param, f"{value!r} is not a number of seconds")
+        low_ok = s > 0 if self.positive else s >= 0
+        if not (math.isfinite(s) and low_ok and s <= MAX_SECONDS):
+            bound = "above 0" if self.positive else "0 or more"
+            _fail(param, f"{value!r} must be a number of seconds {bound} and at most {MAX_SECONDS:.0f}")
+        return s
+
+
+class Name(click.ParamType):
+    """An instance name (of a secondary): letters, digits, '-', '_' or '.', as ``instance create`` takes."""
+
+    name = "NAME"
+
+    def convert(self, value, param, ctx):
+        if not value or not value.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            _fail(param, f"instance name {value!r} must be letters, digits, '-', '_' or '.'")
+        return value

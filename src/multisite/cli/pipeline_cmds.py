@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 
-from .output import console, print_json, table
+from .output import Seconds, console, print_json, table
 
 _spark_options = [
     click.option("--master", default=None, help="Spark master (default local[*], or MULTISITE_SPARK_MASTER)."),
@@ -59,6 +60,18 @@ def _session(master, confs, progress):
     return session(master, conf=conf)
 
 
+def _instance(path: str) -> None:
+    """Refuse a directory that is not an instance now, not after Spark took its seconds to start."""
+    from ..instance.layout import Layout
+
+    Layout.existing(path)
+
+
+def _instance_or_snapshot(path: str) -> None:
+    if not (Path(path) / "snapshot.json").exists():
+        _instance(path)
+
+
 def _run(as_json: bool, master, confs, job):
     progress = Progress(as_json)
     try:
@@ -77,7 +90,8 @@ def pipeline() -> None:
 @click.argument("instance", type=click.Path(exists=True, file_okay=False))
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Export directory.")
 @click.option("--follow", is_flag=True, help="Keep exporting new transactions until interrupted.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between --follow runs.")
+@click.option("--interval", type=Seconds(positive=False), default=1.0, show_default=True,
+              help="Seconds between --follow runs.")
 @spark_options
 def export_cmd(instance, to, follow, interval, master, confs, as_json):
     """Export an instance to an analytics replica in Parquet (changes + current state).
@@ -87,6 +101,8 @@ def export_cmd(instance, to, follow, interval, master, confs, as_json):
     multisite pipeline export /data/A --to /lake/A --follow
     """
     from ..pipeline.analytics import export
+
+    _instance(instance)
 
     def job(spark, progress):
         return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress)
@@ -108,7 +124,8 @@ def export_cmd(instance, to, follow, interval, master, confs, as_json):
 @pipeline.command("snapshot")
 @click.argument("instance", type=click.Path(exists=True, file_okay=False))
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="New snapshot directory.")
-@click.option("--at", "at", type=int, default=None, help="Seqno of the state (default: the journal's end).")
+@click.option("--at", "at", type=click.IntRange(min=0), default=None,
+              help="Seqno of the state (default: the journal's end).")
 @spark_options
 def snapshot_cmd(instance, to, at, master, confs, as_json):
     """Write a consistent checkpoint of an instance's replicated state at a seqno as Parquet.
@@ -117,8 +134,13 @@ def snapshot_cmd(instance, to, at, master, confs, as_json):
 
     Example: multisite pipeline snapshot /data/A --to /snap/A --at 1000000
     """
+    from ..errors import InstanceExists
     from ..pipeline.seeding import snapshot
 
+    _instance(instance)
+    dest = Path(to).absolute()
+    if dest.exists() and any(dest.iterdir()):  # as snapshot() checks, before Spark starts
+        raise InstanceExists(f"snapshot destination {dest} exists and is not empty; choose a new directory")
     rep = _run(as_json, master, confs, lambda spark, p: snapshot(instance, to, at=at, spark=spark, progress=p))
     if as_json:
         print_json(rep.__dict__)
@@ -154,7 +176,8 @@ def seed_cmd(snapshot, into, name, as_json):
 @pipeline.command("verify")
 @click.argument("a", type=click.Path(exists=True, file_okay=False))
 @click.argument("b", type=click.Path(exists=True, file_okay=False))
-@click.option("--at", "at", type=int, default=None, help="Seqno to compare at (default: the lower end).")
+@click.option("--at", "at", type=click.IntRange(min=0), default=None,
+              help="Seqno to compare at (default: the lower end).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Write the differing keys here as Parquet.")
 @spark_options
@@ -167,6 +190,8 @@ def verify_cmd(a, b, at, out, master, confs, as_json):
     """
     from ..pipeline.compare import verify
 
+    _instance_or_snapshot(a)
+    _instance_or_snapshot(b)
     rep = _run(as_json, master, confs, lambda spark, p: verify(a, b, at=at, out=out, spark=spark, progress=p))
     if as_json:
         print_json(rep.to_dict())
@@ -187,8 +212,10 @@ def verify_cmd(a, b, at, out, master, confs, as_json):
 @click.argument("instance", type=click.Path(exists=True, file_okay=False))
 @click.option("--into", "into", required=True, type=click.Path(exists=True, file_okay=False),
               help="The far-behind replica (closed) to bring forward.")
-@click.option("--from", "from_seqno", type=int, default=None, help="First seqno (default: the replica's + 1).")
-@click.option("--to", "to_seqno", type=int, default=None, help="Last seqno (default: the source's end).")
+@click.option("--from", "from_seqno", type=click.IntRange(min=1), default=None,
+              help="First seqno (default: the replica's + 1).")
+@click.option("--to", "to_seqno", type=click.IntRange(min=0), default=None,
+              help="Last seqno (default: the source's end).")
 @spark_options
 def fold_cmd(instance, into, from_seqno, to_seqno, master, confs, as_json):
     """Fold a journal range into the final state per key and apply it to a far-behind replica in bulk.
@@ -197,6 +224,8 @@ def fold_cmd(instance, into, from_seqno, to_seqno, master, confs, as_json):
     """
     from ..pipeline.catchup import fold
 
+    _instance(instance)
+    _instance(into)
     rep = _run(as_json, master, confs,
                lambda spark, p: fold(instance, into, from_seqno, to_seqno, spark=spark, progress=p))
     if as_json:

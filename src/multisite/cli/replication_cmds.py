@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
+from ..errors import ConfigError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.tls import TLSConfig
-from .output import console, print_json, table
+from .output import MAX_MIB, HostPort, Name, Seconds, console, print_json, table
 
 
 def _root(dir: str) -> Path:
@@ -48,20 +49,26 @@ def source() -> None:
 
 @source.command("start")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--secondary", required=True, help="Name of the secondary instance this source feeds.")
-@click.option("--connect", required=True, help="HOST:PORT of the secondary's Receiver Server.")
+@click.option("--secondary", required=True, type=Name(), help="Name of the secondary instance this source feeds.")
+@click.option("--connect", required=True, type=HostPort(), help="HOST:PORT of the secondary's Receiver Server.")
 @click.option("--passive", is_flag=True, help="Start passive: no connection until activated.")
 @click.option("--compress", type=int, default=0, show_default=True, help="zstd level (0 = off).")
 @with_tls
-@click.option("--heartbeat-interval", type=float, default=1.0, show_default=True, help="Seconds.")
-@click.option("--heartbeat-timeout", type=float, default=5.0, show_default=True, help="Seconds.")
-@click.option("--stats-interval", type=float, default=5.0, show_default=True, help="Seconds between stats lines.")
+@click.option("--heartbeat-interval", type=Seconds(), default=1.0, show_default=True,
+              help="Seconds between heartbeats; below --heartbeat-timeout.")
+@click.option("--heartbeat-timeout", type=Seconds(), default=5.0, show_default=True,
+              help="Seconds without an answer before the connection counts as lost.")
+@click.option("--stats-interval", type=Seconds(), default=5.0, show_default=True, help="Seconds between stats lines.")
 def source_start(dir, secondary, connect, passive, compress, tls_cert, tls_key, tls_ca, heartbeat_interval,
                  heartbeat_timeout, stats_interval) -> None:
     """Start a Source Server for one secondary.
 
     Example: multisite source start /data/A --secondary B --connect b.example:7100 --compress 3
     """
+    if heartbeat_interval >= heartbeat_timeout:  # each heartbeat would come too late: reconnects forever
+        raise ConfigError(f"--heartbeat-interval ({heartbeat_interval:g} s) must be below --heartbeat-timeout "
+                          f"({heartbeat_timeout:g} s): the receiver answers each heartbeat, and no answer "
+                          f"within the timeout ends the connection")
     res = control.call(_root(dir), "source.start", secondary=secondary, connect=connect, passive=passive,
                        compress=compress, tls=_tls(tls_cert, tls_key, tls_ca),
                        heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
@@ -71,7 +78,7 @@ def source_start(dir, secondary, connect, passive, compress, tls_cert, tls_key, 
 
 def _simple(name: str, op: str, doc: str, *, timeout_opt: bool = False, connect_opt: bool = False):
     @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-    @click.option("--secondary", required=True, help="Name of the secondary.")
+    @click.option("--secondary", required=True, type=Name(), help="Name of the secondary.")
     def cmd(dir, secondary, **kw):
         args = {k: v for k, v in kw.items() if v is not None}
         call_timeout_s = control.CONTROL_TIMEOUT_S
@@ -82,10 +89,10 @@ def _simple(name: str, op: str, doc: str, *, timeout_opt: bool = False, connect_
         _done(f"source server for {secondary} {name}", res)
     cmd.__doc__ = doc
     if timeout_opt:
-        cmd = click.option("--timeout", type=float, default=5.0, show_default=True,
+        cmd = click.option("--timeout", type=Seconds(positive=False), default=5.0, show_default=True,
                            help="Seconds to send what is pending before stopping.")(cmd)
     if connect_opt:
-        cmd = click.option("--connect", default=None, help="New HOST:PORT of the secondary.")(cmd)
+        cmd = click.option("--connect", type=HostPort(), default=None, help="New HOST:PORT of the secondary.")(cmd)
     return source.command(name)(cmd)
 
 
@@ -105,7 +112,7 @@ def _source_table(res: dict) -> None:
 
 @source.command("status")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--secondary", required=True)
+@click.option("--secondary", required=True, type=Name())
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def source_status(dir, secondary, as_json) -> None:
     """Status of a Source Server: state, seqnos, backlog.
@@ -118,7 +125,7 @@ def source_status(dir, secondary, as_json) -> None:
 
 @source.command("showbacklog")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--secondary", required=True)
+@click.option("--secondary", required=True, type=Name())
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def source_backlog(dir, secondary, as_json) -> None:
     """Transactions not yet sent to / confirmed by a secondary.
@@ -140,13 +147,15 @@ def receiver() -> None:
 
 @receiver.command("start")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--listen", required=True, help="HOST:PORT to accept the Source Server on.")
+@click.option("--listen", required=True, type=HostPort(listen=True),
+              help="HOST:PORT to accept the Source Server on.")
 @with_tls
 @click.option("--autorollback", is_flag=True, help="Roll back automatically when the source's history needs it.")
 @click.option("--noresync", is_flag=True, help="SI only: resume from the last common transaction without rollback.")
-@click.option("--receive-pool-mib", type=int, default=64, show_default=True, help="XOFF above this, XON below 1/4.")
+@click.option("--receive-pool-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,
+              help="XOFF above this, XON below 1/4.")
 @click.option("--no-update", is_flag=True, help="Do not start the Update Process.")
-@click.option("--stats-interval", type=float, default=5.0, show_default=True, help="Seconds between stats lines.")
+@click.option("--stats-interval", type=Seconds(), default=5.0, show_default=True, help="Seconds between stats lines.")
 def receiver_start(dir, listen, tls_cert, tls_key, tls_ca, autorollback, noresync, receive_pool_mib, no_update,
                    stats_interval) -> None:
     """Start the Receiver Server (and the Update Process): the instance becomes a replicating secondary.
