@@ -32,7 +32,8 @@ from .journal.reader import iter_records
 from .journal import records as journal_records
 from .journal.records import KILL, SET, ZKILL, Record, Update, encode_payload, frame
 from .journal.recovery import recover_journal
-from .journal.writer import DEFAULT_SEGMENT_BYTES, DURABILITY_MODES, JournalWriter, create_segment
+from .journal.writer import (DEFAULT_SEGMENT_BYTES, DURABILITY_MODES, MIN_SEGMENT_BYTES, JournalWriter,
+                             create_segment)
 from .keys import check_key, decode_key, encode_key
 from .store.sqlite import Store
 
@@ -70,6 +71,10 @@ def create(path: str | os.PathLike, name: str, *, group: str = "default", supple
         raise ConfigError(f"instance name {name!r} must be letters, digits, '-', '_' or '.'")
     if durability not in DURABILITY_MODES:
         raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
+    for what, n, least in (("segment_bytes", segment_bytes, MIN_SEGMENT_BYTES), ("journal_pool_bytes",
+                                                                                  journal_pool_bytes, 1)):
+        if isinstance(n, bool) or not isinstance(n, int) or not least <= n <= 1 << 40:
+            raise ConfigError(f"{what} must be a whole number of bytes from {least} to 1 TiB, got {n!r}")
     lay = Layout(Path(path).absolute())
     if lay.instance_file.exists():
         raise InstanceExists(f"{lay.root} already holds an instance; choose another directory")

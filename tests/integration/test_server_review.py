@@ -310,3 +310,32 @@ def test_request_bytes_held_by_all_connections_have_a_budget_that_a_full_frame_f
         assert lis._buffered == 0
     finally:
         lis.close()
+
+
+def test_a_receiver_that_cannot_bind_leaves_the_instance_a_primary(tmp_path):
+    """``receiver start`` on a port in use made the instance a secondary before the bind failed: a
+    primary demoted, with no receiver to feed it. The port is bound first now."""
+    root = multisite.create(tmp_path / "R", name="R")
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        start_server(root, None)
+        try:
+            with pytest.raises(Exception, match=f"cannot listen for a source on 127.0.0.1:{port}"):
+                control.call(root, "receiver.start", listen=f"127.0.0.1:{port}")
+            st = control.call(root, "status")
+            assert (st["role"], st["receiver"]) == ("primary", None), st
+        finally:
+            stop_server(root)
+
+
+def test_create_refuses_sizes_no_open_could_use_and_makes_nothing(tmp_path):
+    from multisite.errors import ConfigError
+    from multisite.net.tls import parse_hostport
+
+    for kw in ({"segment_bytes": 0}, {"segment_bytes": 10**20}, {"segment_bytes": "64"},
+               {"journal_pool_bytes": -1}, {"journal_pool_bytes": True}):
+        with pytest.raises(ConfigError, match=next(iter(kw))):
+            multisite.create(tmp_path / "X", name="X", **kw)
+        assert not (tmp_path / "X").exists()
+    with pytest.raises(ConfigError, match="out of range"):
+        parse_hostport("127.0.0.1:99999")

@@ -37,6 +37,7 @@ from .segments import SegmentHeader, segment_name
 
 DURABILITY_MODES = ("fsync", "group", "none")
 _GENERATIONS = itertools.count(1)  # fd generations, unique in the process: a token outlives no writer
+MIN_SEGMENT_BYTES = 4096
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 PREALLOC_BYTES = 4 * 1024 * 1024
 _ZEROS = bytes(1024 * 1024)
@@ -56,8 +57,8 @@ class JournalWriter:
         """``size``: where the segment's records end (recovery's scan), when zeros may follow them."""
         if durability not in DURABILITY_MODES:
             raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
-        if segment_bytes < 4096:
-            raise ConfigError(f"journal segment_bytes must be at least 4096, got {segment_bytes}")
+        if segment_bytes < MIN_SEGMENT_BYTES:
+            raise ConfigError(f"journal segment_bytes must be at least {MIN_SEGMENT_BYTES}, got {segment_bytes}")
         self.dir = journal_dir
         self.durability = durability
         self.segment_bytes = segment_bytes

@@ -270,11 +270,18 @@ class InstanceServer:
                              receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
         self.update.stats_interval_s = stats_interval_s
-        if not self.db.info.supplementary and self.db.info.role != "secondary":
-            await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, "secondary")
         rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,
                              self.receive_pool)
-        await rcv.start()
+        try:  # the port first: a failed bind must leave the instance as it was, not a secondary without receiver
+            await rcv.start()
+        except OSError as e:
+            raise ConfigError(f"cannot listen for a source on {listen}: {e.strerror or e}") from None
+        try:
+            if not self.db.info.supplementary and self.db.info.role != "secondary":
+                await asyncio.get_running_loop().run_in_executor(None, change_role, self.db, "secondary")
+        except BaseException:
+            await rcv.stop()
+            raise
         self.receiver = rcv
         if update:
             self.update.start()
