@@ -16,6 +16,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from ..errors import StorageFull, StoreCorrupt, StoreLost
 from ..keys import KILL_END
@@ -43,35 +44,6 @@ def _select_sql(n: int) -> str:
     return f"SELECT k, v FROM kv WHERE r=? AND k IN ({','.join('?' * n)})"
 
 
-def _in_txn(method):
-    """For a store method that runs inside the open transaction: when SQLite answers an error by
-    rolling that transaction back by itself (SQLITE_FULL, SQLITE_IOERR, ...), every change since the
-    last flush is gone, while the engine goes on as if they were there, and a later flush would
-    record an applied seqno over rows that are not. The store then refuses all work (StoreLost):
-    the journal holds the changes, and reopening the instance rolls the store forward from it. A
-    full disk that only undid the failing statement is StorageFull, like a full journal."""
-
-    @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
-        if self.lost is not None:
-            raise self.lost
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as e:
-            if self._in_txn and not self.conn.in_transaction:
-                self.lost = StoreLost(
-                    f"SQLite rolled back the open transaction of the store {self.path} after '{e}' (a full "
-                    f"disk?): its changes since the last flush are gone from the store, though every committed "
-                    f"one is in the journal. Close the instance and open it again once the cause is fixed: "
-                    f"recovery rolls the store forward from the journal")
-                raise self.lost from e
-            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:  # only the statement was undone
-                raise StorageFull(f"the store {self.path} is full ({e}); the commit was not applied") from e
-            raise
-
-    return guarded
-
-
 @dataclass
 class RegionInfo:
     id: int
@@ -86,7 +58,7 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.conn: sqlite3.Connection | None = None
-        self.lost: StoreLost | None = None  # set when SQLite dropped the open transaction (see _in_txn)
+        self.lost: StoreLost | None = None  # set when SQLite dropped the open transaction (see _failed)
         try:
             self._open(path)
         except sqlite3.DatabaseError as e:
@@ -125,44 +97,79 @@ class Store:
             self._in_txn = True
         self.dirty = True
 
-    @_in_txn
+    def _failed(self, e: sqlite3.Error) -> NoReturn:
+        """Raise what an error of SQLite inside the open transaction means. When SQLite answered it by
+        rolling that transaction back by itself (SQLITE_FULL, SQLITE_IOERR, ...), every change since
+        the last flush is gone, while the engine would go on as if they were there, and a later flush
+        would record an applied seqno over rows that are not: the store then refuses all work
+        (StoreLost); the journal holds the changes, and reopening the instance rolls the store forward
+        from it. A full disk that undid only the failing statement is StorageFull, like a full journal.
+        (A try in each method rather than a decorator: no call added to the commit's hot path.)"""
+        if self._in_txn and not self.conn.in_transaction:
+            self.lost = StoreLost(
+                f"SQLite rolled back the open transaction of the store {self.path} after '{e}' (a full "
+                f"disk?): its changes since the last flush are gone from the store, though every committed "
+                f"one is in the journal. Close the instance and open it again once the cause is fixed: "
+                f"recovery rolls the store forward from the journal")
+            raise self.lost from e
+        if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:  # only the statement was undone
+            raise StorageFull(f"the store {self.path} is full ({e}); the commit was not applied") from e
+        raise e
+
     def flush(self) -> None:
         """Commit everything applied so far (the caller made sure the journal is hard up to here)."""
-        if not self._in_txn:
-            return
-        c = self.conn
-        c.execute("INSERT OR REPLACE INTO meta VALUES ('applied_seqno', ?)", (self.applied_seqno,))
-        if self.stream_seqnos:
-            c.execute("INSERT OR REPLACE INTO meta VALUES ('stream_seqnos', ?)",
-                      (json.dumps({str(k): v for k, v in self.stream_seqnos.items()}),))
-        for name in self._dirty_regions:
-            r = self.regions[name]
-            c.execute("UPDATE regions SET seqno=? WHERE id=?", (r.seqno, r.id))
-        self._dirty_regions.clear()
-        c.execute("COMMIT")
-        self._in_txn = False
-        self.dirty = False
-        self.flushed_seqno = self.applied_seqno
+        if self.lost is not None:
+            raise self.lost
+        try:
+            if not self._in_txn:
+                return
+            c = self.conn
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('applied_seqno', ?)", (self.applied_seqno,))
+            if self.stream_seqnos:
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('stream_seqnos', ?)",
+                          (json.dumps({str(k): v for k, v in self.stream_seqnos.items()}),))
+            for name in self._dirty_regions:
+                r = self.regions[name]
+                c.execute("UPDATE regions SET seqno=? WHERE id=?", (r.seqno, r.id))
+            self._dirty_regions.clear()
+            c.execute("COMMIT")
+            self._in_txn = False
+            self.dirty = False
+            self.flushed_seqno = self.applied_seqno
+        except sqlite3.Error as e:
+            self._failed(e)
 
     # -- savepoints: undo one commit without losing the rest of the open transaction ------------
-    @_in_txn
     def savepoint(self, name: str) -> None:
-        self._begin()
-        self.conn.execute(f"SAVEPOINT {name}")
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+            self.conn.execute(f"SAVEPOINT {name}")
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def release(self, name: str) -> None:
-        self.conn.execute(f"RELEASE {name}")
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self.conn.execute(f"RELEASE {name}")
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def rollback_to(self, name: str) -> None:
         """Undo everything since ``savepoint(name)``; regions created since are forgotten too."""
-        self.conn.execute(f"ROLLBACK TO {name}")
-        self.conn.execute(f"RELEASE {name}")
-        known = {rid for (rid,) in self.conn.execute("SELECT id FROM regions")}
-        for n in [n for n, r in self.regions.items() if r.id not in known]:
-            del self.regions[n]
-            self._dirty_regions.discard(n)
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            known = {rid for (rid,) in self.conn.execute("SELECT id FROM regions")}
+            for n in [n for n, r in self.regions.items() if r.id not in known]:
+                del self.regions[n]
+                self._dirty_regions.discard(n)
+        except sqlite3.Error as e:
+            self._failed(e)
 
     def positions(self) -> tuple:
         return self.applied_seqno, {n: r.seqno for n, r in self.regions.items()}, set(self._dirty_regions)
@@ -184,14 +191,18 @@ class Store:
         self.conn.close()
 
     # -- regions ---------------------------------------------------------------------------------
-    @_in_txn
     def create_region(self, name: str, replicated: bool, schema: str | None = None) -> RegionInfo:
-        self._begin()
-        cur = self.conn.execute("INSERT INTO regions (name, replicated, schema) VALUES (?, ?, ?)",
-                                (name, int(replicated), schema))
-        info = RegionInfo(cur.lastrowid, name, replicated, 0, schema)
-        self.regions[name] = info
-        return info
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+            cur = self.conn.execute("INSERT INTO regions (name, replicated, schema) VALUES (?, ?, ?)",
+                                    (name, int(replicated), schema))
+            info = RegionInfo(cur.lastrowid, name, replicated, 0, schema)
+            self.regions[name] = info
+            return info
+        except sqlite3.Error as e:
+            self._failed(e)
 
     def mark_applied(self, seqno: int, region_names) -> None:
         self.applied_seqno = seqno
@@ -200,40 +211,56 @@ class Store:
             self._dirty_regions.add(name)
 
     # -- data ------------------------------------------------------------------------------------
-    @_in_txn
     def get(self, rid: int, kb: bytes) -> bytes | None:
-        row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kb)).fetchone()
-        return row[0] if row else None
+        if self.lost is not None:
+            raise self.lost
+        try:
+            row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kb)).fetchone()
+            return row[0] if row else None
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def get_many(self, rid: int, kbs: list[bytes]) -> dict[bytes, bytes]:
-        if len(kbs) == 1:
-            row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kbs[0])).fetchone()
-            return {kbs[0]: row[0]} if row else {}
-        out: dict[bytes, bytes] = {}
-        for i in range(0, len(kbs), 500):
-            chunk = kbs[i : i + 500]
-            out.update(self.conn.execute(_select_sql(len(chunk)), (rid, *chunk)).fetchall())
-        return out
+        if self.lost is not None:
+            raise self.lost
+        try:
+            if len(kbs) == 1:
+                row = self.conn.execute("SELECT v FROM kv WHERE r=? AND k=?", (rid, kbs[0])).fetchone()
+                return {kbs[0]: row[0]} if row else {}
+            out: dict[bytes, bytes] = {}
+            for i in range(0, len(kbs), 500):
+                chunk = kbs[i : i + 500]
+                out.update(self.conn.execute(_select_sql(len(chunk)), (rid, *chunk)).fetchall())
+            return out
+        except sqlite3.Error as e:
+            self._failed(e)
 
     def put_many(self, rid: int, rows: list[tuple[bytes, bytes]]) -> None:
         self.put_values(rid, dict(rows))
 
-    @_in_txn
     def put_values(self, rid: int, values: dict[bytes, bytes]) -> None:
         """Write ``{key: value}`` into region ``rid``."""
-        if len(values) == 1:  # a single-update commit: the common case
-            self.put(rid, *next(iter(values.items())))
-        else:
-            self._begin()
-            self._insert([x for k, v in values.items() for x in (rid, k, v)])
+        if self.lost is not None:
+            raise self.lost
+        try:
+            if len(values) == 1:  # a single-update commit: the common case
+                self.put(rid, *next(iter(values.items())))
+            else:
+                self._begin()
+                self._insert([x for k, v in values.items() for x in (rid, k, v)])
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def put_rows(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         """Bulk ``(region id, key, value)`` writes, in order (recovery)."""
-        self._begin()
-        last = {(r, k): v for r, k, v in rows}  # a key written twice keeps the last
-        self._insert([x for (r, k), v in last.items() for x in (r, k, v)])
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+            last = {(r, k): v for r, k, v in rows}  # a key written twice keeps the last
+            self._insert([x for (r, k), v in last.items() for x in (r, k, v)])
+        except sqlite3.Error as e:
+            self._failed(e)
 
     def _insert(self, flat: list) -> None:
         """Write rows given as ``[rid, key, value, rid, key, value, ...]`` (one row per key) with
@@ -244,31 +271,51 @@ class Store:
             self.conn.execute(_insert_sql(n), flat[i : i + 3 * n])
             i, left = i + 3 * n, left - n
 
-    @_in_txn
     def put(self, rid: int, kb: bytes, vb: bytes) -> None:
-        self._begin()
-        self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
-
-    @_in_txn
-    def delete_many(self, rid: int, kbs: list[bytes]) -> None:
-        if kbs:
+        if self.lost is not None:
+            raise self.lost
+        try:
             self._begin()
-            self.conn.executemany("DELETE FROM kv WHERE r=? AND k=?", [(rid, k) for k in kbs])
+            self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (rid, kb, vb))
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
+    def delete_many(self, rid: int, kbs: list[bytes]) -> None:
+        if self.lost is not None:
+            raise self.lost
+        try:
+            if kbs:
+                self._begin()
+                self.conn.executemany("DELETE FROM kv WHERE r=? AND k=?", [(rid, k) for k in kbs])
+        except sqlite3.Error as e:
+            self._failed(e)
+
     def delete(self, rid: int, kb: bytes) -> None:
-        self._begin()
-        self.conn.execute("DELETE FROM kv WHERE r=? AND k=?", (rid, kb))
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+            self.conn.execute("DELETE FROM kv WHERE r=? AND k=?", (rid, kb))
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def subtree(self, rid: int, kb: bytes) -> list[tuple[bytes, bytes]]:
-        return self.conn.execute("SELECT k, v FROM kv WHERE r=? AND k>=? AND k<? ORDER BY k",
-                                 (rid, kb, kb + KILL_END)).fetchall()
+        if self.lost is not None:
+            raise self.lost
+        try:
+            return self.conn.execute("SELECT k, v FROM kv WHERE r=? AND k>=? AND k<? ORDER BY k",
+                                     (rid, kb, kb + KILL_END)).fetchall()
+        except sqlite3.Error as e:
+            self._failed(e)
 
-    @_in_txn
     def delete_subtree(self, rid: int, kb: bytes) -> None:
-        self._begin()
-        self.conn.execute("DELETE FROM kv WHERE r=? AND k>=? AND k<?", (rid, kb, kb + KILL_END))
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+            self.conn.execute("DELETE FROM kv WHERE r=? AND k>=? AND k<?", (rid, kb, kb + KILL_END))
+        except sqlite3.Error as e:
+            self._failed(e)
 
     def page(self, rid: int, lo: bytes, stop: bytes | None, limit: int, *, inclusive: bool = True
              ) -> list[tuple[bytes, bytes]]:
