@@ -189,7 +189,8 @@ def test_truncated_or_foreign_lost_files(lost_file, tmp_path):
         for args in (["lost", "show", tmp_path / f"{name}.mslost"], ["lost", "show", tmp_path / f"{name}.mslost",
                                                                         "--json"]):
             assert_one_line_error(cli(*args), "LOST_FILE_CORRUPT", f"{name}.mslost")
-    assert_one_line_error(cli("lost", "show", tmp_path / "missing.mslost"), "LOST_FILE_CORRUPT", "missing.mslost")
+    # A wrong path is the caller's mistake, not a damaged file: a CONFIG error naming it.
+    assert_one_line_error(cli("lost", "show", tmp_path / "missing.mslost"), "CONFIG", "missing.mslost")
 
 
 def test_every_single_bit_flip_in_a_lost_file_is_detected(lost_file, tmp_path):

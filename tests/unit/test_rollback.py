@@ -231,3 +231,12 @@ def test_supplementary_rollback_resets_both_streams(tmp_path):
         p.apply_records([from_a(18)], si_stream=1)
         tags = [(r.seqno, r.stream, r.stream_seqno) for r in iter_records(p.layout.journal, 28)]
         assert tags == [(28, 0, 11), (29, 1, 18)]
+
+
+def test_a_lost_file_path_that_is_wrong_is_a_config_error_not_a_damaged_file(tmp_path):
+    from multisite.errors import ConfigError
+    from multisite.replication.lostfile import LostFile
+
+    for wrong in (tmp_path / "missing.mslost", tmp_path):
+        with pytest.raises(ConfigError, match="is not a lost-transaction file"):
+            LostFile.read(wrong)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import LostFileCorrupt
+from ..errors import ConfigError, LostFileCorrupt
 from ..fsutil import fsync_dir, write_all
 from ..journal.extract import record_to_dict
 from ..journal.records import Record, decode_payload, encode_payload
@@ -99,6 +99,9 @@ class LostFile:
         p = Path(path)
         try:
             data = p.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # a wrong path, not a damaged file
+            raise ConfigError(f"{p} is not a lost-transaction file: {e.strerror}; they are in the instance's "
+                              f"lost/ folder (*{SUFFIX})") from None
         except OSError as e:
             raise LostFileCorrupt(f"cannot read lost-transaction file {p}: {e}") from e
         lines = data.splitlines(keepends=True)
