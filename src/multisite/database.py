@@ -16,6 +16,7 @@ no trace.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import (InstanceExists, JournalError, JournalGap, KeyTypeError, NotPrimary, RegionNotFound,
-                     TransactionError, ConfigError)
+                     StorageFull, StoreLost, TransactionError, ConfigError)
 from .fsutil import fsync_file
 from .instance import instance_file as ifile
 from .instance.layout import InstanceLock, Layout
@@ -39,6 +40,7 @@ from .store.sqlite import Store
 
 from .values import decode_value, encode_value  # noqa: F401 - re-exported for older imports
 
+_log = logging.getLogger("multisite")
 STORE_FLUSH_INTERVAL_S = 0.5
 BATCH, REQUEST = "ms_batch", "ms_request"  # store savepoints: a commit or batch, one request in it
 STORE_FLUSH_TXNS = 50_000
@@ -619,12 +621,20 @@ class Database:
         return self.apply_records([rec])
 
     def _maybe_flush(self) -> None:
+        """After commits: flush the store now and then. The commits are in the journal already, so a
+        store that cannot flush (a full disk) must not make them look failed to their callers, who
+        would retry and apply them twice: it is logged, and the next flush tries again (or, the
+        store lost, every later operation says so)."""
         st = self.store
         if not st.dirty:
             return
         if (st.applied_seqno - st.flushed_seqno >= STORE_FLUSH_TXNS
                 or time.monotonic() - self._last_flush >= STORE_FLUSH_INTERVAL_S):
-            self._flush_locked()
+            try:
+                self._flush_locked()
+            except (StorageFull, StoreLost) as e:
+                _log.warning("instance %s: the store could not be flushed after commits that are in the "
+                             "journal: %s", self.name, e)
 
     def _flush_locked(self) -> None:
         self.journal.sync()
@@ -728,14 +738,14 @@ class Transaction:
         self.commit()
 
     def commit(self) -> int:
-        if self._state in ("committed", "failed"):
+        if self._state in ("committing", "committed", "failed"):  # committing: by another thread, now
             raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
         self._state = "committing"
         try:
             if self.ops:
                 self.seqno = self.db._commit(self.ops)
         except BaseException:
-            self._state = "failed"  # nothing of it was applied: the caller may retry with a new one
+            self._state = "failed"  # a new transaction, not this one, is what a caller retries with
             raise
         self._state = "committed"
         return self.seqno

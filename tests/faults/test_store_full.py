@@ -38,6 +38,8 @@ def test_a_store_that_sqlite_rolled_back_refuses_work_and_reopens_with_every_ack
     assert acked, "the store filled before any commit"
     with pytest.raises(StoreLost):
         db.set("r", ("after",), 1)  # refused until reopened
+    with pytest.raises(StoreLost):
+        list(db.items("r"))  # not an answer from a store that lost acknowledged commits
     db.close()  # closes without flushing what is gone
     with multisite.open(root) as db:
         missing = [i for i in range(20) if db.get("r", ("k", i)) != i]
@@ -78,3 +80,23 @@ def test_group_commit_threads_all_hear_of_it_and_nothing_acknowledged_is_lost(tm
     db.close()
     with multisite.open(root) as db:
         assert [(t, i) for t, ids in acked.items() for i in ids if db.get("r", (t, i)) != "v" * 200] == []
+
+
+def test_a_store_that_is_only_locked_is_not_called_corrupt(tmp_path):
+    """'database is locked' (another process holds the store) is not damage: no advice to move the
+    store aside, which would lose the unreplicated regions."""
+    import sqlite3
+
+    from multisite.errors import MultisiteError, StoreCorrupt
+
+    root = multisite.create(tmp_path / "A", name="A")
+    other = sqlite3.connect(root / "db" / "store.sqlite", isolation_level=None)
+    other.execute("PRAGMA locking_mode=EXCLUSIVE")
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(MultisiteError, match="cannot be opened.*locked") as err:
+            multisite.open(root)
+        assert not isinstance(err.value, StoreCorrupt)
+    finally:
+        other.close()
+    multisite.open(root).close()

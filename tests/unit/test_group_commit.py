@@ -268,3 +268,47 @@ def test_a_store_write_that_fails_fails_the_batch_and_leaves_no_gap(tmp_path, mo
     with multisite.open(root) as db:
         assert [r.seqno for r in iter_records(db.layout.journal)] == [1, 2]
         assert (db.get("r", ("a",)), db.get("r", ("c",))) == (0, 3)
+
+
+def test_a_transaction_being_committed_cannot_be_committed_again(tmp_path, monkeypatch):
+    """A second commit() while the first runs (another thread) applied the updates twice, under a
+    new seqno; it is refused."""
+    root = multisite.create(tmp_path / "A", name="A")
+    db = multisite.open(root)
+    db.create_region("r")
+    tx = db.transaction()
+    with tx:
+        tx.set("r", ("k",), 1)
+        real = db._commit
+        second: list[BaseException] = []
+
+        def commit_twice(ops, **kw):
+            try:
+                tx.commit()  # what another thread would do now
+            except TransactionError as e:
+                second.append(e)
+            return real(ops, **kw)
+
+        monkeypatch.setattr(db, "_commit", commit_twice)
+    assert [str(e) for e in second] == ["TRANSACTION: transaction already committing; start a new one with "
+                                        "db.transaction()"]
+    assert [r.seqno for r in iter_records(db.layout.journal)] == [1]
+    db.close()
+
+
+def test_a_store_that_cannot_flush_after_commits_does_not_fail_them(tmp_path, monkeypatch):
+    """The store's flush after commits that are hard in the journal failing (a full disk) made those
+    commits raise: callers retrying would apply them twice. They stand; the flush is tried again."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    monkeypatch.setattr(database, "STORE_FLUSH_INTERVAL_S", 0.0)
+    real = db.store.flush
+    monkeypatch.setattr(db.store, "flush", lambda: (_ for _ in ()).throw(StorageFull("simulated: store full")))
+    with db.transaction() as tx:
+        tx.set("r", ("paid",), 1)
+    assert (tx.seqno, db.get("r", ("paid",))) == (1, 1)
+    monkeypatch.setattr(db.store, "flush", real)
+    db.set("r", ("next",), 2)
+    assert db.store.flushed_seqno == 2
+    db.close()

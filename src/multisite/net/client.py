@@ -166,7 +166,7 @@ class RemoteTransaction:
         self.commit()
 
     def commit(self) -> int:
-        if self._state in ("committed", "failed"):
+        if self._state in ("committing", "committed", "failed"):  # committing: by another thread, now
             raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
         self._state = "committing"
         try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from ..errors import StorageFull, StoreCorrupt, StoreLost
+from ..errors import MultisiteError, StorageFull, StoreCorrupt, StoreLost
 from ..keys import KILL_END
 
 SCHEMA = """
@@ -64,6 +64,9 @@ class Store:
         except sqlite3.DatabaseError as e:
             if self.conn is not None:
                 self.conn.close()
+            if (getattr(e, "sqlite_errorcode", 0) & 0xFF) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                # busy, locked, cannot open, I/O: not a damaged file, and not to be moved aside
+                raise MultisiteError(f"the store {path} cannot be opened ({e})") from None
             raise StoreCorrupt(
                 f"the store {path} cannot be read ({e}). It is a cache of the journal: move it (with its -wal "
                 f"and -shm files) aside and open the instance again to rebuild it from the journal, which "
@@ -113,7 +116,8 @@ class Store:
                 f"recovery rolls the store forward from the journal")
             raise self.lost from e
         if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:  # only the statement was undone
-            raise StorageFull(f"the store {self.path} is full ({e}); the commit was not applied") from e
+            raise StorageFull(f"the store {self.path} is full ({e}): the statement that failed was undone; "
+                              f"free space and try again") from e
         raise e
 
     def flush(self) -> None:
@@ -320,6 +324,8 @@ class Store:
     def page(self, rid: int, lo: bytes, stop: bytes | None, limit: int, *, inclusive: bool = True
              ) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` rows in key order from ``lo`` (inclusive or not) to ``stop`` (exclusive)."""
+        if self.lost is not None:  # the store no longer holds what was acknowledged
+            raise self.lost
         op = ">=" if inclusive else ">"
         if stop is None:
             return self.conn.execute(f"SELECT k, v FROM kv WHERE r=? AND k{op}? ORDER BY k LIMIT ?",
@@ -328,4 +334,6 @@ class Store:
                                  (rid, lo, stop, limit)).fetchall()
 
     def count(self, rid: int) -> int:
+        if self.lost is not None:  # the store no longer holds what was acknowledged
+            raise self.lost
         return self.conn.execute("SELECT count(*) FROM kv WHERE r=?", (rid,)).fetchone()[0]
