@@ -339,3 +339,27 @@ def test_create_refuses_sizes_no_open_could_use_and_makes_nothing(tmp_path):
         assert not (tmp_path / "X").exists()
     with pytest.raises(ConfigError, match="out of range"):
         parse_hostport("127.0.0.1:99999")
+
+
+def test_closing_the_listener_does_not_wait_on_clients_that_read_no_replies():
+    """A client that sends requests and never reads the replies leaves its thread blocked sending;
+    shutting the reading side does not wake it, so close() waited its whole bound per connection
+    and left the threads running. One bound for all, then such connections are cut."""
+    lis = clients.ClientListener("127.0.0.1", 0, lambda name, args: "x" * (1 << 20), logging.getLogger("test"))
+    socks = []
+    try:
+        req = encode([1, "big", {}])
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", lis.port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(req * 64)  # 64 replies of 1 MiB, none read
+            socks.append(s)
+        time.sleep(0.5)  # the listener's threads are now blocked in sendall
+        t0 = time.monotonic()
+        lis.close(timeout_s=1.0)
+        took = time.monotonic() - t0
+        alive = [th for th in threading.enumerate() if th.name.startswith("client-") and th.is_alive()]
+        assert took < 2.5 + 1.0 * 3 and not alive, (took, alive)  # was 3 x the bound, threads left
+    finally:
+        for s in socks:
+            s.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any, Callable
 
 from ..errors import ConfigError, MultisiteError, RemoteProtocolError, ServerError
@@ -66,8 +67,13 @@ class ClientListener:
                 conn, addr = self._sock.accept()
             except OSError:
                 return  # closed
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            keepalive(conn, self.keepalive_s)
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                keepalive(conn, self.keepalive_s)
+            except OSError as e:  # the client is already gone: this connection only, not the acceptor
+                self._log.warning("client connection from %s dropped at accept: %s", _peer(addr), e)
+                conn.close()
+                continue
             with self._lock:
                 if self._closing or len(self._conns) >= MAX_CONNECTIONS:
                     self._log.warning("client connection from %s refused: %s", addr,
@@ -159,8 +165,16 @@ class ClientListener:
                 conn.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
+        deadline = time.monotonic() + timeout_s  # one bound for all, not one per connection
         for th in conns.values():
-            th.join(timeout_s)
+            th.join(max(0.0, deadline - time.monotonic()))
+        for conn, th in conns.items():
+            if th.is_alive():  # blocked sending to a client that reads no replies: cut it
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                th.join(1.0)
         self._acceptor.join(timeout_s)
 
 
