@@ -47,14 +47,15 @@ def _instance(tmp_path, *, flushed: bool):
     return root
 
 
-def _lose(root, seqno: int) -> bytes:
-    """Zero the frame of ``seqno`` in the newest segment (a page the disk never wrote); the file before."""
+def _lose(root, *seqnos: int) -> bytes:
+    """Zero the frames of ``seqnos`` in the newest segment (pages the disk never wrote); the file before."""
     tail = list_segments(root / "journal")[-1]
     before = tail.path.read_bytes()
     with SegmentView(tail) as v:
-        off, hdr = next((o, h) for o, h in v.frames(tail=True) if h.seqno == seqno)
+        frames = [(o, h) for o, h in v.frames(tail=True) if h.seqno in seqnos]
     data = bytearray(before)
-    data[off : off + hdr.total] = bytes(hdr.total)
+    for off, hdr in frames:
+        data[off : off + hdr.total] = bytes(hdr.total)
     tail.path.write_bytes(bytes(data))
     return before
 
@@ -104,3 +105,17 @@ def test_nothing_to_repair_and_never_under_a_live_owner(tmp_path):
     with multisite.open(root):
         with pytest.raises(InstanceLocked):
             jr.repair(root)
+
+
+def test_records_behind_a_second_damaged_spot_are_kept_too(tmp_path):
+    """Any page the lost writes dirtied may be lost: with two damaged spots, the intact records
+    behind the second one go to the lost file too (they vanished without a trace)."""
+    root = _instance(tmp_path, flushed=False)
+    _lose(root, 30, 40)
+    p = jr.repair(root)
+    expect = [s for s in range(31, 51) if s != 40]
+    assert (p.last_intact_seqno, p.intact_after) == (29, expect)
+    (lost,) = list_lost_files(root / "lost")
+    assert [r.seqno for r in LostFile.read(lost).records()] == expect
+    with multisite.open(root) as db:
+        assert db.seqno == 29

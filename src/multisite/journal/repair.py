@@ -123,17 +123,17 @@ def _plan(lay: Layout) -> tuple[RepairPlan | None, list[Record]]:
 
 
 def _intact_after(view: SegmentView, off: int, seqno: int) -> list[tuple[int, int, int]]:
-    """``(offset, total bytes, seqno)`` of the intact frames after the damage at ``off``: the first
-    found after it (as recovery finds it), then every intact frame that follows in order."""
+    """``(offset, total bytes, seqno)`` of every intact frame after the damage at ``off``, found as
+    recovery finds them; across further damaged spots too, since any page the lost writes dirtied
+    may be lost (their seqnos then have gaps)."""
     out: list[tuple[int, int, int]] = []
-    first = view.intact_frame_after(off, seqno)
-    if first is None:
-        return out
-    at, s = first
-    while (hdr := view._intact_frame(at, s)) is not None:
-        out.append((at, hdr.total, s))
-        at += hdr.total
-        s += 1
+    at, s = off, seqno
+    while (found := view.intact_frame_after(at, s)) is not None:
+        at, s = found
+        while (hdr := view.intact_frame(at, s)) is not None:
+            out.append((at, hdr.total, s))
+            at += hdr.total
+            s += 1
     return out
 
 

@@ -227,7 +227,7 @@ class SegmentView:
                 # An intact later frame. If the owner is live, this frame may simply have been written
                 # since it was read (a write copies its bytes in order, so once a later frame is there,
                 # this one is complete): read it again before calling it corruption.
-                again = self._intact_frame(off, expect) if tail else None
+                again = self.intact_frame(off, expect) if tail else None
                 if again is None:
                     raise JournalCorrupt(f"journal segment {path} is corrupt at offset {off}: {bad}"
                                          + ("" if tail else " (in a sealed segment)"), path=str(path), offset=off)
@@ -296,7 +296,7 @@ class SegmentView:
                 return False
         return True
 
-    def _intact_frame(self, off: int, seqno: int) -> FrameHeader | None:
+    def intact_frame(self, off: int, seqno: int) -> FrameHeader | None:
         """The header of the frame at ``off`` if it is intact now and holds ``seqno``, else None."""
         if self.size - off < FRAME_HEADER_SIZE:
             return None
@@ -318,7 +318,7 @@ class SegmentView:
             pos = buf.find(pat, off + 1)
             while pos != -1:
                 start = pos - 4
-                if start > off and self._intact_frame(start, s) is not None:
+                if start > off and self.intact_frame(start, s) is not None:
                     return start, s
                 pos = buf.find(pat, pos + 1)
         return None
