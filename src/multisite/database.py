@@ -69,7 +69,7 @@ def create(path: str | os.PathLike, name: str, *, group: str = "default", supple
            durability: str = "fsync", segment_bytes: int = DEFAULT_SEGMENT_BYTES,
            journal_pool_bytes: int = 64 * 1024 * 1024) -> Path:
     """Create a new, empty instance directory named ``name`` in LMS group ``group``."""
-    if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+    if not ifile.valid_name(name):
         raise ConfigError(f"instance name {name!r} must be letters, digits, '-', '_' or '.'")
     if durability not in DURABILITY_MODES:
         raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")

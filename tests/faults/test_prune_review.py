@@ -6,7 +6,7 @@ import json
 
 import multisite
 from multisite.instance.maintenance import prune
-from multisite.replication.rollback import MARKER
+from multisite.instance.layout import Layout
 
 
 def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
@@ -19,7 +19,7 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
         db.create_region("acct")
         for i in range(100):
             db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
-    (root / "run" / MARKER).write_text(json.dumps({"to_seqno": 10, "lost_file": str(root / "lost" / "x.utl")}))
+    Layout.existing(root).rollback_marker.write_text(json.dumps({"to_seqno": 10, "lost_file": str(root / "lost" / "x.utl")}))
     rep = prune(root, 90)
     assert rep.limit_seqno == 11 and "rollback" in rep.reason
     with multisite.open(root) as db:
@@ -27,8 +27,3 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
         assert db.get("acct", ("k", 9)) == {"i": 9, "pad": "x" * 100} and db.get("acct", ("k", 10)) is None
     assert "rollback" not in prune(root, 90).reason  # finished: no longer held
 
-
-def test_the_marker_name_is_the_rollback_s():
-    from multisite.instance.maintenance import ROLLBACK_MARKER
-
-    assert ROLLBACK_MARKER == MARKER

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
+from ..instance.instance_file import valid_name
 from ..net.tls import parse_hostport
 
 console = Console()
@@ -53,10 +54,10 @@ class HostPort(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            _, port = parse_hostport(value)
-        except ConfigError:
-            _fail(param, f"expected HOST:PORT, got {value!r}")
-        if not self.min_port <= port <= 65535:
+            _, port = parse_hostport(value)  # the form, and ports past 65535
+        except ConfigError as e:
+            _fail(param, e.message)
+        if port < self.min_port:
             _fail(param, f"port {port} of {value!r} is not in {self.min_port}..65535")
         return value
 
@@ -87,6 +88,6 @@ class Name(click.ParamType):
     name = "NAME"
 
     def convert(self, value, param, ctx):
-        if not value or not value.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        if not valid_name(value):
             _fail(param, f"instance name {value!r} must be letters, digits, '-', '_' or '.'")
         return value

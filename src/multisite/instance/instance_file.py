@@ -64,6 +64,11 @@ class StreamInfo(msgspec.Struct):
     history: list[HistoryRecord] = msgspec.field(default_factory=list)  # the originating group's history
 
 
+def valid_name(name: object) -> bool:
+    """An instance name: letters, digits, '-', '_' or '.' (it names files, and travels in handshakes)."""
+    return isinstance(name, str) and bool(name) and name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+
+
 class InstanceFile(msgspec.Struct):
     name: str
     group: str

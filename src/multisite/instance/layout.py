@@ -56,6 +56,11 @@ class Layout:
         return self.root / "run"
 
     @property
+    def rollback_marker(self) -> Path:
+        """Written while a rollback runs; an open finishes the rollback it names (replication.rollback)."""
+        return self.run / "rollback.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.root / "lock"
 

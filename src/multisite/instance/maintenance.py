@@ -182,12 +182,11 @@ class PruneReport:
     reason: str
 
 
-ROLLBACK_MARKER = "rollback.json"  # replication.rollback.MARKER (that layer sits above this one)
 
 
 def _interrupted_rollback(lay: Layout) -> int | None:
     """The seqno a rollback that has not finished (its marker in ``run/``) goes back to, if any."""
-    marker = lay.run / ROLLBACK_MARKER
+    marker = lay.rollback_marker
     try:
         return int(json.loads(marker.read_text())["to_seqno"])
     except FileNotFoundError:

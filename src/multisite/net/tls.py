@@ -54,5 +54,5 @@ def parse_hostport(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not host:
         raise ConfigError(f"expected HOST:PORT, got {text!r}")
     if int(port) > 65535:
-        raise ConfigError(f"port {port} in {text!r} is out of range: ports are 0 to 65535")
+        raise ConfigError(f"port {port} of {text!r} is not in 0..65535")
     return host.strip("[]"), int(port)

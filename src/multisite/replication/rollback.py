@@ -34,7 +34,6 @@ from ..journal.writer import JournalWriter
 from ..keys import encode_key
 from .lostfile import lost_file_path, write_lost_file
 
-MARKER = "rollback.json"
 
 
 @dataclass
@@ -77,7 +76,7 @@ def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackRep
     if len(records) != start - to_seqno:
         raise RollbackError(f"journal of {db.name} holds {len(records)} of the {start - to_seqno} records after "
                             f"seqno {to_seqno}; cannot roll back")
-    marker = lay.run / MARKER
+    marker = lay.rollback_marker
     lost = None
     if marker.exists():
         m = json.loads(marker.read_text())
@@ -190,7 +189,7 @@ def _trim_info(db, to_seqno: int, records: list[Record]) -> None:
 
 def finish_interrupted(db) -> RollbackReport | None:
     """On open: complete a rollback that a crash interrupted (its marker is still there)."""
-    marker = db.layout.run / MARKER
+    marker = db.layout.rollback_marker
     if not marker.exists():
         return None
     to = int(json.loads(marker.read_text())["to_seqno"])
