@@ -21,6 +21,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def truncate_file(path: Path | str, size: int) -> None:
+    """Cut a file to ``size`` bytes and harden the cut (a journal's torn tail, a rollback, a repair);
+    the caller fsyncs the directory once it is done with it."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_file(path: Path) -> None:
     """Harden a file someone else wrote (a crashed process: its writes may be in the page cache only)."""
     fd = os.open(path, os.O_RDONLY)

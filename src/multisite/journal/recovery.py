@@ -6,12 +6,11 @@ Older segments are checked whenever they are read (replay, source servers, the S
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import JournalCorrupt
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, truncate_file
 from .segments import SegmentInfo, list_segments, scan
 from .sidecars import drop_after
 
@@ -51,11 +50,6 @@ def recover_journal(journal_dir: Path, *, repair: bool = True) -> JournalState:
                            f"{tail.path.name} (a write the crash interrupted; it was never acknowledged)")
         if repair:
             drop_after(journal_dir, res.last_seqno)
-            fd = os.open(tail.path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, res.valid_end)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            truncate_file(tail.path, res.valid_end)
             fsync_dir(journal_dir)
     return state

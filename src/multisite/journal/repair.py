@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import JournalCorrupt
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, truncate_file
 from ..instance import instance_file as ifile
 from ..instance.layout import InstanceLock, Layout
 from .records import FRAME_HEADER_SIZE, Record, decode_payload
@@ -80,12 +80,7 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
         info.cut_at(p.last_intact_seqno)  # as a rollback does: what was cut is told apart from what follows
         ifile.save(lay.instance_file, info)
         drop_after(lay.journal, p.last_intact_seqno)
-        fd = os.open(p.segment, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, p.offset)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        truncate_file(p.segment, p.offset)
         fsync_dir(lay.journal)
         return p
 
