@@ -738,17 +738,7 @@ class Transaction:
         self.commit()
 
     def commit(self) -> int:
-        if self._state in ("committing", "committed", "failed"):  # committing: by another thread, now
-            raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
-        self._state = "committing"
-        try:
-            if self.ops:
-                self.seqno = self.db._commit(self.ops)
-        except BaseException:
-            self._state = "failed"  # a new transaction, not this one, is what a caller retries with
-            raise
-        self._state = "committed"
-        return self.seqno
+        return commit_once(self, self.db._commit)
 
     def _add(self, op: int, region: str, key: Any, vb: bytes | None) -> None:
         self._check(region)
@@ -772,6 +762,23 @@ class Transaction:
 
     def zkill(self, region: str, key: tuple) -> None:
         self._add(ZKILL, region, key, None)
+
+
+def commit_once(tx: Any, commit: Callable[[list], int]) -> int:
+    """Commit ``tx.ops`` through ``commit`` once, for an embedded or a remote transaction: a second
+    call, even from another thread while the first runs, is refused, and so is one after a failure
+    (a new transaction, not this one, is what a caller retries with)."""
+    if tx._state in ("committing", "committed", "failed"):
+        raise TransactionError(f"transaction already {tx._state}; start a new one with db.transaction()")
+    tx._state = "committing"
+    try:
+        if tx.ops:
+            tx.seqno = commit(tx.ops)
+    except BaseException:
+        tx._state = "failed"
+        raise
+    tx._state = "committed"
+    return tx.seqno
 
 
 def open(path: str | os.PathLike, **kwargs: Any) -> Database:  # noqa: A001 - the public name

@@ -12,6 +12,7 @@ import threading
 from typing import Any, Iterator
 
 from .. import errors
+from ..database import commit_once
 from ..errors import ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
@@ -166,17 +167,7 @@ class RemoteTransaction:
         self.commit()
 
     def commit(self) -> int:
-        if self._state in ("committing", "committed", "failed"):  # committing: by another thread, now
-            raise TransactionError(f"transaction already {self._state}; start a new one with db.transaction()")
-        self._state = "committing"
-        try:
-            if self.ops:
-                self.seqno = self.db._call("commit", ops=self.ops)
-        except BaseException:
-            self._state = "failed"
-            raise
-        self._state = "committed"
-        return self.seqno
+        return commit_once(self, lambda ops: self.db._call("commit", ops=ops))
 
     def _add(self, update: list) -> None:
         if self._state != "open":
