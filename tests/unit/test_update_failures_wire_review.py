@@ -8,31 +8,10 @@ receive pool, so that `update start` (once the cause is fixed) goes on without a
 
 from __future__ import annotations
 
-import logging
-
-import pytest
-
-import multisite
 from multisite.journal.records import Record, Update, encode_record
 from multisite.replication.pools import ReceivePool
-from multisite.replication.update import UpdateProcess
 
-from .test_update_process import ListHandler, rec_frame, until
-
-
-@pytest.fixture
-def up(tmp_path):
-    db = multisite.open(multisite.create(tmp_path / "B", "B", durability="none"))
-    pool = ReceivePool(10**6, 10**5)
-    log = logging.getLogger(f"test-update-review-{id(db)}")
-    log.propagate = False
-    h = ListHandler()
-    log.addHandler(h)
-    u = UpdateProcess(db, pool, log, stats_interval_s=3600)
-    u.lines = h.lines
-    yield u
-    u.stop()
-    db.close()
+from .test_update_process import rec_frame, until, up  # noqa: F401 - up: the same fixture
 
 
 def bad_opcode_frame(seqno: int) -> tuple[int, bytes]:
