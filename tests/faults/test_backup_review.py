@@ -12,6 +12,7 @@ import time
 import pytest
 
 import multisite
+from multisite.testing.checks import filled_instance
 from multisite.errors import InstanceExists, InstanceFileCorrupt, JournalCorrupt
 from multisite.instance.layout import Layout
 from multisite.instance.maintenance import backup, store_seqno
@@ -121,12 +122,7 @@ def test_a_crashed_instance_backs_up_with_every_acknowledged_transaction(crashed
 
 
 def _filled(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
-    with multisite.open(root) as db:
-        db.create_region("acct")
-        for i in range(60):
-            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
-    return root
+    return filled_instance(tmp_path / "A", 60)
 
 
 def test_a_missing_store_is_rebuilt_from_the_journal_so_prune_keeps_it_and_backup_copies_it(tmp_path):

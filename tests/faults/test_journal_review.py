@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 import multisite
+from multisite.testing.checks import filled_instance
 from multisite.errors import JournalCorrupt
 from multisite.journal.reader import iter_records
 from multisite.journal.segments import list_segments
@@ -34,11 +35,7 @@ def test_a_smaller_segment_size_on_reopen_seals_no_preallocated_zeros(tmp_path):
 
 @pytest.fixture
 def chain(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
-    with multisite.open(root) as db:
-        db.create_region("acct")
-        for i in range(120):
-            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
+    root = filled_instance(tmp_path / "A", 120)
     infos = list_segments(root / "journal")
     assert len(infos) >= 4
     return root, infos

@@ -15,15 +15,22 @@ from multisite.errors import InstanceLocked
 from multisite.instance.layout import InstanceLock, Layout
 
 
+def _owner_without_pid(tmp_path) -> tuple[Layout, int]:
+    """An instance whose lock is held (this fd) with no pid in the file: an owner between taking the
+    flock and writing its pid, or between clearing it and letting go."""
+    lay = Layout.existing(multisite.create(tmp_path / "A", name="A"))
+    fd = os.open(lay.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.ftruncate(fd, 0)
+    return lay, fd
+
+
 def test_a_second_opener_names_an_owner_still_writing_its_pid(tmp_path):
     # The owner takes the flock, then truncates the lock file and writes its pid: a second opener
     # in between read an empty file and said "owned by process (unknown pid)" (about 6% of the
     # refusals in an open/close loop). It now looks again for a moment.
-    lay = Layout.existing(multisite.create(tmp_path / "A", name="A"))
-    fd = os.open(lay.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    lay, fd = _owner_without_pid(tmp_path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(fd, 0)
         t = threading.Timer(0.05, lambda: os.pwrite(fd, b"4242\n", 0))
         t.start()
         with pytest.raises(InstanceLocked) as e:
@@ -35,10 +42,7 @@ def test_a_second_opener_names_an_owner_still_writing_its_pid(tmp_path):
 
 
 def test_an_owner_letting_go_is_waited_for_not_reported(tmp_path):
-    lay = Layout.existing(multisite.create(tmp_path / "A", name="A"))
-    fd = os.open(lay.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.ftruncate(fd, 0)  # the owner's release: pid cleared, lock not yet let go
+    lay, fd = _owner_without_pid(tmp_path)  # the owner's release: pid cleared, lock not yet let go
 
     def let_go():
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -54,11 +58,8 @@ def test_an_owner_letting_go_is_waited_for_not_reported(tmp_path):
 
 
 def test_a_live_owner_without_a_pid_is_still_refused_in_time(tmp_path):
-    lay = Layout.existing(multisite.create(tmp_path / "A", name="A"))
-    fd = os.open(lay.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    lay, fd = _owner_without_pid(tmp_path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(fd, 0)
         t0 = time.monotonic()
         with pytest.raises(InstanceLocked, match="unknown pid"):
             InstanceLock(lay).acquire()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import multisite
+from multisite.testing.checks import filled_instance
 from multisite.instance.maintenance import prune
 from multisite.instance.layout import Layout
 
@@ -14,11 +15,7 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
     # finishes it from the before-images of records 11.. . Prune ignored the marker and removed
     # those segments: the instance then could not open ("cannot roll A back to seqno 10: the journal
     # starts at 79 (older segments were pruned)").
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
-    with multisite.open(root) as db:
-        db.create_region("acct")
-        for i in range(100):
-            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
+    root = filled_instance(tmp_path / "A", 100)
     Layout.existing(root).rollback_marker.write_text(json.dumps({"to_seqno": 10, "lost_file": str(root / "lost" / "x.utl")}))
     rep = prune(root, 90)
     assert rep.limit_seqno == 11 and "rollback" in rep.reason

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import multisite
+from multisite.testing.checks import filled_instance
 from multisite.cli.main import cli
 from multisite.instance.maintenance import prune
 
@@ -16,12 +17,7 @@ def run(*args):
 
 @pytest.fixture
 def journal(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
-    with multisite.open(root) as db:
-        db.create_region("acct")
-        for i in range(60):
-            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
-    return root
+    return filled_instance(tmp_path / "A", 60)
 
 
 @pytest.mark.parametrize("args,code,words", [

@@ -17,6 +17,17 @@ from ..journal.reader import iter_records
 T = TypeVar("T")
 
 
+def filled_instance(path: Path, records: int, *, segment_bytes: int = 4096) -> Path:
+    """A closed instance ``A`` of ``records`` single-set transactions (region ``acct``, key
+    ``("k", i)``, value ``{"i": i, "pad": 100 x's}``) in small segments: about 30 records each."""
+    root = database.create(path, name="A", durability="none", segment_bytes=segment_bytes)
+    with database.open(root) as db:
+        db.create_region("acct")
+        for i in range(records):
+            db.set("acct", ("k", i), {"i": i, "pad": "x" * 100})
+    return root
+
+
 def wait_until(probe: Callable[[], T], *, timeout_s: float = 30.0, what: str = "condition",
                poll_s: float = 0.02) -> T:
     """Call ``probe`` until it returns something truthy (returned) or ``timeout_s`` passes (AssertionError,
