@@ -6,7 +6,7 @@
 Measures, in a scratch folder under bench/out/ (on the repository's disk):
 
 - **rollback**: an instance holds 50,000 transactions, then 100,000 more (single-update, a third of
-  them on new keys, the rest overwriting); ``rollback(db, 50000)`` takes the 100,000 off with their
+  them on new keys, the rest overwriting); ``db.rollback(50000)`` takes the 100,000 off with their
   before-images and writes them to a lost-transaction file (fsynced). Timed in-process around the
   call (journal read, lost file, store undo, journal cut, instance file), on a fresh copy of the
   instance each run; median of several runs. Also timed: the same through the CLI
@@ -38,8 +38,7 @@ from rich.console import Console
 
 import multisite
 from results import git_state, markers, write_section
-from multisite.replication.lostfile import LostFile, list_lost_files
-from multisite.replication.rollback import rollback
+from multisite.journal.lostfile import LostFile, list_lost_files
 from multisite.testing.cluster import Cluster
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +86,7 @@ def rollback_runs(work: Path, txns: int, runs: int, shape: str) -> tuple[list[fl
             if how == "api":
                 with multisite.open(copy) as db:
                     t0 = time.perf_counter()
-                    rep = rollback(db, BASE_TXNS)
+                    rep = db.rollback(BASE_TXNS)
                     api.append(time.perf_counter() - t0)
                     assert rep.rolled_back == txns and db.seqno == BASE_TXNS
                 lf = list_lost_files(copy / "lost")[0]

@@ -3,11 +3,12 @@
 The public API is re-exported here; see README.md for a tour.
 """
 
-from .database import Database, RecoveryReport, Transaction, create, open
+from .engine import Database, Durability, RecoveryReport, RollbackReport, Transaction, create, open
 from .errors import *  # noqa: F401,F403 - the exception tree is public
 from .errors import MultisiteError
 
-__all__ = ["Database", "RecoveryReport", "Transaction", "create", "open", "MultisiteError"]
+__all__ = ["Database", "Durability", "RecoveryReport", "RollbackReport", "Transaction", "create", "open",
+           "MultisiteError"]
 __version__ = "0.1.0"
 
 

@@ -19,8 +19,8 @@ from multisite.instance.maintenance import backup, store_seqno
 from multisite.journal.segments import SegmentView, list_segments
 
 WRITER = """
-import sys, multisite, multisite.database
-multisite.database.STORE_FLUSH_INTERVAL_S = 3600  # the store stays behind: the copy needs the journal
+import sys, multisite, multisite.engine.core
+multisite.engine.core.STORE_FLUSH_INTERVAL_S = 3600  # the store stays behind: the copy needs the journal
 db = multisite.open(sys.argv[1], segment_bytes=int(sys.argv[2]))
 i = 0
 while True:

@@ -17,8 +17,8 @@ from multisite.journal.reader import iter_records
 
 CHILD = r"""
 import json, resource, signal, sys
-import multisite, multisite.database
-multisite.database.STORE_FLUSH_INTERVAL_S = 3600.0  # the store must not flush (and grow) under the limit
+import multisite, multisite.engine.core
+multisite.engine.core.STORE_FLUSH_INTERVAL_S = 3600.0  # the store must not flush (and grow) under the limit
 db = multisite.open(sys.argv[1])
 db.create_region("acct")
 db.create_region("scratch", replicated=False)

@@ -16,13 +16,13 @@ import multisite
 from multisite.cli.main import cli
 from multisite.errors import InstanceLocked, JournalCorrupt
 from multisite.instance import instance_file as ifile
-from multisite.journal import repair as jr
+from multisite.instance import repair as jr
 from multisite.journal.segments import SegmentView, list_segments
-from multisite.replication.lostfile import LostFile, list_lost_files
+from multisite.journal.lostfile import LostFile, list_lost_files
 
 COMMIT_AND_DIE = textwrap.dedent("""
     import os, sys
-    import multisite, multisite.database as d
+    import multisite, multisite.engine.core as d
     d.STORE_FLUSH_INTERVAL_S = 1e9  # the store stays at its last flush, as after a power loss
     db = multisite.open(sys.argv[1])
     for i in range(21, 51):

@@ -129,9 +129,9 @@ def test_bytes_after_the_zero_header_are_cut_and_reported(tmp_path):
 
 FULL = r"""
 import json, resource, signal, sys
-import multisite, multisite.database
+import multisite, multisite.engine.core
 from multisite.journal.segments import list_segments
-multisite.database.STORE_FLUSH_INTERVAL_S = 3600.0  # the store must not flush (and grow) under the limit
+multisite.engine.core.STORE_FLUSH_INTERVAL_S = 3600.0  # the store must not flush (and grow) under the limit
 db = multisite.open(sys.argv[1])
 db.create_region("acct")
 (tail,) = list_segments(db.layout.journal)

@@ -1,7 +1,7 @@
 """A rollback SIGKILLed between its steps is completed by the next open, with the same lost file.
 
 The parent builds an instance and the state it must roll back to. A child process opens it, wraps
-one step of ``replication.rollback`` so that the process kills itself right after that step, and
+one step of ``engine.rollback`` so that the process kills itself right after that step, and
 rolls back. The parent then opens the instance (recovery runs, then the interrupted rollback is
 finished) and checks: the seqno and store are those of the target, the journal ends there, the
 marker is gone, and exactly one lost-transaction file holds the rolled-off records in order: the
@@ -19,14 +19,14 @@ import pytest
 
 import multisite
 from multisite.journal.reader import iter_records
-from multisite.replication.lostfile import LostFile, list_lost_files
+from multisite.journal.lostfile import LostFile, list_lost_files
 
 TARGET = 150
 
 CHILD = """
 import os, signal, sys
 import multisite
-from multisite.replication import rollback as rb
+from multisite.engine import rollback as rb
 
 root, step, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -40,7 +40,7 @@ def die_after(name):
 
 die_after(step)
 db = multisite.open(root)
-rb.rollback(db, target)
+db.rollback(target)
 print("finished")
 """
 

@@ -10,7 +10,7 @@ import time
 import msgspec
 
 import multisite
-from multisite.cli.server_cmds import start_server, stop_server
+from multisite.net.process import start_server, stop_server
 from multisite.errors import ConfigError
 from multisite.net import clients
 from multisite.protocol.client import LEN, encode

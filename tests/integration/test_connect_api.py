@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import multisite
-from multisite import database
+from multisite import engine as database
 
 
 @pytest.fixture

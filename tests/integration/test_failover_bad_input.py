@@ -18,9 +18,8 @@ import multisite
 from multisite.errors import (ConfigError, ConnectionLost, GroupMismatch, LostFileCorrupt, NotAnInstance,
                               RollbackError)
 from multisite.net.client import fetch_hello
-from multisite.replication.lostfile import LostFile, list_lost_files
+from multisite.journal.lostfile import LostFile, list_lost_files
 from multisite.replication.roles import resync_instance
-from multisite.replication.rollback import rollback
 from multisite.testing.cluster import Cluster
 from multisite.testing.scenario import commit, labels, lost_files
 
@@ -60,7 +59,7 @@ def stopped(tmp_path):
         db.create_region("t")
         for i in range(7):
             db.set("t", (f"A{i}",), i)
-        rollback(db, 5)
+        db.rollback(5)
     return root
 
 

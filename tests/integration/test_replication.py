@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import multisite
-from multisite import database
+from multisite import engine as database
 from multisite.testing.checks import (assert_contiguous_journal, assert_same_data, journal_records, log_text,
                                       wait_until)
 from multisite.testing.cluster import Node

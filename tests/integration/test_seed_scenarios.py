@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from multisite.replication.lostfile import LostFile
+from multisite.journal.lostfile import LostFile
 from multisite.testing.cluster import Cluster
 from multisite.testing.faultproxy import ProxyProcess
 from multisite.testing.scenario import commit, labels, lost_files, lost_labels, tagged, wait_for, wait_has

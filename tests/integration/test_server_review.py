@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 import multisite
-from multisite.cli.server_cmds import start_server, stop_server
+from multisite.net.process import start_server, stop_server
 from multisite.net import clients, control
 from multisite.protocol.client import LEN, FrameBuffer, encode
 

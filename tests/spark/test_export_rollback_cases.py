@@ -10,9 +10,8 @@ import types
 import pyarrow.parquet as pq
 
 import multisite
-import multisite.database as mdb
+import multisite.engine.core as mdb
 from multisite import pipeline
-from multisite.replication.rollback import rollback
 
 DAY1_LATE = 1_700_006_399.0   # 2023-11-14 23:59:59 UTC
 DAY2_EARLY = 1_700_006_401.0  # 2023-11-15 00:00:01 UTC
@@ -41,7 +40,7 @@ def test_retraction_keeps_rows_of_dates_it_did_not_touch(spark, tmp_path, monkey
     lake = tmp_path / "lake"
     assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 4
     with multisite.open(root) as db:
-        rollback(db, 2)
+        db.rollback(2)
     rep = pipeline.export(str(root), str(lake), spark=spark)
     assert (rep.retracted_from, rep.to_seqno) == (2, 2)
     assert _change_seqnos(lake) == [1, 2]
@@ -84,7 +83,7 @@ def test_rollback_into_the_base_of_a_pruned_export_rebuilds_it(spark, tmp_path):
             db.set("r", ("k", i % 7), {"v": i})
     assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 63  # changes 61..63
     with multisite.open(root) as db:
-        rollback(db, 50)
+        db.rollback(50)
         for i in range(51, 54):
             db.set("r", ("k", i % 7), {"v": -i})
     rep = pipeline.export(str(root), str(lake), spark=spark)
@@ -134,7 +133,7 @@ def test_a_second_retraction_of_the_same_export(spark, tmp_path):
     assert pipeline.export(str(root), str(lake), spark=spark).to_seqno == 6
     for k in (5, 3):
         with multisite.open(root) as db:
-            rollback(db, k)
+            db.rollback(k)
         rep = pipeline.export(str(root), str(lake), spark=spark)
         assert (rep.retracted_from, rep.to_seqno) == (k, k)
         assert _lake_state(spark, lake / "state") == _instance_state(root)
@@ -183,7 +182,7 @@ def test_retraction_of_kills_of_many_key_lengths_stays_small(spark, tmp_path):
     pipeline.export(str(root), str(lake), spark=spark)
     with multisite.open(root) as db:
         k = rnd.randint(max(1, db.seqno - 15), db.seqno - 1)
-        rollback(db, k)
+        db.rollback(k)
         for i, t in enumerate(_random_txns(rnd, rnd.randint(0, 20))):
             _commit(db, t, f"r{i}")
         last = db.seqno

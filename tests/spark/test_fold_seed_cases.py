@@ -55,10 +55,9 @@ def test_fold_to_below_the_replica_is_refused_before_reading(tmp_path):
 
 def rewrite_after(root, seqno, upto, prefix="n"):
     """Roll ``root`` back to ``seqno`` and commit other transactions up to ``upto``."""
-    from multisite.replication.rollback import rollback
 
     with multisite.open(root) as db:
-        rollback(db, seqno)
+        db.rollback(seqno)
         for i in range(seqno + 1, upto + 1):
             db.set("r", (prefix, i), f"other{i}")
 

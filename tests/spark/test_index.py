@@ -7,7 +7,6 @@ import multisite
 from conftest import build, commit
 from multisite.instance.layout import Layout
 from multisite.journal.sidecars import index_dir, list_sidecars
-from multisite.replication.rollback import rollback
 
 TXNS = ([[("set", "acct", ("a", i % 9), {"owner": f"o{i}", "n": i}), ("set", "log", (i, "e"), f"event {i}")]
          for i in range(120)]
@@ -68,7 +67,7 @@ def test_rollback_and_changed_segments_send_the_source_back_to_the_frames(spark,
     rows(spark, root, index_min_bytes=0)
     before = pieces(root)
     with multisite.open(root) as db:
-        rollback(db, 100)
+        db.rollback(100)
         for i in range(5):
             commit(db, [("set", "log", ("after", i), i)])
     left = pieces(root)

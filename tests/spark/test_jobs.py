@@ -6,6 +6,7 @@ import json
 import shutil
 
 import multisite
+import multisite.values
 from conftest import KNOWN, build, commit, state_of
 from multisite import pipeline
 from multisite.journal.reader import iter_records
@@ -47,9 +48,9 @@ def test_verify_equal_and_planted_difference(spark, tmp_path, known):
     assert rep.equal and rep.keys_a == rep.keys_b == 3
     with multisite.open(twin) as db:  # plant: one changed value, one extra key, one missing key
         db.store.put(db.store.regions["acct"].id, multisite.keys.encode_key(("a", 3)),
-                     multisite.database.encode_value({"owner": "zz", "n": 3}))
+                     multisite.values.encode_value({"owner": "zz", "n": 3}))
         db.store.put(db.store.regions["log"].id, multisite.keys.encode_key(("new",)),
-                     multisite.database.encode_value(1))
+                     multisite.values.encode_value(1))
         db.store.delete(db.store.regions["log"].id, multisite.keys.encode_key(("x", 2)))
         db.store.flush()
     rep = pipeline.verify(str(known), str(twin), out=str(tmp_path / "diff"), spark=spark)

@@ -10,7 +10,6 @@ import multisite
 from conftest import build, commit
 from multisite.instance import consumers
 from multisite.instance.layout import Layout
-from multisite.replication.rollback import rollback
 
 
 def test_reads_with_nothing_to_read_are_empty_not_errors(spark, tmp_path):
@@ -46,7 +45,7 @@ def test_a_stream_stops_with_a_clear_error_when_the_instance_rolled_back_under_i
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     assert _stream(spark, root, out, ckpt, "rb") is None
     with multisite.open(root) as db:
-        rollback(db, 15)
+        db.rollback(15)
         if recommit:
             for i in range(16, 26):
                 commit(db, [("set", "log", (i,), f"new-{i}")])
@@ -62,7 +61,7 @@ def test_a_stream_goes_on_when_nothing_was_rolled_back(spark, tmp_path):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     assert _stream(spark, root, out, ckpt, "ok") is None
     with multisite.open(root) as db:
-        rollback(db, 10)  # nothing to roll back: the records the stream read stay
+        db.rollback(10)  # nothing to roll back: the records the stream read stay
         for i in range(11, 16):
             commit(db, [("set", "log", (i,), i)])
     assert _stream(spark, root, out, ckpt, "ok") is None

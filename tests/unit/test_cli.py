@@ -196,11 +196,11 @@ def test_journal_prune_keeps_what_a_slot_still_needs_and_never_the_newest(filled
 
 
 def test_journal_prune_keeps_what_the_store_has_not_flushed(filled, monkeypatch):
-    from multisite import database
+    from multisite.engine import core as engine_core
     from multisite.instance.layout import Layout
     from multisite.instance.maintenance import store_seqno
 
-    monkeypatch.setattr(database, "STORE_FLUSH_INTERVAL_S", 3600.0)  # no timed flush on a slow machine
+    monkeypatch.setattr(engine_core, "STORE_FLUSH_INTERVAL_S", 3600.0)  # no timed flush on a slow machine
     with multisite.open(filled) as db:  # an owner whose store lags its journal
         for i in range(300):
             db.set("acct", ("more", i), {"pad": "y" * 60})

@@ -211,7 +211,7 @@ def test_recovery_hardens_the_replayed_journal_before_the_store(tmp_path, monkey
     import subprocess
     import sys
 
-    from multisite import database
+    from multisite.engine import recovery
     from multisite.store.sqlite import Store
 
     root = multisite.create(tmp_path / "A", name="A", durability="none")
@@ -221,8 +221,8 @@ def test_recovery_hardens_the_replayed_journal_before_the_store(tmp_path, monkey
              "os._exit(0)  # no close: the store is behind the journal\n")
     subprocess.run([sys.executable, "-c", child, str(root)], check=True, timeout=60)
     order: list[str] = []
-    real_sync, real_flush = database.fsync_file, Store.flush
-    monkeypatch.setattr(database, "fsync_file", lambda p: (order.append("journal"), real_sync(p))[1])
+    real_sync, real_flush = recovery.fsync_file, Store.flush
+    monkeypatch.setattr(recovery, "fsync_file", lambda p: (order.append("journal"), real_sync(p))[1])
     monkeypatch.setattr(Store, "flush", lambda self: (order.append("store"), real_flush(self))[1])
     with multisite.open(root) as db:
         assert db.recovery.replayed > 0 and db.seqno == 200
@@ -234,7 +234,7 @@ def test_an_update_that_is_not_set_kill_or_zkill_is_refused_and_changes_nothing(
     db.set("acct", ("k",), 1)
     for op in (99, 0, "1", None):
         with pytest.raises(TransactionError, match="not one of set"):
-            db._commit([(op, "acct", ("k",), None)])
+            db.commit_updates([(op, "acct", ("k",), None)])
     assert (db.get("acct", ("k",)), db.seqno) == (1, 1)
 
 

@@ -12,7 +12,7 @@ import time
 
 import multisite
 import multisite.journal.writer as writer
-from multisite import database
+from multisite.engine import core as engine_core, group as engine_group
 from multisite.errors import StorageFull, TransactionError
 from multisite.journal import records as journal_records
 from multisite.journal.reader import iter_records
@@ -103,12 +103,12 @@ def test_closing_while_threads_commit_wakes_every_one_of_them(tmp_path):
 # -- a batch of requests, as the combiner prepares it ------------------------------------------------
 def _requests(*txs):
     """Group-commit requests, each a list of ``(op, region, key, value)``."""
-    return [database._Request([(op, region, key, None if v is None else encode_value(v)) for op, region, key, v in ops],
-                              {}, threading.Lock()) for ops in txs]
+    return [engine_group._Request([(op, region, key, None if v is None else encode_value(v))
+                                   for op, region, key, v in ops], threading.Lock()) for ops in txs]
 
 
 def _prepare(db, batch):
-    token, err = db._prepare_batch(batch)
+    token, err = db._group._prepare_batch(batch)
     assert err is None
     if token is not None:
         db.journal.harden(token)
@@ -258,7 +258,7 @@ def test_a_store_write_that_fails_fails_the_batch_and_leaves_no_gap(tmp_path, mo
 
     monkeypatch.setattr(db.store, "put_values", full)
     batch = _requests([(SET, "r", ("a",), 1)], [(SET, "r", ("b",), 2)])
-    token, err = db._prepare_batch(batch)
+    token, err = db._group._prepare_batch(batch)
     assert token is None and isinstance(err, sqlite3.OperationalError)
     assert [type(r.error) for r in batch] == [sqlite3.OperationalError] * 2 and db.seqno == 1
     monkeypatch.setattr(db.store, "put_values", real)
@@ -279,7 +279,7 @@ def test_a_transaction_being_committed_cannot_be_committed_again(tmp_path, monke
     tx = db.transaction()
     with tx:
         tx.set("r", ("k",), 1)
-        real = db._commit
+        real = db.commit_updates
         second: list[BaseException] = []
 
         def commit_twice(ops, **kw):
@@ -289,7 +289,7 @@ def test_a_transaction_being_committed_cannot_be_committed_again(tmp_path, monke
                 second.append(e)
             return real(ops, **kw)
 
-        monkeypatch.setattr(db, "_commit", commit_twice)
+        monkeypatch.setattr(db, "commit_updates", commit_twice)
     assert [str(e) for e in second] == ["TRANSACTION: transaction already committing; start a new one with "
                                         "db.transaction()"]
     assert [r.seqno for r in iter_records(db.layout.journal)] == [1]
@@ -302,7 +302,7 @@ def test_a_store_that_cannot_flush_after_commits_does_not_fail_them(tmp_path, mo
     root = multisite.create(tmp_path / "A", name="A", durability="group")
     db = multisite.open(root)
     db.create_region("r")
-    monkeypatch.setattr(database, "STORE_FLUSH_INTERVAL_S", 0.0)
+    monkeypatch.setattr(engine_core, "STORE_FLUSH_INTERVAL_S", 0.0)
     real = db.store.flush
     monkeypatch.setattr(db.store, "flush", lambda: (_ for _ in ()).throw(StorageFull("simulated: store full")))
     with db.transaction() as tx:

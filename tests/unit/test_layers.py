@@ -1,13 +1,16 @@
-"""The layering rules of STYLE.md, checked on the source: lower layers never import higher ones.
+"""The layer order of docs/architecture.md, checked on the source: no import points up, none makes a cycle.
 
-- cli, web, pipeline and net may import lower layers, never the reverse (``testing`` is exempt: its
-  harnesses may start anything);
-- protocol is sans-IO: it imports errors and value types only, and no sockets, asyncio or clock.
+The order is written once, in the "Layers" block of docs/architecture.md (lowest first, one layer a
+line, several packages of one layer on one line); this test reads it from there. A module may
+import modules of its own layer or of lower ones; every import counts, including those inside
+functions (a lazy import is still an arrow). Imports between modules must also form no cycle.
+The protocol is sans-IO: it imports errors and value types only, and no sockets, asyncio or clock.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,10 +18,24 @@ import pytest
 import multisite
 
 SRC = Path(multisite.__file__).parent
-HIGH = {"cli", "web", "pipeline", "net"}
-EXEMPT = {"testing"}
+ARCHITECTURE = SRC.parent.parent / "docs" / "architecture.md"
 PROTOCOL_MAY_IMPORT = {"errors", "keys", "values", "journal.records", "protocol"}
 PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess"}
+
+
+def _layers() -> dict[str, int]:
+    """Package (or top-level module) -> its layer's rank, from docs/architecture.md."""
+    text = ARCHITECTURE.read_text()
+    block = re.search(r"## Layers.*?```text\n(.*?)```", text, re.S)
+    assert block, f"{ARCHITECTURE} has no ```text block under '## Layers'"
+    ranks: dict[str, int] = {}
+    for rank, line in enumerate(ln for ln in block.group(1).splitlines() if ln.strip()):
+        for name in re.findall(r"[a-z_]+", line.split("#")[0]):
+            ranks[name] = rank
+    return ranks
+
+
+LAYERS = _layers()
 
 
 def _modules():
@@ -57,19 +74,60 @@ def _sub(mod: str) -> str:
 
 
 CASES = [(p, parts) for p, parts in _modules()]
+MODULES = {".".join(parts) for _, parts in CASES}
+
+
+def _target(mod: str) -> str | None:
+    """The module of ours that an import names (``from pkg import name`` may name a module or not)."""
+    sub = _sub(mod)
+    while sub and sub not in MODULES:
+        sub = sub.rpartition(".")[0]
+    return sub or None
 
 
 @pytest.mark.parametrize("path,parts", CASES, ids=[".".join(x) or "multisite" for _, x in CASES])
-def test_lower_layers_do_not_import_higher_ones(path, parts):
+def test_no_import_points_up(path, parts):
     if not parts:  # the package root is the public facade: it re-exports every layer's API
         return
     top = parts[0]
-    if top in HIGH or top in EXEMPT:
-        return
+    assert top in LAYERS, f"{path.relative_to(SRC)}: {top!r} has no layer in {ARCHITECTURE.name}'s Layers block"
     for mod, ours in _imports(path, parts):
-        if ours:
-            target = _sub(mod).split(".")[0]
-            assert target not in HIGH, f"{path.relative_to(SRC)} (a lower layer) imports {mod}"
+        target = _target(mod) if ours else None
+        if target is None:
+            continue
+        dest = target.split(".")[0]
+        assert dest in LAYERS, f"{path.relative_to(SRC)} imports {mod}, whose package has no layer"
+        assert LAYERS[dest] <= LAYERS[top], (
+            f"{path.relative_to(SRC)} (layer {top}) imports {mod} (layer {dest}, higher): arrows point down only")
+
+
+def test_imports_make_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for path, parts in CASES:
+        me = ".".join(parts)
+        deps = graph.setdefault(me, set())
+        for mod, ours in _imports(path, parts):
+            target = _target(mod) if ours else None
+            if target is not None and target != me and not me.startswith(target + ".") and target:
+                deps.add(target)  # a package's __init__ imported by its own modules is no cycle
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        path.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                cycle = path[path.index(d):] + [d]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        path.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
 
 
 @pytest.mark.parametrize("path,parts", [c for c in CASES if c[1][:1] == ["protocol"]],
@@ -85,7 +143,14 @@ def test_protocol_is_sans_io(path, parts):
                 f"{path.relative_to(SRC)} imports {mod}: no sockets, asyncio or clock inside the protocol")
 
 
-def test_the_walker_sees_relative_imports():
+def test_the_walker_sees_relative_and_lazy_imports():
     (path, parts), = [c for c in CASES if c[1] == ["journal", "reader"]]
     mods = {m for m, ours in _imports(path, parts) if ours}
     assert {"multisite.errors", "multisite.journal.records", "multisite.journal.segments"} <= mods
+    tree = ast.parse("def f():\n    from ..cli import main\n")
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "cli" for n in ast.walk(tree))
+
+
+def test_the_layers_block_names_every_package():
+    tops = {parts[0] for _, parts in CASES if parts}
+    assert tops <= set(LAYERS), f"packages with no layer: {sorted(tops - set(LAYERS))}"

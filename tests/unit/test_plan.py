@@ -81,7 +81,6 @@ def test_a_segment_pruned_after_planning_is_a_journal_gap_not_a_missing_file(tmp
 def test_the_tail_walker_walks_on_from_where_it_stopped_and_starts_over_after_a_rollback(tmp_path):
     import multisite
     from multisite.pipeline.plan import TailWalker, frame_crc, journal_bounds
-    from multisite.replication.rollback import rollback
 
     root = multisite.create(tmp_path / "A", name="A", durability="none")
     w = TailWalker(str(root))
@@ -96,7 +95,7 @@ def test_the_tail_walker_walks_on_from_where_it_stopped_and_starts_over_after_a_
             db.set("log", (i,), i)
         start = w.mark.offset
         assert w.bounds() == (1, 30) and w.mark.offset > start  # walked on, from frame 20
-        rollback(db, 15)
+        db.rollback(15)
         assert w.bounds() == (1, 15) and w.crc(15) == old15  # the remembered frame 30 is gone
         for i in range(16, 26):
             db.set("log", (i,), f"new-{i}")

@@ -17,9 +17,8 @@ import multisite
 from multisite.errors import RollbackError
 from multisite.journal.reader import iter_records
 from multisite.journal.segments import list_segments
-from multisite.replication.lostfile import FORMAT, LostFile, list_lost_files, write_lost_file
+from multisite.journal.lostfile import FORMAT, LostFile, list_lost_files, write_lost_file
 from multisite.replication.resync import local_target_for_stream
-from multisite.replication.rollback import rollback
 
 REGIONS = ("acct", "audit")
 
@@ -118,7 +117,7 @@ def test_rollback_gives_back_every_earlier_state(db, seed):
         before = list(iter_records(db.layout.journal, 1, target))
         gone = list(iter_records(db.layout.journal, target + 1))
         n_lost = {str(f) for f in list_lost_files(db.layout.lost)}
-        rep = rollback(db, target)
+        rep = db.rollback(target)
         assert (rep.rolled_back, rep.from_seqno, rep.to_seqno) == (len(gone), target + len(gone), target)
         assert db.seqno == target and state(db) == model[target]
         assert list(iter_records(db.layout.journal)) == before
@@ -148,7 +147,7 @@ def test_kill_and_zkill_come_back_from_their_before_images(db):
     assert db.get("acct", ("z", 1)) == "below z" and db.get("acct", ("z",)) is None
     db.kill("acct", ("k", 3))
     db.set("scratch", ("local",), "not journaled")
-    rep = rollback(db, target)
+    rep = db.rollback(target)
     assert rep.rolled_back == 3
     assert state(db) == snap
     assert db.get("scratch", ("local",)) == "not journaled"  # unreplicated regions are not rolled back
@@ -161,7 +160,7 @@ def test_rollback_across_segment_boundaries(db):
     assert len(segs) >= 8
     target = segs[2].first_seqno + 3  # inside the third segment
     db.set("acct", ("marker",), 0)  # not rolled back below: it is past the target
-    rep = rollback(db, target)
+    rep = db.rollback(target)
     assert rep.rolled_back == 401 - target
     after = list_segments(db.layout.journal)
     assert [s.index for s in after] == [s.index for s in segs[:3]]
@@ -179,11 +178,11 @@ def test_rollback_across_segment_boundaries(db):
 def test_rollback_not_ahead_is_a_no_op(db):
     db.set("acct", ("a",), 1)
     for to in (db.seqno, db.seqno + 10):
-        rep = rollback(db, to)
+        rep = db.rollback(to)
         assert rep.rolled_back == 0 and rep.lost_file is None
     assert list_lost_files(db.layout.lost) == [] and db.seqno == 1
     with pytest.raises(RollbackError):
-        rollback(db, -1)
+        db.rollback(-1)
     assert db.seqno == 1 and db.get("acct", ("a",)) == 1
 
 
@@ -191,7 +190,7 @@ def test_a_primary_starts_a_new_history_record_after_its_rollback(db):
     for i in range(10):
         db.set("acct", ("a", i), i)
     first = db.info.history[0]
-    rollback(db, 6)
+    db.rollback(6)
     hist = db.info.history
     assert hist[0] == first
     assert hist[-1].start_seqno == 7 and hist[-1].root_primary == "A" and hist[-1].uid != first.uid
@@ -223,7 +222,7 @@ def test_supplementary_rollback_resets_both_streams(tmp_path):
         assert tags == [(27, 0, 10), (28, 1, 18), (29, 0, 11)]
         target = local_target_for_stream(p, 1, 17)  # A's common point is its seqno 17
         assert target == 27
-        rep = rollback(p, target)
+        rep = p.rollback(target)
         assert [(r.seqno, r.stream, r.stream_seqno) for r in LostFile.read(rep.lost_file).records()] == \
             [(28, 1, 18), (29, 0, 11)]
         assert (p.stream_seqno(1), p.stream_seqno(0)) == (17, 10)
@@ -235,7 +234,7 @@ def test_supplementary_rollback_resets_both_streams(tmp_path):
 
 def test_a_lost_file_path_that_is_wrong_is_a_config_error_not_a_damaged_file(tmp_path):
     from multisite.errors import ConfigError
-    from multisite.replication.lostfile import LostFile
+    from multisite.journal.lostfile import LostFile
 
     for wrong in (tmp_path / "missing.mslost", tmp_path):
         with pytest.raises(ConfigError, match="is not a lost-transaction file"):

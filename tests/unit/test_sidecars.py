@@ -12,7 +12,6 @@ from multisite.instance.maintenance import prune
 from multisite.journal.records import parse_header
 from multisite.journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from multisite.journal.sidecars import Sidecar, index_dir, list_sidecars
-from multisite.replication.rollback import rollback
 
 
 def _fill(root, n, size=60):
@@ -82,7 +81,7 @@ def test_rollback_drops_the_sidecars_past_its_target(tmp_path):
     mid = _touch(journal, _sidecar_for(infos[1], infos[1].first_seqno, infos[2].first_seqno - 1))
     late = _touch(journal, _sidecar_for(infos[2], infos[2].first_seqno, infos[3].first_seqno - 1))
     with multisite.open(root) as db:
-        rollback(db, cut)
+        db.rollback(cut)
     assert kept.exists() and not mid.exists() and not late.exists()
 
 

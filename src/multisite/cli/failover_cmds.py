@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import click
 
-from .. import database
+from .. import engine as database
 from ..errors import ConfigError, RollbackError
 from ..instance.layout import Layout
 from ..net import control
 from ..net.client import fetch_hello
-from ..replication.lostfile import LostFile
+from ..journal.lostfile import LostFile
 from ..replication.roles import change_role, resync_instance
 from .output import HostPort, console, print_json, table
 

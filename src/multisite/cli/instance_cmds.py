@@ -6,7 +6,8 @@ import time
 
 import click
 
-from .. import database
+from .. import engine as database
+from ..journal.durability import CHOICES as DURABILITY_CHOICES, Durability
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..instance.maintenance import backup
@@ -25,7 +26,7 @@ def instance() -> None:
 @click.option("--group", default="default", show_default=True, help="LMS group the instance belongs to.")
 @click.option("--supplementary", is_flag=True, help="Supplementary (SI) instance: may originate updates "
               "while receiving a stream.")
-@click.option("--durability", type=click.Choice(["fsync", "group", "none"]), default="fsync", show_default=True)
+@click.option("--durability", type=click.Choice(DURABILITY_CHOICES), default=Durability.FSYNC.value, show_default=True)
 @click.option("--segment-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,
               help="Journal segment size limit.")
 @click.option("--journal-pool-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,

@@ -85,7 +85,7 @@ def repair_cmd(dir: str, yes: bool, as_json: bool) -> None:
     (lost/) and cuts the journal at the damage. Refused when the store proves the damaged records
     were acknowledged. Example: multisite journal repair /data/A --yes
     """
-    from ..journal import repair as jr
+    from ..instance import repair as jr
 
     p = jr.repair(dir) if yes else jr.plan(dir)
     if as_json:

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..errors import MultisiteError
-from ..replication.lostfile import LostFile
+from ..journal.lostfile import LostFile
 from ..testing.cluster import Cluster
 from .compare import Snapshot, report
 

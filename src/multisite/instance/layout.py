@@ -57,7 +57,7 @@ class Layout:
 
     @property
     def rollback_marker(self) -> Path:
-        """Written while a rollback runs; an open finishes the rollback it names (replication.rollback)."""
+        """Written while a rollback runs; an open finishes the rollback it names (engine.rollback)."""
         return self.run / "rollback.json"
 
     @property

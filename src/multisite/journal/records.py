@@ -108,5 +108,31 @@ def payload_ok(hdr: FrameHeader, buf: bytes | memoryview, offset: int) -> bool:
     return zlib.crc32(buf[start : start + hdr.length]) == hdr.payload_crc
 
 
+class FrameRun:
+    """Consecutive journal frames as they travel (a received batch): frame ``i`` holds seqno
+    ``first_seqno + i`` and is ``data[ends[i - 1]:ends[i]]`` (from 0 for the first). Whoever makes
+    one has checked every frame's CRCs and seqno (the protocol's batch check): the engine journals
+    these very bytes, so the CRCs a primary wrote protect them end to end."""
+
+    __slots__ = ("first_seqno", "data", "ends")
+
+    def __init__(self, first_seqno: int, data: bytes, ends: list[int]):
+        self.first_seqno, self.data, self.ends = first_seqno, data, ends
+
+    @property
+    def last_seqno(self) -> int:
+        return self.first_seqno + len(self.ends) - 1
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def frames(self):
+        """``(seqno, frame bytes)`` for each frame."""
+        data, start, seqno = self.data, 0, self.first_seqno
+        for end in self.ends:
+            yield seqno, data[start:end]
+            start, seqno = end, seqno + 1
+
+
 def update_count(rec: Record) -> int:
     return len(rec.updates)

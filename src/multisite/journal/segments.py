@@ -12,7 +12,7 @@ naming the file and offset. In the newest segment, a frame header of zeros with 
 after it is the end of the records: that space was preallocated (see ``writer``) and never written;
 zeros with a valid record after them are a lost write, corruption like any other bad frame. (After
 a power loss the lost write may be of records never acknowledged, with later unacknowledged ones
-intact behind it: ``journal.repair`` shows that case to the operator and cuts it.) Sealed segments hold no zeros (the writer's last preallocation stops at the
+intact behind it: ``instance.repair`` shows that case to the operator and cuts it.) Sealed segments hold no zeros (the writer's last preallocation stops at the
 segment size), so zeros there are corruption too.
 """
 

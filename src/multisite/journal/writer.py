@@ -2,7 +2,7 @@
 
 - ``fsync``: every commit is written and ``fdatasync``-ed before the commit returns.
 - ``group``: concurrent commits are combined into one write and one ``fdatasync`` (see
-  ``Database._commit_grouped``); each is still hardened before it returns.
+  ``engine.group``); each is still hardened before it returns.
 - ``none``: written to the OS (survives a process crash, not a power cut), never fsynced.
 
 ``append`` must be called under the database's commit lock (it keeps seqno order); ``harden``
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, JournalError
+from .durability import Durability
 from ..fsutil import atomic_write, fsync_dir, write_all
 from .segments import SegmentHeader, segment_name
 
-DURABILITY_MODES = ("fsync", "group", "none")
 _GENERATIONS = itertools.count(1)  # fd generations, unique in the process: a token outlives no writer
 MIN_SEGMENT_BYTES = 4096
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -53,21 +53,19 @@ def create_segment(journal_dir: Path, index: int, first_seqno: int, prev_index: 
 
 class JournalWriter:
     def __init__(self, journal_dir: Path, *, index: int, path: Path, last_seqno: int,
-                 durability: str = "fsync", segment_bytes: int = DEFAULT_SEGMENT_BYTES, size: int | None = None):
+                 durability: str | Durability = Durability.FSYNC, segment_bytes: int = DEFAULT_SEGMENT_BYTES, size: int | None = None):
         """``size``: where the segment's records end (recovery's scan), when zeros may follow them."""
-        if durability not in DURABILITY_MODES:
-            raise ConfigError(f"durability must be one of {', '.join(DURABILITY_MODES)}, got {durability!r}")
         if segment_bytes < MIN_SEGMENT_BYTES:
             raise ConfigError(f"journal segment_bytes must be at least {MIN_SEGMENT_BYTES}, got {segment_bytes}")
         self.dir = journal_dir
-        self.durability = durability
+        self.durability = durability = Durability.parse(durability)
         self.segment_bytes = segment_bytes
         self.index = index
         self.path = path
         self._fd = os.open(path, os.O_WRONLY)
         self._alloc_end = os.fstat(self._fd).st_size  # the file's size: records, then zeros
         self._size = self._alloc_end if size is None else size  # where the next record goes
-        self._prealloc = durability != "none"
+        self._prealloc = durability is not Durability.NONE
         self.written_seqno = last_seqno  # written to the OS
         self.durable_seqno = last_seqno  # hardened on disk
         self._generation = self._first_generation = next(_GENERATIONS)
@@ -103,7 +101,7 @@ class JournalWriter:
             raise
         self._size += len(data)
         self.written_seqno = last_seqno
-        if self.durability == "fsync":
+        if self.durability is Durability.FSYNC:
             self._fdatasync(self._fd)
             self.fsyncs += 1
             self.durable_seqno = last_seqno
@@ -142,7 +140,7 @@ class JournalWriter:
         self.path = create_segment(self.dir, self.index, self.written_seqno + 1, prev)
         self._fd = os.open(self.path, os.O_WRONLY)
         self._size = self._alloc_end = os.fstat(self._fd).st_size
-        self._prealloc = self.durability != "none"
+        self._prealloc = self.durability is not Durability.NONE
 
     # -- called without the commit lock -----------------------------------------------------------
     def sync_token(self) -> tuple[int, int, int]:
@@ -166,7 +164,7 @@ class JournalWriter:
 
     def sync(self) -> None:
         """Harden everything written so far (any mode). Caller holds the commit lock."""
-        if self.durable_seqno < self.written_seqno or self.durability == "none":
+        if self.durable_seqno < self.written_seqno or self.durability is Durability.NONE:
             with self._fsync_lock:
                 self._fdatasync(self._fd)
             self.durable_seqno = self.written_seqno

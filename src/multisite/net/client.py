@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterator
 
 from .. import errors
-from ..database import commit_once
+from ..engine.transaction import ThreadState, TransactionBase
 from ..errors import ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
@@ -34,7 +34,7 @@ class RemoteDatabase:
         self._buf = FrameBuffer()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = ThreadState()
         self._broken: str | None = None  # why the connection can no longer be used
         self._broken_op = ""
 
@@ -128,7 +128,7 @@ class RemoteDatabase:
         return self._single([ZKILL, region, list(check_key(key)), None])
 
     def _single(self, update: list) -> int:
-        if getattr(self._local, "tx", None) is not None:  # as the embedded engine: not a silent separate commit
+        if self._local.tx is not None:  # as the embedded engine: not a silent separate commit
             raise TransactionError("db.set/kill/zkill inside an open transaction would nest transactions: "
                                    "use tx.set/kill/zkill on the transaction instead")
         return self._call("commit", ops=[update])
@@ -143,35 +143,20 @@ class RemoteDatabase:
         self.close()
 
 
-class RemoteTransaction:
+class RemoteTransaction(TransactionBase):
     """As the embedded ``Transaction``: updates are collected while it is open and committed as one
     request when the ``with`` block ends (or by ``commit()``); an update to a transaction that is
     not open is an error, not an update silently never sent."""
 
     def __init__(self, db: RemoteDatabase):
-        self.db, self.ops, self.seqno = db, [], 0
-        self._state = "new"
+        super().__init__(db._local)
+        self.db = db
 
-    def __enter__(self) -> "RemoteTransaction":
-        if getattr(self.db._local, "tx", None) is not None:
-            raise TransactionError("nested transactions are not supported: commit the outer transaction first")
-        self.db._local.tx = self
-        self._state = "open"
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.db._local.tx = None
-        if exc_type is not None:
-            self._state = "aborted"
-            return
-        self.commit()
-
-    def commit(self) -> int:
-        return commit_once(self, lambda ops: self.db._call("commit", ops=ops))
+    def _send(self, ops: list) -> int:
+        return self.db._call("commit", ops=ops)
 
     def _add(self, update: list) -> None:
-        if self._state != "open":
-            raise TransactionError(f"transaction is {self._state}; start a new one with db.transaction()")
+        self._require_open()
         self.ops.append(update)
 
     def set(self, region: str, key: tuple, value: Any) -> None:

@@ -360,7 +360,7 @@ class ReceiverServer:
                                                   last_stream_seqno=self.db.stream_seqno(SI_STREAM), history=new)
                 i.receiving_from = peer.name
         else:
-            streams = streams_from(start.streams, peer.name, dict(self.db._stream_seqnos))
+            streams = streams_from(start.streams, peer.name, self.db.stream_seqnos())
             if [(h.uid, h.start_seqno) for h in info.history] == [(h.uid, h.start_seqno) for h in new] \
                     and _stream_ids(info.streams) == _stream_ids(streams):
                 return False

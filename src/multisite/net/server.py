@@ -27,15 +27,15 @@ from typing import Any
 
 import msgspec
 
-from .. import database
+from .. import engine
 from ..errors import ConfigError, MultisiteError, RegionNotFound, ServerError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key, decode_key, encode_key
+from ..values import decode_value, encode_value
 from ..protocol.client import OPS
 from ..replication.history import SI_STREAM, to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
-from ..replication.rollback import rollback
 from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
 from .affinity import parse_cpus
@@ -76,7 +76,7 @@ class InstanceServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
-        self.db = database.open(self.root)
+        self.db = engine.open(self.root)
         db = self.db
         self.pool = JournalPool(db.info.journal_pool_bytes)
         self.pool.reset(db.seqno)
@@ -194,7 +194,7 @@ class InstanceServer:
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "clients": self.clients.connections if self.clients else 0,
-                "durability": self.db.journal.durability, "cpus": sorted(os.sched_getaffinity(0)),
+                "durability": self.db.durability.value, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
                 "sources": {n: s.status() for n, s in self.sources.items()},
@@ -318,7 +318,7 @@ class InstanceServer:
         """Roll back to the common point found with a source (in its seqno space when ``si``).
         Runs in a worker thread; the receiver has emptied the receive pool and quiesced first."""
         to = local_target_for_stream(self.db, SI_STREAM, common) if si else common
-        return rollback(self.db, to, reason=reason, common_seqno=common)
+        return self.db.rollback(to, reason=reason, common_seqno=common)
 
     def kick_sources(self) -> None:
         for s in self.sources.values():
@@ -378,7 +378,7 @@ class InstanceServer:
         if op == "get":
             return db.get(_region_name(a["region"]), check_key(a["key"]))
         if op == "items":
-            rid = db._region(_region_name(a["region"])).id
+            region = _region_name(a["region"])
             lo = encode_key(check_key(a["start"])) if a.get("start") is not None else b""
             hi = encode_key(check_key(a["stop"])) if a.get("stop") is not None else None
             limit, inclusive = a.get("limit", 1000), a.get("inclusive", True)
@@ -386,9 +386,8 @@ class InstanceServer:
                 raise ConfigError(f"items: limit must be an integer from 1 to {MAX_ITEMS_PAGE}, got {limit!r}")
             if type(inclusive) is not bool:
                 raise ConfigError(f"items: inclusive must be true or false, got {inclusive!r}")
-            with db._lock:
-                rows = db.store.page(rid, lo, hi, limit, inclusive=inclusive)
-            return [[list(decode_key(k)), database.decode_value(v)] for k, v in rows]
+            rows = db.page(region, lo, hi, limit, inclusive=inclusive)
+            return [[list(decode_key(k)), decode_value(v)] for k, v in rows]
         if op == "commit":
             ops = []
             if not isinstance(a["ops"], list):
@@ -400,9 +399,9 @@ class InstanceServer:
                 if type(opc) is not int or opc not in CLIENT_OPCODES:
                     raise ConfigError(f"commit: update {i} has opcode {opc!r:.40}; the opcodes are "
                                       + ", ".join(f"{c} ({n})" for c, n in CLIENT_OPCODES.items()))
-                db._region(_region_name(region))
-                ops.append((opc, region, check_key(key), database.encode_value(value) if opc == SET else None))
-            return db._commit(ops)
+                db.region(_region_name(region))
+                ops.append((opc, region, check_key(key), encode_value(value) if opc == SET else None))
+            return db.commit_updates(ops)
         if op == "create_region":
             replicated, schema = a.get("replicated", True), a.get("schema")
             if type(replicated) is not bool:

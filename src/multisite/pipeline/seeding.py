@@ -158,7 +158,7 @@ def seed(snap: str, into: str, *, name: str, batch_rows: int = 100_000, progress
     """Create instance ``into`` named ``name`` holding the snapshot's state at its seqno."""
     import pyarrow.dataset as ds
 
-    from ..database import create
+    from ..engine import create
     from ..journal.writer import create_segment
     from ..store.sqlite import Store
 

@@ -14,7 +14,7 @@ from ..instance.instance_file import ROLES, InstanceFile
 from ..protocol.messages import Hello
 from .history import SI_STREAM, check_pair, hello_for, is_si, si_hello_for
 from .resync import local_target_for_stream
-from .rollback import RollbackReport, rollback
+from ..engine import RollbackReport
 
 
 def change_role(db, role: str) -> InstanceFile:
@@ -42,7 +42,7 @@ def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
         if resync < 0 or resync > db.seqno:
             raise RollbackError(f"--resync {resync} is past the end of {db.name}, which is at seqno {db.seqno}; "
                                 f"nothing was changed")
-        return rollback(db, resync, reason=f"--resync {resync}")
+        return db.rollback(resync, reason=f"--resync {resync}")
     info = db.info
     si = is_si(primary.supplementary, info.supplementary)
     me = si_hello_for(info, db.stream_seqno(SI_STREAM)) if si else hello_for(info, db.seqno)
@@ -54,5 +54,5 @@ def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
         cls = GroupMismatch if refusal.code == "GROUP_MISMATCH" else HistoryMismatch
         raise cls(f"cannot resynchronize {db.name} with {primary.name}: {refusal.message}")
     target = local_target_for_stream(db, SI_STREAM, refusal.common_seqno) if si else refusal.common_seqno
-    return rollback(db, target, reason=f"fetchresync from {primary.name} at {address}",
+    return db.rollback(target, reason=f"fetchresync from {primary.name} at {address}",
                     common_seqno=refusal.common_seqno)

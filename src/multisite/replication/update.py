@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 
-from ..database import Database
+from ..engine import Database
 from ..errors import JournalGap, StorageFull
 from ..journal.records import FRAME_HEADER_SIZE, decode_payload
 from .pools import ReceivePool

@@ -208,6 +208,25 @@ class Store:
         except sqlite3.Error as e:
             self._failed(e)
 
+    def cut_positions(self, seqno: int) -> None:
+        """The store now stands at ``seqno`` (a rollback undid what came after): the next flush
+        records it, and no region's seqno past it."""
+        for r in self.regions.values():
+            if r.seqno > seqno:
+                r.seqno = seqno
+                self._dirty_regions.add(r.name)
+        self.applied_seqno = seqno
+        self.touch()
+
+    def touch(self) -> None:
+        """Make the next flush commit the positions (applied seqno, stream seqnos) even if no row changed."""
+        if self.lost is not None:
+            raise self.lost
+        try:
+            self._begin()
+        except sqlite3.Error as e:
+            self._failed(e)
+
     def mark_applied(self, seqno: int, region_names) -> None:
         self.applied_seqno = seqno
         for name in region_names:

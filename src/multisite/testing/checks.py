@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .. import database
+from .. import engine as database
 from ..journal.reader import iter_records
 
 T = TypeVar("T")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import database
-from ..cli.server_cmds import start_server, stop_server
+from .. import engine as database
+from ..net.process import start_server, stop_server
 from ..errors import ServerError
 from ..net import control
 from ..net.client import RemoteDatabase

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..errors import MultisiteError
 from ..journal.reader import iter_records
-from ..replication.lostfile import LostFile, list_lost_files
+from ..journal.lostfile import LostFile, list_lost_files
 from ..values import decode_value
 
 REGION = "t"

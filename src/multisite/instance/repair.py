@@ -28,11 +28,13 @@ from pathlib import Path
 
 from ..errors import JournalCorrupt
 from ..fsutil import fsync_dir, truncate_file
-from ..instance import instance_file as ifile
-from ..instance.layout import InstanceLock, Layout
-from .records import FRAME_HEADER_SIZE, Record, decode_payload
-from .segments import SegmentView, ScanResult, list_segments
-from .sidecars import drop_after
+from ..journal.lostfile import write_lost_file
+from ..journal.records import FRAME_HEADER_SIZE, Record, decode_payload
+from ..journal.segments import SegmentView, ScanResult, list_segments
+from ..journal.sidecars import drop_after
+from . import instance_file as ifile
+from .layout import InstanceLock, Layout
+from .maintenance import store_seqno
 
 
 @dataclass
@@ -70,8 +72,6 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
                                  f"not be cut: {p.refused}", path=p.segment, offset=p.offset)
         info = ifile.load(lay.instance_file)
         if records:
-            from ..replication.lostfile import write_lost_file  # replication builds on journal, not back
-
             lay.lost.mkdir(exist_ok=True)
             p.lost_file = str(write_lost_file(
                 lay.lost, instance=info.name, group=info.group, records=records, common_seqno=p.last_intact_seqno,
@@ -86,8 +86,6 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
 
 
 def _plan(lay: Layout) -> tuple[RepairPlan | None, list[Record]]:
-    from ..instance.maintenance import store_seqno
-
     infos = list_segments(lay.journal)
     if not infos:
         raise JournalCorrupt(f"journal {lay.journal} has no segment files (*.msj): restore them from a backup",

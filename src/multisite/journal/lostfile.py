@@ -33,8 +33,8 @@ from typing import Iterator
 
 from ..errors import ConfigError, LostFileCorrupt
 from ..fsutil import fsync_dir, write_all
-from ..journal.extract import record_to_dict
-from ..journal.records import Record, decode_payload, encode_payload
+from .extract import record_to_dict
+from .records import Record, decode_payload, encode_payload
 
 FORMAT = "multisite-lost/1"
 SUFFIX = ".mslost"

@@ -1,6 +1,8 @@
-"""Rollback: take every transaction after a common seqno off an instance, into a lost-transaction file.
+"""Rollback: take every transaction after a seqno off an instance, into a lost-transaction file.
 
-Steps, each safe to repeat (so a crash at any point is finished by the next open):
+The engine's "cut the journal at seqno S and reset positions" (GT.M's ``mupip journal -rollback``),
+public as ``Database.rollback``. Steps, each safe to repeat (so a crash at any point is finished
+by the next open):
 
 1. read the records after ``to_seqno`` from the journal (checked);
 2. write a marker ``run/rollback.json`` naming the target and the file, then the records, in
@@ -25,14 +27,14 @@ from pathlib import Path
 
 from ..errors import RollbackError
 from ..fsutil import atomic_write, fsync_dir, truncate_file
+from ..journal.lostfile import lost_file_path, write_lost_file
 from ..journal.reader import iter_records
 from ..journal.records import KILL, Record
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
 from ..journal.sidecars import drop_after
 from ..journal.writer import JournalWriter
 from ..keys import encode_key
-from .lostfile import lost_file_path, write_lost_file
-
+from .core import Core
 
 
 @dataclass
@@ -52,28 +54,30 @@ class RollbackReport:
                 f"{self.to_seqno}, in {self.seconds:.2f} s ({rate:,.0f}/s); lost transactions in {self.lost_file}")
 
 
-def rollback(db, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None) -> RollbackReport:
-    """Roll ``db`` (an open Database) back to ``to_seqno``. A no-op if it is not ahead of it."""
-    with db._lock:
-        return _rollback_locked(db, to_seqno, reason, to_seqno if common_seqno is None else common_seqno)
+def rollback(core: Core, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None
+             ) -> RollbackReport:
+    """Roll the instance back to ``to_seqno``. A no-op if it is not ahead of it."""
+    with core.lock:
+        core.check_open()
+        return _rollback_locked(core, to_seqno, reason, to_seqno if common_seqno is None else common_seqno)
 
 
-def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackReport:
+def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int) -> RollbackReport:
     t0 = time.perf_counter()
-    start = db._seqno
+    start = core.seqno
     if to_seqno < 0:
         raise RollbackError(f"cannot roll back to seqno {to_seqno}")
     if to_seqno >= start:
-        return RollbackReport(db.name, start, start, 0, None, 0.0)
-    lay = db.layout
+        return RollbackReport(core.name, start, start, 0, None, 0.0)
+    lay = core.layout
     infos = list_segments(lay.journal)
     if infos and to_seqno + 1 < infos[0].first_seqno:
-        raise RollbackError(f"cannot roll {db.name} back to seqno {to_seqno}: the journal starts at "
+        raise RollbackError(f"cannot roll {core.name} back to seqno {to_seqno}: the journal starts at "
                             f"{infos[0].first_seqno} (older segments were pruned); restore from a backup")
-    db._flush_locked()
+    core.flush()
     records = list(iter_records(lay.journal, to_seqno + 1, start, infos))
     if len(records) != start - to_seqno:
-        raise RollbackError(f"journal of {db.name} holds {len(records)} of the {start - to_seqno} records after "
+        raise RollbackError(f"journal of {core.name} holds {len(records)} of the {start - to_seqno} records after "
                             f"seqno {to_seqno}; cannot roll back")
     marker = lay.rollback_marker
     lost = None
@@ -85,26 +89,25 @@ def _rollback_locked(db, to_seqno: int, reason: str, common: int) -> RollbackRep
         # The marker goes first and names the file: a lost file never exists without its rollback
         # being under way, so a crash between the two cannot leave transactions both in the
         # database and in a lost file; the next open finishes the rollback with this very file.
-        lost = lost_file_path(lay.lost, db.name, records[0].seqno, records[-1].seqno)
+        lost = lost_file_path(lay.lost, core.name, records[0].seqno, records[-1].seqno)
         atomic_write(marker, json.dumps({"to_seqno": to_seqno, "lost_file": str(lost)}).encode())
     if not lost.exists():
-        write_lost_file(lay.lost, instance=db.name, group=db.info.group, records=records, common_seqno=common,
+        write_lost_file(lay.lost, instance=core.name, group=core.info.group, records=records, common_seqno=common,
                         reason=reason, path=lost)
-    _undo_store(db, records, to_seqno)
-    _cut_journal(db, to_seqno)
-    _trim_info(db, to_seqno, records)
-    db._seqno = to_seqno
+    _undo_store(core, records, to_seqno)
+    _cut_journal(core, to_seqno)
+    _trim_info(core, to_seqno)
     marker.unlink(missing_ok=True)
     fsync_dir(lay.run)
-    for listener in db.rollback_listeners:
+    for listener in core.rollback_listeners:
         listener(to_seqno)
-    return RollbackReport(db.name, start, to_seqno, len(records), str(lost), time.perf_counter() - t0)
+    return RollbackReport(core.name, start, to_seqno, len(records), str(lost), time.perf_counter() - t0)
 
 
-def _undo_store(db, records: list[Record], to_seqno: int) -> None:
+def _undo_store(core: Core, records: list[Record], to_seqno: int) -> None:
     """Put every touched key back to its state at ``to_seqno``: the before-image of the first
     rolled-off update that touched it (a kill's before-image lists every key it removed)."""
-    st = db.store
+    st = core.store
     state: dict[tuple[str, bytes], bytes | None] = {}
     for rec in records:
         for u in rec.updates:
@@ -114,10 +117,10 @@ def _undo_store(db, records: list[Record], to_seqno: int) -> None:
             else:
                 state.setdefault((u.region, encode_key(u.key)), u.before)
     for rec in reversed(records):
-        if rec.stream or db.info.supplementary:
-            prev = db._stream_seqnos.get(rec.stream)
+        if rec.stream or core.info.supplementary:
+            prev = core.stream_seqnos.get(rec.stream)
             if prev is None or rec.stream_seqno - 1 < prev:
-                db._stream_seqnos[rec.stream] = rec.stream_seqno - 1
+                core.stream_seqnos[rec.stream] = rec.stream_seqno - 1
     by_region: dict[str, tuple[list, list]] = {}
     for (region, kb), vb in state.items():
         puts, dels = by_region.setdefault(region, ([], []))
@@ -126,18 +129,13 @@ def _undo_store(db, records: list[Record], to_seqno: int) -> None:
         r = st.regions.get(region) or st.create_region(region, True)
         st.delete_many(r.id, dels)
         st.put_many(r.id, puts) if puts else None
-    for r in st.regions.values():
-        if r.seqno > to_seqno:
-            r.seqno = to_seqno
-            st._dirty_regions.add(r.name)
-    st.applied_seqno = to_seqno
-    st._begin()
+    st.cut_positions(to_seqno)
     st.flush()
 
 
-def _cut_journal(db, to_seqno: int) -> None:
-    lay = db.layout
-    db.journal.close()
+def _cut_journal(core: Core, to_seqno: int) -> None:
+    lay = core.layout
+    core.journal.close()
     infos = list_segments(lay.journal)
     keep = infos[0]
     for s in infos:
@@ -157,8 +155,8 @@ def _cut_journal(db, to_seqno: int) -> None:
     for s in sorted((s for s in infos if s.index > keep.index), key=lambda s: s.index, reverse=True):
         _remove_segment(s.path)
     _truncate_segment(keep.path, cut)
-    db.journal = JournalWriter(lay.journal, index=keep.index, path=keep.path, last_seqno=to_seqno,
-                               durability=db.journal.durability, segment_bytes=db.journal.segment_bytes)
+    core.journal = JournalWriter(lay.journal, index=keep.index, path=keep.path, last_seqno=to_seqno,
+                                 durability=core.journal.durability, segment_bytes=core.journal.segment_bytes)
 
 
 def _remove_segment(path) -> None:
@@ -170,26 +168,26 @@ def _truncate_segment(path, size: int) -> None:  # a step of its own: the crash 
     truncate_file(path, size)
 
 
-def _trim_info(db, to_seqno: int, records: list[Record]) -> None:
-    info = db.info
+def _trim_info(core: Core, to_seqno: int) -> None:
+    info = core.info
     info.cut_at(to_seqno)
     for num, st in info.streams.items():
-        st.last_stream_seqno = db._stream_seqnos.get(num, st.last_stream_seqno)
+        st.last_stream_seqno = core.stream_seqnos.get(num, st.last_stream_seqno)
         if st.history:
             st.history = [h for h in st.history if h.start_seqno <= st.last_stream_seqno + 1] or st.history[:1]
-    db._seqno = to_seqno
-    db.save_info()
+    core.seqno = to_seqno
+    core.save_info()
 
 
-def finish_interrupted(db) -> RollbackReport | None:
+def finish_interrupted(core: Core) -> RollbackReport | None:
     """On open: complete a rollback that a crash interrupted (its marker is still there)."""
-    marker = db.layout.rollback_marker
+    marker = core.layout.rollback_marker
     if not marker.exists():
         return None
     to = int(json.loads(marker.read_text())["to_seqno"])
-    if db.seqno > to:
-        return rollback(db, to, reason="completing an interrupted rollback")
-    with db._lock:  # journal and store were already cut back: finish the instance file
-        _trim_info(db, to, [])
+    if core.seqno > to:
+        return rollback(core, to, reason="completing an interrupted rollback")
+    with core.lock:  # journal and store were already cut back: finish the instance file
+        _trim_info(core, to)
         marker.unlink(missing_ok=True)
-    return RollbackReport(db.name, to, to, 0, None, 0.0)
+    return RollbackReport(core.name, to, to, 0, None, 0.0)

@@ -1,0 +1,144 @@
+"""Applying transactions received from upstream (the Update Process), in order, exactly once.
+
+BC (``apply_frames``): the secondary keeps the primary's frames. Each frame arrives checked (its
+CRCs and seqno, by the protocol), is decoded once to apply its updates to the store, and the very
+same bytes are journaled: the originating seqno, stream tag, before-images and CRCs are the
+primary's, end to end, and a secondary's journal is byte-identical to its primary's. The store
+is written as recovery writes it (sets in bulk, a kill or zkill after the sets before it): the
+before-images are already in the record.
+
+SI (``apply_records``): a supplementary instance gives each received transaction its own next
+seqno and tags it with the stream number and the originating seqno as ``stream_seqno``, so it
+frames a record of its own, with before-images read from its own store.
+
+Either way a transaction already applied is skipped, so a replay after any restart applies exactly
+once, and one that would leave a gap is refused (JournalGap) with nothing applied.
+"""
+
+from __future__ import annotations
+
+from ..errors import JournalGap, TransactionError
+from ..journal.durability import Durability
+from ..journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, FrameRun, Record, decode_payload
+from ..keys import encode_key
+from .commit import prepare
+from .core import Core
+
+
+def apply_frames(core: Core, runs: list[FrameRun]) -> int:
+    """BC: apply and journal received frames with one journal write (and, in ``fsync`` or
+    ``group`` mode, one fdatasync); returns the instance's seqno."""
+    with core.lock:
+        core.check_open()
+        snap = core.savepoint()
+        try:
+            chunks = _apply_runs(core, runs)
+            if chunks:
+                data = chunks[0][1] if len(chunks) == 1 else b"".join(c for _, c, _ in chunks)
+                core.journal.append(data, core.seqno)
+                if core.commit_listeners:
+                    for first, _, run in chunks:
+                        for seqno, fr in run.frames():
+                            if seqno >= first:
+                                for listener in core.commit_listeners:
+                                    listener(seqno, fr)
+        except BaseException:
+            core.undo(snap)
+            raise
+        core.release()
+        if chunks and core.journal.durability is Durability.GROUP:
+            core.journal.sync()
+        core.maybe_flush()
+        return core.seqno
+
+
+def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, FrameRun]]:
+    """Apply the frames after the instance's seqno to the store; what to journal, per run:
+    ``(first seqno applied, its bytes, the run)``."""
+    st = core.store
+    regions = st.regions
+    streams = core.stream_seqnos
+    track_streams = core.info.supplementary
+    puts: list[tuple[int, bytes, bytes]] = []
+    last_in: dict[str, int] = {}  # region -> last seqno that touched it (replicated regions)
+    out = []
+    for run in runs:
+        pos = core.seqno
+        if run.last_seqno <= pos:
+            continue  # applied before a restart: exactly once
+        skip = max(0, pos + 1 - run.first_seqno)
+        if run.first_seqno + skip != pos + 1:
+            raise JournalGap(f"instance {core.name} is at seqno {pos}; received seqno {run.first_seqno} leaves "
+                             f"a gap")
+        data, ends = run.data, run.ends
+        start = ends[skip - 1] if skip else 0
+        seqno = run.first_seqno + skip
+        view = memoryview(data)
+        for i in range(skip, len(ends)):
+            end = ends[i]
+            rec = decode_payload(view[start + FRAME_HEADER_SIZE:end])
+            if rec.seqno != seqno:
+                raise TransactionError(f"received frame for seqno {seqno} holds the record of seqno {rec.seqno}")
+            for u in rec.updates:
+                op, name = u.op, u.region
+                r = regions.get(name) or st.create_region(name, True)
+                if op == SET:
+                    puts.append((r.id, encode_key(u.key), u.value))
+                elif op == KILL or op == ZKILL:
+                    if puts:
+                        st.put_rows(puts)
+                        puts = []
+                    (st.delete_subtree if op == KILL else st.delete)(r.id, encode_key(u.key))
+                else:
+                    raise TransactionError(f"received seqno {seqno}: update {op!r} to region {name!r} is not one "
+                                           f"of set ({SET}), kill ({KILL}) or zkill ({ZKILL})")
+                if r.replicated:
+                    last_in[name] = seqno
+            if rec.stream or track_streams:
+                streams[rec.stream] = rec.stream_seqno
+            core.seqno = seqno
+            start, seqno = end, seqno + 1
+        out.append((run.first_seqno + skip, data if not skip else data[ends[skip - 1]:], run))
+    if puts:
+        st.put_rows(puts)
+    for name, seqno in last_in.items():
+        st.mark_applied(seqno, (name,))
+    if out:
+        st.mark_applied(core.seqno, ())
+    return out
+
+
+def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
+    """Apply received transactions, re-framed by this instance (SI, or records given decoded);
+    BC keeps each one's seqno, stream tag and origin. Returns the instance's seqno."""
+    with core.lock:
+        core.check_open()
+        frames: list[tuple[int, bytes]] = []
+        snap = core.savepoint()
+        try:
+            for rec in recs:
+                if si_stream is None:
+                    pos, kw = core.seqno, {"stream": rec.stream, "stream_seqno": rec.stream_seqno}
+                else:
+                    pos = core.stream_seqnos.get(si_stream, 0)
+                    kw = {"stream": si_stream, "stream_seqno": rec.seqno}
+                if rec.seqno <= pos:
+                    continue
+                if rec.seqno != pos + 1:
+                    raise JournalGap(f"instance {core.name} is at "
+                                     f"{'seqno' if si_stream is None else 'stream seqno'} {pos}; received seqno "
+                                     f"{rec.seqno} leaves a gap")
+                ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
+                seqno, data = prepare(core, ops, origin=rec.origin, replicated_apply=True, commit_time=rec.time,
+                                      **kw)
+                frames.append((seqno, data))
+            if frames:
+                core.write(frames)
+        except BaseException:
+            core.undo(snap)
+            raise
+        core.release()
+        if frames and core.journal.durability is Durability.GROUP:
+            core.journal.sync()
+        core.maybe_flush()
+        return core.seqno

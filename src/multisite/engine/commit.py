@@ -1,0 +1,101 @@
+"""Local commits: apply a transaction's updates to the store and journal them (GT.M's order, SPEC §1).
+
+All under the commit lock, which also fixes seqno order:
+
+1. each update is applied to the store's open SQLite transaction, reading its before-image first;
+2. the journal record (seqno, stream tag, origin, time, updates with before-images) is framed and
+   written to the journal; in ``fsync`` mode it is hardened here;
+3. the frame is handed to the commit listeners (the journal pool that feeds Source Servers).
+
+``fsync`` and ``none`` commit one transaction at a time (``commit``); ``group`` combines concurrent
+commits (``group.GroupCommit``) and hardens each batch outside the lock. If a journal write fails
+(a full disk) the store is undone to the savepoint, so the failed transaction leaves no trace.
+"""
+
+from __future__ import annotations
+
+from ..errors import NotPrimary, TransactionError
+from ..journal.records import KILL, SET, ZKILL, Update
+from ..keys import decode_key, encode_key
+from .core import Core
+
+OPS = frozenset((SET, KILL, ZKILL))
+Op = tuple[int, str, tuple, "bytes | None"]  # (opcode, region, key, encoded value or None)
+
+
+def commit(core: Core, ops: list[Op]) -> int:
+    """Apply ``ops`` atomically (``fsync`` and ``none`` modes); the seqno, 0 if nothing replicated
+    was touched."""
+    with core.lock:
+        core.check_open()
+        snap = core.savepoint()
+        try:
+            seqno, data = prepare(core, ops)
+            if data:
+                core.write([(seqno, data)])
+        except BaseException:
+            core.undo(snap)
+            raise
+        core.release()
+        core.maybe_flush()
+    return seqno
+
+
+def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int = 0,
+            stream_seqno: int | None = None, replicated_apply: bool = False,
+            commit_time: float | None = None) -> tuple[int, bytes]:
+    """Under the commit lock: apply to the store, assign the seqno, frame the journal record."""
+    core.check_open()
+    st = core.store
+    regions = st.regions
+    for op in ops:
+        if op[0] not in OPS:
+            raise TransactionError(f"update {op[0]!r} to region {op[1]!r} is not one of set ({SET}), kill "
+                                   f"({KILL}) or zkill ({ZKILL})")
+        r = regions.get(op[1])
+        if r is None:
+            if not replicated_apply:
+                core.region(op[1])
+        elif r.replicated and not replicated_apply and core.info.role != "primary":
+            raise NotPrimary(f"instance {core.name} is a replicating secondary: it accepts no "
+                             f"application updates to replicated region {op[1]!r}; write to its primary")
+    updates: list[Update] = []
+    touched: set[str] = set()
+    i, n = 0, len(ops)
+    while i < n:
+        opc, region, key, vb = ops[i]
+        r = regions.get(region) or st.create_region(region, True)
+        if opc == SET:  # a run of sets in one region: one read of before-images, one write
+            j = i + 1
+            while j < n and ops[j][0] == SET and ops[j][1] == region:
+                j += 1
+            run = ops[i:j]
+            kbs = [encode_key(o[2]) for o in run]
+            if r.replicated:
+                cur = st.get_many(r.id, kbs)
+                add = updates.append
+                for o, kb in zip(run, kbs):
+                    vb = o[3]
+                    add(Update(SET, region, o[2], vb, cur.get(kb)))
+                    cur[kb] = vb
+                st.put_values(r.id, cur)  # now every key of the run with its last value
+            else:
+                st.put_values(r.id, {kb: o[3] for o, kb in zip(run, kbs)})
+            i = j
+        else:
+            kb = encode_key(key)
+            if opc == KILL:
+                if r.replicated:
+                    killed = [(decode_key(k), v) for k, v in st.subtree(r.id, kb)]
+                    updates.append(Update(KILL, region, key, None, None, killed))
+                st.delete_subtree(r.id, kb)
+            else:
+                if r.replicated:
+                    updates.append(Update(ZKILL, region, key, None, st.get(r.id, kb)))
+                st.delete(r.id, kb)
+            i += 1
+        if r.replicated:
+            touched.add(region)
+    return core.seal(updates, touched, origin=origin, stream=stream, stream_seqno=stream_seqno,
+                     commit_time=commit_time)
+

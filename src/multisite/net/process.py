@@ -1,0 +1,88 @@
+"""Starting and stopping an instance server process (``python -m multisite.net.server``).
+
+Used by ``multisite server start|stop``, the test harnesses and the benches alike: the server is a
+process of its own, started in a new session so that a terminal's signals do not reach it, and
+ready once its control socket answers with its own pid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, ServerError
+from ..instance.layout import Layout
+from . import control
+from .affinity import parse_cpus
+from .clients import check_keepalive
+from .tls import parse_hostport
+
+SERVER_START_TIMEOUT_S = 60.0
+
+
+def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None) -> dict:
+    """Spawn the instance server for ``root`` and wait until it answers; returns its run info."""
+    lay = Layout.existing(root)
+    if control.is_running(lay.root):
+        raise ServerError(f"an instance server for {lay.root} is already running")
+    if cpus:
+        parse_cpus(cpus)  # a wrong value is an error here, not only in the server's log
+    if listen:
+        parse_hostport(listen)  # likewise
+    if keepalive is not None:
+        check_keepalive(keepalive)
+    out = open(lay.log / "server.out", "ab")
+    cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
+    cmd += ["--cpus", cpus] if cpus else []
+    cmd += ["--keepalive", str(keepalive)] if keepalive is not None else []
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (lay.log / "server.out").read_text(errors="replace").strip().splitlines()[-3:]
+            raise ServerError(f"the instance server for {lay.root} exited at start (status {proc.returncode}): "
+                              + " | ".join(tail))
+        if control.is_running(lay.root):
+            info = json.loads((lay.run / "server.json").read_text())
+            if info.get("pid") == proc.pid:  # written before the control socket opened: this server's
+                return info
+        time.sleep(0.05)
+    proc.kill()
+    raise ServerError(f"the instance server for {lay.root} did not answer within {SERVER_START_TIMEOUT_S:.0f} s")
+
+
+def stop_server(root: Path, timeout: float = 10.0) -> int:
+    if not (math.isfinite(timeout) and timeout >= 0):  # nan, inf: a traceback from settimeout, server left up
+        raise ConfigError(f"--timeout takes a number of seconds, 0 or more, got {timeout}")
+    lay = Layout.existing(root)
+    pid = control.call(lay.root, "ping")["pid"]
+    control.call(lay.root, "shutdown", timeout=timeout + 5, timeout_s=timeout)  # socket timeout, flush bound
+    deadline = time.monotonic() + timeout + 10
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return pid
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` is gone. A server started by this process (tests, the demo) stays a zombie,
+    which ``kill(pid, 0)`` still reaches, until it is reaped here."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
