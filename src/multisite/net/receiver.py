@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from ..errors import ConnectionLost, MultisiteError, ProtocolError
 from ..protocol.connection import Connection, Role, split_frames
-from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
+from ..protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
+                                 error_for)
 from ..instance.instance_file import StreamInfo
 from ..replication.history import (SI_STREAM, check_peer, hello_for, is_si, si_hello_for, streams_from,
                                   to_records)
@@ -142,7 +143,7 @@ class ReceiverServer:
             self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
             if isinstance(e, ProtocolError):  # e.g. another protocol version: say so before closing
                 try:
-                    writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+                    writer.write(Connection(Role.RECEIVER).send(error_for(e)))
                 except (MultisiteError, OSError):
                     pass
             await self._close(writer)
@@ -160,7 +161,7 @@ class ReceiverServer:
         if self._active is not None and not self._active.done():
             self.log.warning("refusing source %s from %s: already receiving from %s", peer.name, addr,
                              self._active_peer)
-            writer.write(conn.send(Error("BUSY", f"receiver already has a source ({self._active_peer})")))
+            writer.write(conn.send(Error(RefusalCode.BUSY, f"receiver already has a source ({self._active_peer})")))
             await self._close(writer)
             return
         self._active, self._active_peer = asyncio.current_task(), peer.name
@@ -174,7 +175,7 @@ class ReceiverServer:
             self.log.error("protocol error from %s: %s; closing the connection", peer.name, e)
             self.last_error = str(e)
             try:
-                writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+                writer.write(Connection(Role.RECEIVER).send(error_for(e)))
             except MultisiteError:
                 pass
         except asyncio.TimeoutError:
@@ -220,7 +221,7 @@ class ReceiverServer:
         await loop.run_in_executor(None, self.pool.quiesce)
         si = is_si(peer.supplementary, self.db.info.supplementary)
         me, refusal = self._position(peer, si)
-        if refusal is not None and refusal.code == "ROLLBACK_NEEDED":
+        if refusal is not None and refusal.code is RefusalCode.ROLLBACK_NEEDED:
             if si and self.cfg.noresync:
                 self.log.warning("%s; --noresync: keeping this instance's transactions and continuing the SI "
                                  "stream from %s's seqno %d", refusal.message, peer.name, refusal.common_seqno)
