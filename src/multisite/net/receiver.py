@@ -208,8 +208,10 @@ class ReceiverServer:
         except (OSError, asyncio.TimeoutError, ssl.SSLError):
             writer.transport.abort()
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     peer: Hello) -> None:
+    async def _handshake(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         peer: Hello) -> tuple[bool, Start] | None:
+        """Answer the source's Hello and take its Start, doing what the ``ReceiverHandshake`` decides:
+        (SI mode, the Start) once streaming may begin, None after a refusal either way."""
         loop = asyncio.get_running_loop()
         self.state = "handshake"
         # The restart point: empty the pool, let the Update Process finish its batch. A restart asked
@@ -239,7 +241,7 @@ class ReceiverServer:
             self.last_error = f"{refusal.code}: {refusal.message}"
             self.log.error("refusing source %s: %s: %s", peer.name, refusal.code, refusal.message)
             writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
-            return
+            return None
         me = answer.hello
         # The stream's seqnos from here on are the source's: for a supplementary instance they are its
         # SI stream's, not its own (which count its own transactions too).
@@ -251,13 +253,22 @@ class ReceiverServer:
             self.refusals += 1
             self.last_error = f"{start.code}: {start.message}"
             self.log.error("source %s refused: %s: %s", peer.name, start.code, start.message)
-            return
+            return None
         assert isinstance(start, Start)
         hs.check_start(start)
         if await loop.run_in_executor(None, self._adopt_history, peer, start, si):
             # What this instance tells its own secondaries in their Start changed (a supplementary
             # standby learns its SI stream's history only there): make them renegotiate.
             self.server.kick_sources()
+        return si, start
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     peer: Hello) -> None:
+        loop = asyncio.get_running_loop()
+        agreed = await self._handshake(conn, reader, writer, peer)
+        if agreed is None:
+            return
+        si, start = agreed
         self.update.si_stream = SI_STREAM if si else None
         self.peer = peer.name
         self._conn, self._writer = conn, writer
