@@ -1,12 +1,15 @@
-"""A Source Server's reconnect pause starts short again after a session that streamed a while.
+"""A real Source Server reconnects at once after a session that streamed a while.
 
 The pause after a failed connect doubles up to ``connect_backoff_max_s``, but it was set back only
 when a session ended without an error, which never happens (a session ends by an error: a cut, a
 timeout, a deactivate). So once a source had failed a few times in its life, every later cut, even
 after hours of streaming, waited the longest pause before reconnecting.
 
-Real TCP on 127.0.0.1: a real Source Server (on a real instance) against a receiver played by the
-test with the protocol's own Connection, so that the test sees each connection as it is accepted.
+The pause's rules (doubling, the refusal floor, the reset) are ``replication.session.SourceBackoff``'s
+and are checked with a fake clock in ``tests/unit/test_session.py``. Here, on real TCP on 127.0.0.1, a
+real Source Server (on a real instance) fails to connect until its pause is the longest, streams, is
+cut, and must come back with a full handshake well before that longest pause. The receiver is played
+by the test with the protocol's own Connection, so that the test sees each connection as accepted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from types import SimpleNamespace
 
 import multisite
+from multisite.errors import ConnectionLost
 from multisite.net.source import SourceConfig, SourceServer, read_event
 from multisite.protocol.connection import Connection, Role
 from multisite.protocol.messages import Heartbeat, HeartbeatAck, Hello, Start
@@ -47,20 +51,31 @@ def test_reconnects_at_once_after_a_long_session_despite_earlier_failures(tmp_pa
     b.update_info(lambda i: setattr(i, "role", "secondary"))
     accepted: list[float] = []
     sessions: list[asyncio.StreamWriter] = []
+    handshakes: list[list[str]] = []  # per connection: the handshake messages the source sent, in order
 
     async def receiver(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         accepted.append(time.monotonic())
         sessions.append(writer)
+        seen: list[str] = []
+        handshakes.append(seen)
         conn = Connection(Role.RECEIVER)
         try:
-            assert isinstance(await read_event(conn, reader), Hello)
+            hello = await read_event(conn, reader)
+            seen.append(type(hello).__name__)
+            if not isinstance(hello, Hello):
+                return  # the assertion on ``handshakes`` reports it
             writer.write(conn.send(hello_for(b.info, 0)))
-            assert isinstance(await read_event(conn, reader), Start)
+            start = await read_event(conn, reader)
+            seen.append(type(start).__name__)
+            if not isinstance(start, Start):
+                return
             while True:
                 ev = await read_event(conn, reader)
                 if isinstance(ev, Heartbeat):
                     writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, 0, 0)))
-        except Exception:
+        except (ConnectionLost, OSError):  # the cut, or the source stopping at the end
+            pass
+        finally:
             writer.transport.abort()
 
     async def main() -> float:
@@ -80,8 +95,10 @@ def test_reconnects_at_once_after_a_long_session_despite_earlier_failures(tmp_pa
             sessions[0].transport.abort()  # the link is cut
             cut = time.monotonic()
             await wait_for(lambda: len(accepted) == 2, "the reconnection")
+            took = accepted[1] - cut
+            await wait_for(lambda: src.state == "streaming", "the second session to stream")
             srv.close()
-            return accepted[1] - cut
+            return took
         finally:
             await src.stop(timeout_s=0)
 
@@ -90,4 +107,5 @@ def test_reconnects_at_once_after_a_long_session_despite_earlier_failures(tmp_pa
     finally:
         a.close()
         b.close()
+    assert handshakes == [["Hello", "Start"], ["Hello", "Start"]], handshakes
     assert took < BACKOFF_MAX_S / 2, f"reconnected {took:.2f} s after the cut: the longest pause, not the shortest"

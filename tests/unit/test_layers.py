@@ -5,6 +5,8 @@ line, several packages of one layer on one line); this test reads it from there.
 import modules of its own layer or of lower ones; every import counts, including those inside
 functions (a lazy import is still an arrow). Imports between modules must also form no cycle.
 The protocol is sans-IO: it imports errors and value types only, and no sockets, asyncio or clock.
+The same holds for replication's session policy (``replication/session.py``): the servers in
+``net`` do its I/O and give it the time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SRC = Path(multisite.__file__).parent
 ARCHITECTURE = SRC.parent.parent / "docs" / "architecture.md"
 PROTOCOL_MAY_IMPORT = {"errors", "keys", "values", "journal.records", "protocol"}
 PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess"}
+# Sans-IO modules outside protocol/, and what each may import besides PROTOCOL_MAY_IMPORT.
+SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"}}
 
 
 def _layers() -> dict[str, int]:
@@ -130,17 +134,26 @@ def test_imports_make_no_cycle():
             visit(n)
 
 
-@pytest.mark.parametrize("path,parts", [c for c in CASES if c[1][:1] == ["protocol"]],
-                         ids=lambda x: str(x) if isinstance(x, list) else None)
-def test_protocol_is_sans_io(path, parts):
+SANS_IO = [(p, parts, PROTOCOL_MAY_IMPORT) for p, parts in CASES if parts[:1] == ["protocol"]] + [
+    (p, parts, PROTOCOL_MAY_IMPORT | SANS_IO_ELSEWHERE[tuple(parts)]) for p, parts in CASES
+    if tuple(parts) in SANS_IO_ELSEWHERE]
+
+
+@pytest.mark.parametrize("path,parts,may_import", SANS_IO, ids=[".".join(x) for _, x, _ in SANS_IO])
+def test_sans_io_modules_import_no_io(path, parts, may_import):
     for mod, ours in _imports(path, parts):
         if ours:
             sub = _sub(mod)
-            assert any(sub == ok or sub.startswith(ok + ".") for ok in PROTOCOL_MAY_IMPORT), (
-                f"{path.relative_to(SRC)} imports {mod}: protocol imports only errors and value types")
+            assert any(sub == ok or sub.startswith(ok + ".") for ok in may_import), (
+                f"{path.relative_to(SRC)} imports {mod}: a sans-IO module imports only errors, value types "
+                f"and other sans-IO modules")
         else:
             assert mod.split(".")[0] not in PROTOCOL_STDLIB_BANNED, (
-                f"{path.relative_to(SRC)} imports {mod}: no sockets, asyncio or clock inside the protocol")
+                f"{path.relative_to(SRC)} imports {mod}: no sockets, asyncio or clock in a sans-IO module")
+
+
+def test_every_sans_io_module_outside_protocol_is_checked():
+    assert {tuple(parts) for _, parts, _ in SANS_IO if parts[0] != "protocol"} == set(SANS_IO_ELSEWHERE)
 
 
 def test_the_walker_sees_relative_and_lazy_imports():

@@ -13,14 +13,17 @@ random, truncated, oversized, unknown, corrupted and out-of-order input. The inv
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
+from pathlib import Path
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from multisite import errors
 from multisite.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from multisite.journal.records import FRAME_HEADER_SIZE, SET, Record, Update, encode_record, parse_header
 from multisite.protocol.client import FrameBuffer
@@ -29,7 +32,7 @@ from multisite.protocol.connection import (NEED_DATA, RECV, SEND, TRANSITIONS, C
                                            split_frames)
 from multisite.protocol.messages import (COMPRESSED, FRAME_PREFIX, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
                                          Heartbeat, HeartbeatAck, Hello, HistoryEntry, Start, TxnBatch, Xoff,
-                                         Xon, encode_message)
+                                         Xon, RefusalCode, decode_body, encode_message, error_for)
 
 S, R = Role.SOURCE, Role.RECEIVER
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -174,11 +177,36 @@ def test_full_handshake_and_stream_in_memory():
 def test_refusal_during_the_handshake_closes_both_sides():
     src, rcv = Connection(S), Connection(R)
     deliver(src.send(hello("A", 5)), rcv)
-    refusal = Error("GROUP_MISMATCH", "A belongs to group 'x'", -1)
+    refusal = Error(RefusalCode.GROUP_MISMATCH, "A belongs to group 'x'", -1)
     assert deliver(rcv.send(refusal), src) == [refusal]
     assert src.state is rcv.state is State.CLOSED
     with pytest.raises(LocalProtocolError):
         src.send(Start(1, 0, []))
+
+
+def test_refusal_codes_travel_as_their_plain_text():
+    """The enum changed no byte on the wire: a member encodes as its string, and an Error from a peer
+    (a plain str code) compares equal to the member."""
+    for code in RefusalCode:
+        assert encode_message(Error(code, "m", 7)) == encode_message(Error(code.value, "m", 7))
+        got = decode_body(Error.__struct_config__.tag, encode_message(Error(code, "m", 7))[FRAME_PREFIX.size:])
+        assert got.code == code and f"{got.code}" == f"{code}" == code.value
+
+
+def test_every_protocol_error_has_a_wire_code():
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, ProtocolError)]
+    assert {c.code for c in classes} <= {c.value for c in RefusalCode}
+    for c in classes:
+        err = error_for(c("what went wrong"))
+        assert err.code is RefusalCode(c.code) and err.message == "what went wrong"
+
+
+def test_the_documented_error_codes_are_the_enum():
+    """docs/protocol.md §9 lists every code an Error carries, and only those."""
+    doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    table = doc[doc.index("## 9. Error codes"):]
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.M))
+    assert documented == {c.value for c in RefusalCode}
 
 
 def test_split_frames_yields_each_journal_frame():

@@ -11,6 +11,9 @@ Theory of operation (GT.M seed 001, "Receiver Server"):
   ``receive_pool_high_bytes`` the receiver sends XOFF, and XON once the Update Process has drained
   the pool below ``receive_pool_low_bytes``.
 - Every heartbeat is answered with the last seqno the Update Process applied.
+
+The decisions (accept, refuse, roll back, continue an SI stream, the Start check, the history to
+adopt, XOFF and XON) are ``replication.session``'s, sans-IO and unit-tested; this module does the I/O.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from dataclasses import dataclass
 
 from ..errors import ConnectionLost, MultisiteError, ProtocolError
 from ..protocol.connection import Connection, Role, split_frames
-from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
-from ..instance.instance_file import StreamInfo
-from ..replication.history import (SI_STREAM, check_peer, hello_for, is_si, si_hello_for, streams_from,
-                                  to_records)
+from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon, error_for
+from ..replication.history import SI_STREAM
 from ..replication.pools import ReceivePool
+from ..replication.session import (Accept, ContinueStream, FlowControl, Position, ReceiverHandshake, RollBack,
+                                   adopted_history, busy)
 from ..replication.update import UpdateProcess
 from .source import read_event
 from .tls import TLSConfig
@@ -65,11 +68,6 @@ class ReceiverConfig:
         return d
 
 
-def _stream_ids(streams: dict[int, StreamInfo]) -> list:
-    """What identifies the SI streams an instance holds: numbers, groups and history records."""
-    return [(n, s.source_group, [(h.uid, h.start_seqno) for h in s.history]) for n, s in sorted(streams.items())]
-
-
 class ReceiverServer:
     def __init__(self, server, cfg: ReceiverConfig, log: logging.Logger, update: UpdateProcess,
                  pool: ReceivePool):
@@ -84,7 +82,7 @@ class ReceiverServer:
         self._tls_ctx: ssl.SSLContext | None = None
         self._active: asyncio.Task | None = None  # the task serving the current source
         self._active_peer: str | None = None
-        self._xoff_sent = False
+        self._flow = FlowControl(cfg.receive_pool_low_bytes)
         self._conn: Connection | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -142,7 +140,7 @@ class ReceiverServer:
             self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
             if isinstance(e, ProtocolError):  # e.g. another protocol version: say so before closing
                 try:
-                    writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+                    writer.write(Connection(Role.RECEIVER).send(error_for(e)))
                 except (MultisiteError, OSError):
                     pass
             await self._close(writer)
@@ -160,7 +158,8 @@ class ReceiverServer:
         if self._active is not None and not self._active.done():
             self.log.warning("refusing source %s from %s: already receiving from %s", peer.name, addr,
                              self._active_peer)
-            writer.write(conn.send(Error("BUSY", f"receiver already has a source ({self._active_peer})")))
+            refusal = busy(self._active_peer)
+            writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
             await self._close(writer)
             return
         self._active, self._active_peer = asyncio.current_task(), peer.name
@@ -174,7 +173,7 @@ class ReceiverServer:
             self.log.error("protocol error from %s: %s; closing the connection", peer.name, e)
             self.last_error = str(e)
             try:
-                writer.write(Connection(Role.RECEIVER).send(Error(e.code, e.message)))
+                writer.write(Connection(Role.RECEIVER).send(error_for(e)))
             except MultisiteError:
                 pass
         except asyncio.TimeoutError:
@@ -209,8 +208,10 @@ class ReceiverServer:
         except (OSError, asyncio.TimeoutError, ssl.SSLError):
             writer.transport.abort()
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     peer: Hello) -> None:
+    async def _handshake(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         peer: Hello) -> tuple[bool, Start] | None:
+        """Answer the source's Hello and take its Start, doing what the ``ReceiverHandshake`` decides:
+        (SI mode, the Start) once streaming may begin, None after a refusal either way."""
         loop = asyncio.get_running_loop()
         self.state = "handshake"
         # The restart point: empty the pool, let the Update Process finish its batch. A restart asked
@@ -218,27 +219,30 @@ class ReceiverServer:
         self._restart.clear()
         self.pool.clear(self.db.seqno)
         await loop.run_in_executor(None, self.pool.quiesce)
-        si = is_si(peer.supplementary, self.db.info.supplementary)
-        me, refusal = self._position(peer, si)
-        if refusal is not None and refusal.code == "ROLLBACK_NEEDED":
-            if si and self.cfg.noresync:
-                self.log.warning("%s; --noresync: keeping this instance's transactions and continuing the SI "
-                                 "stream from %s's seqno %d", refusal.message, peer.name, refusal.common_seqno)
-                await loop.run_in_executor(None, self.db.set_stream_seqno, SI_STREAM, refusal.common_seqno)
-                me, refusal = self._position(peer, si)
-            elif self.cfg.autorollback:
-                self.log.warning("%s; --autorollback: rolling back", refusal.message)
-                rep = await loop.run_in_executor(None, self.server.rollback_to_common, refusal.common_seqno, si,
-                                                 f"autorollback for {peer.name}")
-                self.log.warning("%s", rep.summary())
-                self.server.kick_sources()
-                me, refusal = self._position(peer, si)
-        if refusal is not None:
+        hs = ReceiverHandshake(peer, supplementary=self.db.info.supplementary, autorollback=self.cfg.autorollback,
+                               noresync=self.cfg.noresync)
+        si = hs.si
+        answer = hs.answer(self._here())
+        if isinstance(answer, ContinueStream):
+            self.log.warning("%s; --noresync: keeping this instance's transactions and continuing the SI "
+                             "stream from %s's seqno %d", answer.why, peer.name, answer.seqno)
+            await loop.run_in_executor(None, self.db.set_stream_seqno, answer.stream, answer.seqno)
+            answer = hs.answer(self._here())
+        elif isinstance(answer, RollBack):
+            self.log.warning("%s; --autorollback: rolling back", answer.why)
+            rep = await loop.run_in_executor(None, self.server.rollback_to_common, answer.common_seqno, answer.si,
+                                             f"autorollback for {peer.name}")
+            self.log.warning("%s", rep.summary())
+            self.server.kick_sources()
+            answer = hs.answer(self._here())
+        if not isinstance(answer, Accept):
+            refusal = answer
             self.refusals += 1
             self.last_error = f"{refusal.code}: {refusal.message}"
             self.log.error("refusing source %s: %s: %s", peer.name, refusal.code, refusal.message)
             writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
-            return
+            return None
+        me = answer.hello
         # The stream's seqnos from here on are the source's: for a supplementary instance they are its
         # SI stream's, not its own (which count its own transactions too).
         self.pool.clear(me.seqno)
@@ -249,19 +253,26 @@ class ReceiverServer:
             self.refusals += 1
             self.last_error = f"{start.code}: {start.message}"
             self.log.error("source %s refused: %s: %s", peer.name, start.code, start.message)
-            return
+            return None
         assert isinstance(start, Start)
-        if start.from_seqno != me.seqno + 1:
-            raise ProtocolError(f"source wants to start at seqno {start.from_seqno}, this instance needs "
-                                f"{me.seqno + 1}")
+        hs.check_start(start)
         if await loop.run_in_executor(None, self._adopt_history, peer, start, si):
             # What this instance tells its own secondaries in their Start changed (a supplementary
             # standby learns its SI stream's history only there): make them renegotiate.
             self.server.kick_sources()
+        return si, start
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     peer: Hello) -> None:
+        loop = asyncio.get_running_loop()
+        agreed = await self._handshake(conn, reader, writer, peer)
+        if agreed is None:
+            return
+        si, start = agreed
         self.update.si_stream = SI_STREAM if si else None
         self.peer = peer.name
         self._conn, self._writer = conn, writer
-        self._xoff_sent = False
+        self._flow.reset()
         self.state = "receiving"
         self.last_error = None
         self.log.info("receiving from %s at seqno %d (common point %d)", peer.name, start.from_seqno,
@@ -292,8 +303,7 @@ class ReceiverServer:
                 if isinstance(ev, TxnBatch):
                     frames = list(split_frames(ev.frames))
                     self.received_records += len(frames)
-                    if self.pool.put_many(frames) and not self._xoff_sent:
-                        self._xoff_sent = True
+                    if self._flow.xoff(self.pool.put_many(frames)):
                         self.xoffs += 1
                         self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
                                       self.cfg.receive_pool_high_bytes)
@@ -334,42 +344,19 @@ class ReceiverServer:
             return self.db.stream_seqno(self.update.si_stream)
         return self.db.seqno
 
-    def _position(self, peer: Hello, si: bool):
-        """This instance's Hello for ``peer`` and the refusal it calls for, if any."""
-        info = self.db.info
-        if si:
-            me = si_hello_for(info, self.db.stream_seqno(SI_STREAM))
-            group = info.streams[SI_STREAM].source_group if SI_STREAM in info.streams else None
-        else:
-            me, group = hello_for(info, self.db.seqno), None
-        return me, check_peer(me, peer, i_am="receiver", si_source_group=group)
+    def _here(self) -> Position:
+        """Where this instance stands now, for the handshake's decisions."""
+        return Position(self.db.info, self.db.seqno, self.db.stream_seqno(SI_STREAM))
 
     def _adopt_history(self, peer: Hello, start: Start, si: bool) -> bool:
-        """This instance now holds (a prefix of) the source's history: record it as its own, or,
-        in SI mode, as the history of the stream it receives. True if anything changed."""
-        new = to_records(start.history, upstream=peer.name)
-        info = self.db.info
-        if si:
-            cur = info.streams.get(SI_STREAM)
-            if cur is not None and [(h.uid, h.start_seqno) for h in cur.history] == \
-                    [(h.uid, h.start_seqno) for h in new]:
-                return False
-
-            def upd(i) -> None:
-                i.streams[SI_STREAM] = StreamInfo(stream=SI_STREAM, source_group=peer.group, root_primary=peer.name,
-                                                  last_stream_seqno=self.db.stream_seqno(SI_STREAM), history=new)
-                i.receiving_from = peer.name
-        else:
-            streams = streams_from(start.streams, peer.name, self.db.stream_seqnos())
-            if [(h.uid, h.start_seqno) for h in info.history] == [(h.uid, h.start_seqno) for h in new] \
-                    and _stream_ids(info.streams) == _stream_ids(streams):
-                return False
-
-            def upd(i) -> None:
-                i.history = new
-                i.streams = streams
-                i.receiving_from = peer.name
-        self.db.update_info(upd)
+        """Record the source's history as this instance's own (SI: as its stream's). True if anything
+        changed."""
+        seqnos = {n: self.db.stream_seqno(n) for n in {SI_STREAM, *(e.stream for e in start.streams)}}
+        adoption = adopted_history(self.db.info, peer, start, si, seqnos)
+        if adoption is None:
+            return False
+        self.db.update_info(adoption.apply)
+        new = adoption.history
         self.log.info("%s now follows %s (%d record(s), root primary %s)", "SI stream history" if si else "history",
                       peer.name, len(new), new[-1].root_primary if new else "-")
         return True
@@ -383,9 +370,7 @@ class ReceiverServer:
         self._restart.set()
 
     def _maybe_xon(self) -> None:
-        if self._xoff_sent and self._conn is not None and self._writer is not None \
-                and self.pool.bytes < self.cfg.receive_pool_low_bytes:
-            self._xoff_sent = False
+        if self._flow.xon(self.pool.bytes, connected=self._conn is not None and self._writer is not None):
             self.log.info("receive pool drained to %d bytes (low-water %d): XON", self.pool.bytes,
                           self.cfg.receive_pool_low_bytes)
             try:
@@ -399,7 +384,7 @@ class ReceiverServer:
                 "seqno": self.db.seqno, "received_seqno": self.pool.received_seqno,
                 "backlog": len(self.pool), "receive_pool_bytes": self.pool.bytes,
                 "received_records": self.received_records, "connections": self.connections,
-                "refusals": self.refusals, "xoffs": self.xoffs, "xoff": self._xoff_sent,
+                "refusals": self.refusals, "xoffs": self.xoffs, "xoff": self._flow.xoff_sent,
                 "start_seqno": self.start_seqno, "last_error": self.last_error, "tls": bool(self.cfg.tls),
                 "update_process": self.update.status()}
 

@@ -13,6 +13,9 @@ Theory of operation (GT.M seed 001, "Source Server"):
   means the connection is lost: close it and reconnect. XOFF pauses sending until XON.
 - Every ``stats_interval_s`` the server logs backlog, records sent since the last log, rate, and
   the start and current seqno; the last sent/confirmed seqnos go to the instance file's slot.
+
+The reconnect pause and the heartbeat timeout are ``replication.session``'s decisions (sans-IO, given
+the time by this module, and unit-tested with a fake clock); this module does the I/O.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from ..journal.records import FRAME_HEADER_SIZE, decode_payload
 from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
 from ..replication.history import check_peer, common_point, hello_for, stream_entries
+from ..replication.session import HeartbeatWatch, SessionEnd, SourceBackoff
 from .tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
-CONNECT_BACKOFF_MIN_S = 0.05  # first pause after a failed connect; doubled up to connect_backoff_max_s
 
 
 @dataclass
@@ -114,12 +117,12 @@ class SourceServer:
         self.start_seqno = self.db.seqno
         self._fiter = None
         self._fnext = -1
-        self._last_ack = 0.0
+        self._heartbeats = HeartbeatWatch(cfg.heartbeat_timeout_s, 0.0)
         self._lag_s = 0.0
         self._rtt_s = 0.0
         self._kicked = False
         self._stopping = False
-        self._streaming_since: float | None = None  # when the current session began streaming
+        self._backoff = SourceBackoff(cfg.connect_backoff_max_s)
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -173,7 +176,7 @@ class SourceServer:
 
     # -- main loop -------------------------------------------------------------------------------
     async def _run(self) -> None:
-        backoff = CONNECT_BACKOFF_MIN_S
+        self._backoff = backoff = SourceBackoff(self.cfg.connect_backoff_max_s)
         stats = asyncio.get_running_loop().create_task(self._stats_loop())
         try:
             while True:
@@ -183,15 +186,15 @@ class SourceServer:
                     await self._wake.wait()
                     continue
                 self.state = "connecting"
-                self._streaming_since = None
+                backoff.connecting()
                 try:
                     await self._connect_and_stream()
-                    backoff = CONNECT_BACKOFF_MIN_S
+                    end = SessionEnd.CLEAN
                 except asyncio.CancelledError:
                     raise
                 except _Refused as e:
                     self.last_error = str(e)
-                    backoff = max(backoff, 1.0)
+                    end = SessionEnd.REFUSED
                 except (OSError, ConnectionLost, MultisiteError, asyncio.IncompleteReadError) as e:
                     if isinstance(e, JournalGap):
                         self.last_error = str(e)
@@ -205,24 +208,20 @@ class SourceServer:
                     if self.state != "connecting" or self.connects == 0 or self.last_error != what:
                         self.log.warning("connection to %s lost: %s; reconnecting", self.cfg.secondary, what)
                     self.last_error = what
+                    end = SessionEnd.LOST
                 except Exception as e:  # a bug here must not end replication to this secondary for good
                     self.log.exception("unexpected error in the session with %s; reconnecting", self.cfg.secondary)
                     self.last_error = f"internal error: {e!r}"
-                    backoff = max(backoff, 1.0)
-                if self._streaming_since is not None and \
-                        time.monotonic() - self._streaming_since >= self.cfg.connect_backoff_max_s:
-                    # A session that streamed a while ends the run of failures: reconnect at once,
-                    # not after the longest pause earlier failures (in this server's life) built up.
-                    backoff = CONNECT_BACKOFF_MIN_S
+                    end = SessionEnd.FAILED
+                backoff.ended(end, time.monotonic())
                 self._save_slot()
                 if self.active:
                     self.state = "connecting"
                     try:
-                        await asyncio.wait_for(self._wake.wait(), backoff)
+                        await asyncio.wait_for(self._wake.wait(), backoff.next_pause())
                     except asyncio.TimeoutError:
                         pass
                     self._wake.clear()
-                    backoff = min(backoff * 2, self.cfg.connect_backoff_max_s)
         finally:
             stats.cancel()
 
@@ -286,11 +285,11 @@ class SourceServer:
                       peer.name, peer.seqno, common, self._next)
         self.last_confirmed = peer.seqno
         self.state = "streaming"
-        self._streaming_since = time.monotonic()
+        self._backoff.streaming(time.monotonic())
         self.last_error = None
         self._fiter = None
         self._xon.set()
-        self._last_ack = time.monotonic()
+        self._heartbeats = HeartbeatWatch(cfg.heartbeat_timeout_s, time.monotonic())
         lock = asyncio.Lock()
         await run_together(self._send_loop(conn, writer, lock), self._recv_loop(conn, reader),
                            self._heartbeat_loop(conn, writer, lock), self._deactivate_watch())
@@ -361,7 +360,7 @@ class SourceServer:
         while True:
             ev = await read_event(conn, reader)
             if isinstance(ev, HeartbeatAck):  # seq 0: unsolicited, "your bytes are arriving"
-                self._last_ack = time.monotonic()
+                self._heartbeats.answered(time.monotonic())
                 if ev.seq:
                     self._rtt_s = max(0.0, time.time() - ev.sent_at)
                 # Never past what this instance has: the slot's confirmed seqno decides what prune keeps.
@@ -383,8 +382,9 @@ class SourceServer:
         seq = 0
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval_s)
-            silent = time.monotonic() - self._last_ack
-            if silent > self.cfg.heartbeat_timeout_s:
+            now = time.monotonic()
+            if self._heartbeats.lost(now):
+                silent = self._heartbeats.silent_s(now)
                 self.state = "lost"
                 raise ConnectionLost(f"no heartbeat answer from {self.cfg.secondary} for {silent:.1f} s "
                                      f"(heartbeat_timeout_s={self.cfg.heartbeat_timeout_s})")

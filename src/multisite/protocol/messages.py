@@ -12,9 +12,12 @@ byte, so their CRCs protect them end to end. See docs/protocol.md.
 from __future__ import annotations
 
 import struct
+from enum import StrEnum
 from typing import Union
 
 import msgspec
+
+from ..errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 PROTOCOL_VERSION = 1
 FRAME_PREFIX = struct.Struct("<IB")
@@ -102,8 +105,28 @@ class Xon(msgspec.Struct, array_like=True, tag=7):
     from_seqno: int
 
 
+class RefusalCode(StrEnum):
+    """Every code an ``Error`` message carries (docs/protocol.md §9): one list that producers and
+    comparers share instead of string literals. A ``StrEnum``: each member *is* its wire text, so
+    it compares equal to the plain string a peer sends, prints as that text in logs and JSON, and
+    encodes unchanged."""
+
+    SAME_NAME = "SAME_NAME"
+    GROUP_MISMATCH = "GROUP_MISMATCH"
+    SUPPLEMENTARY_MISMATCH = "SUPPLEMENTARY_MISMATCH"
+    ROLLBACK_NEEDED = "ROLLBACK_NEEDED"
+    BUSY = "BUSY"
+    # A protocol failure travels with its exception's code (errors.py stays the one place it is named).
+    PROTOCOL = ProtocolError.code
+    LOCAL_PROTOCOL = LocalProtocolError.code
+    REMOTE_PROTOCOL = RemoteProtocolError.code
+
+
 class Error(msgspec.Struct, array_like=True, tag=8):
-    """Either side: a refusal or failure with a stable code; the sender closes after it."""
+    """Either side: a refusal or failure with a stable code; the sender closes after it.
+
+    ``code`` is a ``RefusalCode`` when sent; it decodes as a plain ``str`` (equal to its member), so
+    that a code this version does not know still reads as an Error and not as a broken frame."""
 
     code: str
     message: str
@@ -115,6 +138,11 @@ MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__
 
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
+
+
+def error_for(e: ProtocolError) -> Error:
+    """The Error that tells the peer about a protocol failure before the connection closes."""
+    return Error(RefusalCode(e.code), e.message)
 
 
 def encode_message(msg: Message, *, compressor=None) -> bytes:

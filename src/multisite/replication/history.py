@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
-from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello, StreamEntry
+from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello, RefusalCode, StreamEntry
 
 SI_STREAM = 1  # the stream number a supplementary instance gives what it receives from its BC group
 
@@ -82,7 +82,7 @@ def is_si(source_supplementary: bool, receiver_supplementary: bool) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    code: str
+    code: RefusalCode
     message: str
     common_seqno: int = -1
 
@@ -93,22 +93,23 @@ def check_pair(source: Hello, receiver: Hello, *, si_source_group: str | None = 
     ``si_source_group``: the group a supplementary receiver already takes its SI stream from.
     In SI mode ``receiver`` must be the receiver's SI Hello (stream position and history)."""
     if source.name == receiver.name:
-        return Refusal("SAME_NAME", f"peer instance is named {source.name!r} like this one; every instance "
-                                    f"needs its own name")
+        return Refusal(RefusalCode.SAME_NAME, f"peer instance is named {source.name!r} like this one; every "
+                                              f"instance needs its own name")
     if source.supplementary and not receiver.supplementary:
-        return Refusal("SUPPLEMENTARY_MISMATCH", f"{source.name} is a supplementary instance and {receiver.name} "
-                       f"a BC instance: a supplementary instance never feeds a BC instance")
+        return Refusal(RefusalCode.SUPPLEMENTARY_MISMATCH, f"{source.name} is a supplementary instance and "
+                       f"{receiver.name} a BC instance: a supplementary instance never feeds a BC instance")
     if is_si(source.supplementary, receiver.supplementary):
         if si_source_group and si_source_group != source.group:
-            return Refusal("GROUP_MISMATCH", f"{receiver.name} receives its SI stream from LMS group "
+            return Refusal(RefusalCode.GROUP_MISMATCH, f"{receiver.name} receives its SI stream from LMS group "
                            f"{si_source_group!r}; {source.name} is in group {source.group!r}, and an instance "
                            f"never joins a second group")
     elif source.group != receiver.group:
-        return Refusal("GROUP_MISMATCH", f"{source.name} belongs to LMS group {source.group!r} and {receiver.name} "
-                                         f"to {receiver.group!r}; BC replication stays within a group")
+        return Refusal(RefusalCode.GROUP_MISMATCH, f"{source.name} belongs to LMS group {source.group!r} and "
+                                                   f"{receiver.name} to {receiver.group!r}; BC replication stays "
+                                                   f"within a group")
     common = common_point(source.history, source.seqno, receiver.history, receiver.seqno)
     if receiver.seqno > common:
-        return Refusal("ROLLBACK_NEEDED",
+        return Refusal(RefusalCode.ROLLBACK_NEEDED,
                        f"{receiver.name} is at seqno {receiver.seqno} but shares history with {source.name} only up "
                        f"to seqno {common}; roll {receiver.name} back first (multisite rollback DIR --fetchresync "
                        f"HOST:PORT) or start its receiver with --autorollback", common)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, GroupMismatch, HistoryMismatch, RollbackError
 from ..instance.instance_file import ROLES, InstanceFile
-from ..protocol.messages import Hello
+from ..protocol.messages import Hello, RefusalCode
 from .history import SI_STREAM, check_pair, hello_for, is_si, si_hello_for
 from .resync import local_target_for_stream
 from ..engine import RollbackReport
@@ -50,8 +50,8 @@ def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
     refusal = check_pair(primary, me, si_source_group=group)
     if refusal is None:
         return RollbackReport(db.name, db.seqno, db.seqno, 0, None, 0.0)
-    if refusal.code != "ROLLBACK_NEEDED":
-        cls = GroupMismatch if refusal.code == "GROUP_MISMATCH" else HistoryMismatch
+    if refusal.code is not RefusalCode.ROLLBACK_NEEDED:
+        cls = GroupMismatch if refusal.code is RefusalCode.GROUP_MISMATCH else HistoryMismatch
         raise cls(f"cannot resynchronize {db.name} with {primary.name}: {refusal.message}")
     target = local_target_for_stream(db, SI_STREAM, refusal.common_seqno) if si else refusal.common_seqno
     return db.rollback(target, reason=f"fetchresync from {primary.name} at {address}",

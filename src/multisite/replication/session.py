@@ -1,0 +1,273 @@
+"""Session policy of the Receiver and Source Servers, sans-IO.
+
+The asyncio servers in ``net/`` do the I/O: sockets, executor calls into the instance, the clock,
+logging. Every decision a replication session takes is here instead, in plain objects fed with
+values (this instance's position, the peer's messages, the time as a number), so that a unit test
+checks each outcome without sockets or sleeps (habit 6 in STYLE.md: the clock is injected).
+
+- ``busy``: the refusal of a second source.
+- ``ReceiverHandshake``: what a Receiver Server answers a source's Hello: accept (with the Hello that
+  fixes the restart point), refuse, roll back to the common point first (``--autorollback``), or
+  continue its SI stream from there (``--noresync``); then whether the source's Start fits, and the
+  history the receiver takes over from it (``adopted_history``).
+- ``FlowControl``: when the receiver sends XOFF, and when XON.
+- ``SourceBackoff``: how long a Source Server waits before it connects again.
+- ``HeartbeatWatch``: when a source gives a silent receiver up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ..errors import ProtocolError
+from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
+from ..protocol.messages import Hello, RefusalCode, Start
+from .history import SI_STREAM, Refusal, check_peer, hello_for, is_si, si_hello_for, streams_from, to_records
+
+CONNECT_BACKOFF_MIN_S = 0.05  # first pause after a failed connect; doubled up to connect_backoff_max_s
+REFUSED_BACKOFF_MIN_S = 1.0  # a refusal (or a bug) repeats at once: never retry it faster than this
+
+
+# -- receiver: the handshake -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Position:
+    """Where this instance stands when it answers a source: its instance file, its seqno, and the
+    last stream seqno of the SI stream it receives (0 when it has none)."""
+
+    info: InstanceFile
+    seqno: int
+    si_stream_seqno: int = 0
+
+
+@dataclass(frozen=True)
+class Accept:
+    """Send ``hello``: the stream restarts at ``hello.seqno + 1`` (in the source's seqnos)."""
+
+    hello: Hello
+
+
+@dataclass(frozen=True)
+class RollBack:
+    """``--autorollback``: roll back to ``common_seqno`` (in the source's seqnos when ``si``), then ask again."""
+
+    common_seqno: int
+    si: bool
+    why: str  # the ROLLBACK_NEEDED message that called for it
+
+
+@dataclass(frozen=True)
+class ContinueStream:
+    """SI ``--noresync``: keep this instance's transactions and set ``stream``'s seqno to ``seqno``,
+    then ask again."""
+
+    stream: int
+    seqno: int
+    why: str
+
+
+Answer = Accept | Refusal | RollBack | ContinueStream
+
+
+def busy(active_peer: str | None) -> Refusal:
+    """The refusal for a second source while one is served (the same source reconnecting replaces its
+    old connection instead: the receiver's server decides that, since it owns the connections)."""
+    return Refusal(RefusalCode.BUSY, f"receiver already has a source ({active_peer})")
+
+
+class ReceiverHandshake:
+    """One source's handshake, as the receiver decides it.
+
+    ``answer(position)`` gives an ``Accept`` or a ``Refusal``, or first a remedy (``RollBack`` or
+    ``ContinueStream``) for a ROLLBACK_NEEDED when the configuration allows one. The caller applies
+    the remedy and calls ``answer`` again with the new position; a remedy is offered once, so a second
+    ROLLBACK_NEEDED is a refusal and not a loop. After an ``Accept``, ``check_start`` checks the source's
+    Start against the Hello sent."""
+
+    def __init__(self, peer: Hello, *, supplementary: bool, autorollback: bool = False, noresync: bool = False):
+        self.peer = peer
+        self.si = is_si(peer.supplementary, supplementary)  # a BC source feeding this supplementary instance
+        self.autorollback, self.noresync = autorollback, noresync
+        self.hello: Hello | None = None  # what this instance sent, once accepted
+        self._remedied = False
+
+    def position_hello(self, pos: Position) -> tuple[Hello, Refusal | None]:
+        """This instance's Hello for the peer (in SI mode: its SI stream's position and history) and
+        the refusal that calls for, if any."""
+        info = pos.info
+        if self.si:
+            me = si_hello_for(info, pos.si_stream_seqno)
+            group = info.streams[SI_STREAM].source_group if SI_STREAM in info.streams else None
+        else:
+            me, group = hello_for(info, pos.seqno), None
+        return me, check_peer(me, self.peer, i_am="receiver", si_source_group=group)
+
+    def answer(self, pos: Position) -> Answer:
+        me, refusal = self.position_hello(pos)
+        if refusal is None:
+            self.hello = me
+            return Accept(me)
+        if refusal.code is RefusalCode.ROLLBACK_NEEDED and not self._remedied:
+            # noresync first: an SI receiver that asked to keep its own transactions keeps them even
+            # if autorollback is set too.
+            if self.si and self.noresync:
+                self._remedied = True
+                return ContinueStream(SI_STREAM, refusal.common_seqno, refusal.message)
+            if self.autorollback:
+                self._remedied = True
+                return RollBack(refusal.common_seqno, self.si, refusal.message)
+        return refusal
+
+    def check_start(self, start: Start) -> None:
+        """The source must start right after the seqno this instance sent: anything else would skip or
+        repeat transactions."""
+        if self.hello is None:
+            raise ProtocolError("a Start before this instance accepted the source")
+        if start.from_seqno != self.hello.seqno + 1:
+            raise ProtocolError(f"source wants to start at seqno {start.from_seqno}, this instance needs "
+                                f"{self.hello.seqno + 1}")
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """The history a receiver takes over from its source (``apply`` it inside ``update_info``):
+    BC: its history and all its SI streams; SI: the history of the one stream it receives."""
+
+    si: bool
+    upstream: str
+    history: list[HistoryRecord]
+    streams: dict[int, StreamInfo]
+
+    def apply(self, info: InstanceFile) -> None:
+        if self.si:
+            info.streams[SI_STREAM] = self.streams[SI_STREAM]
+        else:
+            info.history = self.history
+            info.streams = self.streams
+        info.receiving_from = self.upstream
+
+
+def _ids(history: list[HistoryRecord]) -> list[tuple[int, int]]:
+    return [(h.uid, h.start_seqno) for h in history]
+
+
+def _stream_ids(streams: dict[int, StreamInfo]) -> list:
+    """What identifies the SI streams an instance holds: numbers, groups and history records."""
+    return [(n, s.source_group, _ids(s.history)) for n, s in sorted(streams.items())]
+
+
+def adopted_history(info: InstanceFile, peer: Hello, start: Start, si: bool,
+                    stream_seqnos: dict[int, int]) -> Adoption | None:
+    """What this instance records after ``start``, or None if it holds that already.
+
+    It now holds (a prefix of) the source's history: that becomes its own, or in SI mode the history
+    of the stream it receives, so that it can feed a further secondary with the same record identities.
+    ``stream_seqnos``: this instance's last stream seqno per stream (missing means 0)."""
+    new = to_records(start.history, upstream=peer.name)
+    if si:
+        cur = info.streams.get(SI_STREAM)
+        if cur is not None and _ids(cur.history) == _ids(new):
+            return None
+        streams = {SI_STREAM: StreamInfo(stream=SI_STREAM, source_group=peer.group, root_primary=peer.name,
+                                         last_stream_seqno=stream_seqnos.get(SI_STREAM, 0), history=new)}
+    else:
+        streams = streams_from(start.streams, peer.name, stream_seqnos)
+        if _ids(info.history) == _ids(new) and _stream_ids(info.streams) == _stream_ids(streams):
+            return None
+    return Adoption(si, peer.name, new, streams)
+
+
+# -- receiver: flow control ----------------------------------------------------------------------------
+
+class FlowControl:
+    """XOFF once when a batch leaves the receive pool above its high-water mark; XON once the Update
+    Process has drained it below ``low_bytes`` (and only to a source still connected: a new session
+    starts with ``reset``)."""
+
+    def __init__(self, low_bytes: int):
+        self.low_bytes = low_bytes
+        self.xoff_sent = False
+
+    def reset(self) -> None:
+        self.xoff_sent = False
+
+    def xoff(self, above_high: bool) -> bool:
+        """After a batch went into the pool: True means send XOFF now."""
+        if above_high and not self.xoff_sent:
+            self.xoff_sent = True
+            return True
+        return False
+
+    def xon(self, pool_bytes: int, connected: bool) -> bool:
+        """After the Update Process took from the pool: True means send XON now."""
+        if self.xoff_sent and connected and pool_bytes < self.low_bytes:
+            self.xoff_sent = False
+            return True
+        return False
+
+
+# -- source: reconnecting and heartbeats ---------------------------------------------------------------
+
+class SessionEnd(Enum):
+    """How a Source Server's session ended, as far as the reconnect pause cares."""
+
+    CLEAN = "clean"  # returned without an error
+    LOST = "lost"  # the network, the peer or a deactivate: retry soon
+    REFUSED = "refused"  # an Error from the receiver or a refusal here: it would repeat at once
+    FAILED = "failed"  # an unexpected error (a bug) in the session: likewise
+
+
+class SourceBackoff:
+    """The pause before a Source Server connects again.
+
+    It starts at ``min_s`` and doubles after every pause up to ``max_s``; after a refusal or an
+    internal error it is at least ``REFUSED_BACKOFF_MIN_S``. A session that streamed for ``max_s`` or
+    longer ends the run of failures: the next connect comes after ``min_s``, not after the longest
+    pause earlier failures (in this server's life) built up. A session ends by an error almost
+    always (a cut, a timeout, a deactivate), so a clean end alone would never reset it.
+
+    The caller gives the time (``now``, in seconds of a monotonic clock)."""
+
+    def __init__(self, max_s: float, min_s: float = CONNECT_BACKOFF_MIN_S):
+        self.min_s, self.max_s = min_s, max_s
+        self.pause_s = min_s
+        self.streaming_since: float | None = None  # when the current session began streaming
+
+    def connecting(self) -> None:
+        self.streaming_since = None
+
+    def streaming(self, now: float) -> None:
+        self.streaming_since = now
+
+    def ended(self, how: SessionEnd, now: float) -> None:
+        if how is SessionEnd.CLEAN:
+            self.pause_s = self.min_s
+        elif how in (SessionEnd.REFUSED, SessionEnd.FAILED):
+            self.pause_s = max(self.pause_s, REFUSED_BACKOFF_MIN_S)
+        if self.streaming_since is not None and now - self.streaming_since >= self.max_s:
+            self.pause_s = self.min_s
+
+    def next_pause(self) -> float:
+        """The pause to wait now (the next one will be twice as long, up to ``max_s``)."""
+        pause = self.pause_s
+        self.pause_s = min(pause * 2, self.max_s)
+        return pause
+
+
+class HeartbeatWatch:
+    """A receiver that has answered nothing (no heartbeat answer, no "bytes arriving" answer) for
+    longer than ``timeout_s`` is lost: TCP alone may wait many minutes on a stalled network."""
+
+    def __init__(self, timeout_s: float, now: float):
+        self.timeout_s = timeout_s
+        self.last_answer = now
+
+    def answered(self, now: float) -> None:
+        self.last_answer = now
+
+    def silent_s(self, now: float) -> float:
+        return now - self.last_answer
+
+    def lost(self, now: float) -> bool:
+        return self.silent_s(now) > self.timeout_s
