@@ -15,8 +15,8 @@ import pytest
 
 import multisite
 from multisite import engine as database
-from multisite.testing.checks import (assert_contiguous_journal, assert_same_data, journal_records, log_text,
-                                      wait_until)
+from multisite.testing.checks import (assert_contiguous_journal, assert_same_data, journal_frames, journal_records,
+                                      log_text, wait_until)
 from multisite.testing.cluster import Node
 from multisite.testing.faultproxy import ProxyProcess
 
@@ -75,8 +75,10 @@ def test_replicate_a_to_b(cluster):
     data = assert_same_data(a.root, b.root)
     assert set(data) == {"acct", "other"} and len(data["acct"]) > 100
     assert_contiguous_journal(b.root, last)
-    # The secondary journals the very same transactions: seqnos, origin and updates.
+    # The secondary journals the very same transactions: seqnos, origin and updates, and the very same
+    # bytes (the primary's frames with their CRCs, end to end).
     assert journal_records(b.root) == journal_records(a.root)
+    assert journal_frames(b.root) == journal_frames(a.root)
     with database.open(a.root) as da, database.open(b.root) as db:
         assert db.info.role == "secondary" and da.info.role == "primary"
         assert [(h.uid, h.start_seqno, h.root_primary) for h in db.info.history] == \
@@ -93,6 +95,7 @@ def test_cascade_a_to_b_to_c(cluster):
     assert source_status(b, c)["reading_from"] == "pool"
     finish(cluster, a, b, c)
     assert journal_records(c.root) == journal_records(a.root)
+    assert journal_frames(c.root) == journal_frames(b.root) == journal_frames(a.root)
     with database.open(a.root) as da, database.open(c.root) as dc:
         assert [(h.uid, h.start_seqno, h.root_primary) for h in dc.info.history] == \
                [(h.uid, h.start_seqno, h.root_primary) for h in da.info.history]

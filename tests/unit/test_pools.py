@@ -9,6 +9,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from multisite.journal.records import FrameRun
 from multisite.replication.pools import JournalPool, ReceivePool
 
 
@@ -154,12 +155,20 @@ def items(first: int, n: int, size: int = 100) -> list[tuple[int, bytes]]:
     return [(s, fr(s, size)) for s in range(first, first + n)]
 
 
+def run(first: int, n: int, size: int = 100) -> FrameRun:
+    """A received batch of ``n`` frames of ``size`` bytes from seqno ``first``."""
+    return FrameRun.of(items(first, n, size))
+
+
+def seqnos(runs) -> list[int]:
+    return [s for r in runs for s, _ in r.frames()]
+
+
 def test_receive_pool_signals_xoff_above_the_high_water_mark():
     p = ReceivePool(high_bytes=1000, low_bytes=250)
-    assert p.put_many(items(1, 10)) is False  # exactly 1000 bytes: not above
+    assert p.put(run(1, 10)) is False  # exactly 1000 bytes: not above
     assert (p.bytes, len(p), p.received_seqno) == (1000, 10, 10)
-    assert p.put_many(items(11, 1)) is True
-    assert p.put_many([]) is True  # still above
+    assert p.put(run(11, 1)) is True
     assert p.received_seqno == 11
 
 
@@ -167,40 +176,39 @@ def test_receive_pool_calls_on_drained_below_the_low_water_mark():
     p = ReceivePool(high_bytes=1000, low_bytes=250)
     drained: list[int] = []
     p.on_drained = lambda: drained.append(p.bytes)
-    p.put_many(items(1, 12))
+    for first, n in ((1, 5), (6, 5), (11, 2)):
+        p.put(run(first, n))
     gen, got = p.take(5, timeout=0)
-    assert [s for s, _ in got] == [1, 2, 3, 4, 5] and drained == []  # 700 bytes left
+    assert seqnos(got) == [1, 2, 3, 4, 5] and drained == []  # 700 bytes left
     gen, got = p.take(5, timeout=0)
     assert p.bytes == 200 and drained == [200]  # 200 < 250: XON may go
     gen, got = p.take(5, timeout=0)
-    assert [s for s, _ in got] == [11, 12] and p.bytes == 0 and drained == [200, 0]
+    assert seqnos(got) == [11, 12] and p.bytes == 0 and drained == [200, 0]
     gen, got = p.take(5, timeout=0)
     assert got == [] and drained == [200, 0]  # nothing taken, no call
 
 
-def test_receive_pool_take_keeps_order_and_respects_max_items():
+def test_receive_pool_take_keeps_order_and_gives_whole_batches_up_to_max_frames():
+    """A received batch is never split (it is journaled as it came); a take gives at least one."""
     p = ReceivePool(10**6, 10**5)
-    p.put_many(items(1, 7))
-    p.put_many(items(8, 3))
-    seen = []
-    while len(p):
-        _, got = p.take(4, timeout=0)
-        assert 1 <= len(got) <= 4
-        seen += [s for s, _ in got]
-    assert seen == list(range(1, 11))
+    for first, n in ((1, 7), (8, 3), (11, 2)):
+        p.put(run(first, n))
+    assert [seqnos(p.take(4, timeout=0)[1]) for _ in range(3)] == [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10], [11, 12]]
+    assert len(p) == 0 and p.bytes == 0
 
 
 def test_clear_bumps_the_generation_so_taken_frames_are_known_stale():
     p = ReceivePool(10**6, 10**5)
-    p.put_many(items(1, 5))
+    p.put(run(1, 2))
+    p.put(run(3, 3))
     gen_before, got = p.take(2, timeout=0)
     p.clear(received_seqno=2)
     assert (len(p), p.bytes, p.received_seqno) == (0, 0, 2)
     assert p.generation == gen_before + 1
-    p.put_many(items(3, 2))
+    p.put(run(3, 2))
     gen_after, got2 = p.take(10, timeout=0)
     assert gen_after == p.generation != gen_before
-    assert [s for s, _ in got2] == [3, 4]
+    assert seqnos(got2) == [3, 4]
 
 
 def test_take_reports_the_generation_current_after_its_wait():
@@ -213,11 +221,11 @@ def test_take_reports_the_generation_current_after_its_wait():
     while not p._cond._waiters:  # until the taker sleeps in its wait (CPython's Condition)
         assert time.monotonic() < deadline
     p.clear(received_seqno=0)
-    p.put_many(items(1, 2))
+    p.put(run(1, 2))
     t.join(20)
     assert not t.is_alive()
     gen, got = result[0]
-    assert gen == p.generation == 1 and [s for s, _ in got] == [1, 2]
+    assert gen == p.generation == 1 and seqnos(got) == [1, 2]
 
 
 def test_quiesce_waits_for_the_batch_being_applied():

@@ -9,6 +9,7 @@ import pytest
 
 import multisite
 from multisite.journal.records import SET, Record, Update, encode_record, frame
+from multisite.journal.records import FrameRun
 from multisite.replication.pools import ReceivePool
 from multisite.replication.update import UpdateProcess
 
@@ -52,9 +53,9 @@ def up(tmp_path):
 
 def test_applies_in_order_and_exactly_once(up):
     up.start()
-    up.pool.put_many([rec_frame(s) for s in range(1, 6)])
+    up.pool.put(FrameRun.of([rec_frame(s) for s in range(1, 6)]))
     until(lambda: up.db.seqno == 5, "seqno 5")
-    up.pool.put_many([rec_frame(s) for s in range(3, 9)])  # 3..5 again (a resend), then new ones
+    up.pool.put(FrameRun.of([rec_frame(s) for s in range(3, 9)]))  # 3..5 again (a resend), then new ones
     # The seqno moves inside the apply, the applied count just after it: wait for both.
     until(lambda: up.db.seqno == 8 and up.status()["applied"] == 8, "seqno 8, 8 applied")
     assert up.status()["applied"] == 8 and up.status()["error"] is None
@@ -65,13 +66,13 @@ def test_a_gap_clears_the_pool_and_asks_for_a_restart(up):
     gaps = []
     up.on_gap = lambda: gaps.append(up.db.seqno)
     up.start()
-    up.pool.put_many([rec_frame(1), rec_frame(2)])
+    up.pool.put(FrameRun.of([rec_frame(1), rec_frame(2)]))
     until(lambda: up.db.seqno == 2, "seqno 2")
-    up.pool.put_many([rec_frame(4), rec_frame(5)])  # 3 is missing
+    up.pool.put(FrameRun.of([rec_frame(4), rec_frame(5)]))  # 3 is missing
     until(lambda: gaps, "the gap callback")
     assert gaps == [2] and up.db.seqno == 2 and len(up.pool) == 0
     assert "JOURNAL_GAP" in up.status()["error"] and up.running
-    up.pool.put_many([rec_frame(s) for s in range(3, 6)])  # the restarted stream
+    up.pool.put(FrameRun.of([rec_frame(s) for s in range(3, 6)]))  # the restarted stream
     until(lambda: up.db.seqno == 5, "seqno 5")
 
 
@@ -79,7 +80,7 @@ def test_an_undecodable_record_stops_the_update_process_visibly(up):
     """A frame whose CRCs are right but whose payload is no Record (a peer of another version, a
     bug upstream): nothing of its batch is applied, and the failure shows in status and log."""
     up.start()
-    up.pool.put_many([rec_frame(1), (2, frame(2, b"\xc1 not msgpack"))])
+    up.pool.put(FrameRun.of([rec_frame(1), (2, frame(2, b"\xc1 not msgpack"))]))
     until(lambda: up.status()["error"], "the error in status")
     until(lambda: not up.running, "the update process to stop")
     assert up.db.seqno == 0  # the batch is applied whole or not at all

@@ -119,6 +119,15 @@ class FrameRun:
     def __init__(self, first_seqno: int, data: bytes, ends: list[int]):
         self.first_seqno, self.data, self.ends = first_seqno, data, ends
 
+    @classmethod
+    def of(cls, frames: list[tuple[int, bytes]]) -> "FrameRun":
+        """The run of ``(seqno, frame)`` pairs with consecutive seqnos (as a source reads them)."""
+        ends, size = [], 0
+        for _, fr in frames:
+            size += len(fr)
+            ends.append(size)
+        return cls(frames[0][0], b"".join(fr for _, fr in frames), ends)
+
     @property
     def last_seqno(self) -> int:
         return self.first_seqno + len(self.ends) - 1

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ConnectionLost, MultisiteError, ProtocolError
-from ..protocol.connection import Connection, Role, split_frames
+from ..protocol.connection import Connection, Role
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon, error_for
 from ..replication.history import SI_STREAM
 from ..replication.pools import ReceivePool
@@ -300,10 +300,10 @@ class ReceiverServer:
                 ev = nxt.result()
                 nxt = None
                 seen = conn.bytes_in
-                if isinstance(ev, TxnBatch):
-                    frames = list(split_frames(ev.frames))
-                    self.received_records += len(frames)
-                    if self._flow.xoff(self.pool.put_many(frames)):
+                if isinstance(ev, TxnBatch):  # checked whole by the connection: kept as it came
+                    run = ev.run()
+                    self.received_records += len(run)
+                    if self._flow.xoff(self.pool.put(run)):
                         self.xoffs += 1
                         self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
                                       self.cfg.receive_pool_high_bytes)

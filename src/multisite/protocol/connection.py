@@ -21,7 +21,7 @@ import msgspec
 import zstandard
 
 from ..errors import LocalProtocolError, RemoteProtocolError
-from ..journal.records import FRAME_HEADER_SIZE, parse_header
+from ..journal.records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES, FrameRun, parse_header
 from .messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
                        Heartbeat, HeartbeatAck, Hello, Message, Start, TxnBatch, Xoff, Xon, decode_body,
                        encode_message)
@@ -152,8 +152,7 @@ class Connection:
             # msgspec raises UnicodeDecodeError itself for a string that is not UTF-8
             self._fail(f"malformed {MESSAGE_TYPES[t].__name__} message: {e}")
         self._transition(RECV, msg)
-        self._check(msg)
-        return msg
+        return self._check(msg)
 
     def _frame_limit(self) -> int:
         """Largest body accepted now: ``max_frame_bytes`` once streaming, far less before (see
@@ -180,7 +179,7 @@ class Connection:
         self.state = State.ERROR
         raise RemoteProtocolError(why)
 
-    def _check(self, msg: Message) -> None:
+    def _check(self, msg: Message) -> Message:
         if isinstance(msg, Hello):
             if msg.version != PROTOCOL_VERSION:
                 self._fail(f"peer speaks protocol version {msg.version}, this multisite speaks {PROTOCOL_VERSION}")
@@ -190,33 +189,55 @@ class Connection:
                 self._fail(f"Start from seqno {msg.from_seqno}")
             self.next_seqno = msg.from_seqno
         elif isinstance(msg, TxnBatch):
-            self._check_batch(msg)
+            return self._check_batch(msg)
         elif isinstance(msg, Xon) and msg.from_seqno < 1:
             self._fail(f"Xon from seqno {msg.from_seqno}")
+        return msg
 
-    def _check_batch(self, b: TxnBatch) -> None:
-        """Every journal frame intact, seqnos contiguous from where the stream stands."""
+    def _check_batch(self, b: TxnBatch) -> CheckedTxnBatch:
+        """Every journal frame intact, seqnos contiguous from where the stream stands; the batch
+        with where each frame ends, so that nothing downstream parses it again."""
         data, off, expect = b.frames, 0, b.first_seqno
         if self.next_seqno is not None and b.first_seqno != self.next_seqno:
             self._fail(f"batch starts at seqno {b.first_seqno}, expected {self.next_seqno}")
-        while off < len(data):
-            if len(data) - off < FRAME_HEADER_SIZE:
+        view, size, ends = memoryview(data), len(data), []
+        unpack, crc32, hsize = FRAME_HEADER.unpack_from, zlib.crc32, FRAME_HEADER_SIZE
+        while off < size:  # the checks of records.parse_header/payload_ok, inlined: the receive path's loop
+            if size - off < hsize:
                 self._fail(f"batch {b.first_seqno}..{b.last_seqno}: truncated journal frame at byte {off}")
-            hdr = parse_header(data, off)
-            if hdr is None or off + hdr.total > len(data):
+            length, seqno, pcrc, hcrc = unpack(data, off)
+            end = off + hsize + length
+            if crc32(view[off:off + 16]) != hcrc or length > MAX_RECORD_BYTES or end > size:
                 self._fail(f"batch {b.first_seqno}..{b.last_seqno}: damaged journal frame header at byte {off}")
-            start = off + FRAME_HEADER_SIZE
-            if zlib.crc32(data[start : start + hdr.length]) != hdr.payload_crc:
-                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: checksum mismatch in seqno {hdr.seqno}")
-            if hdr.seqno != expect:
-                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: seqno {hdr.seqno} where {expect} was expected")
-            off += hdr.total
+            if crc32(view[off + hsize:end]) != pcrc:
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: checksum mismatch in seqno {seqno}")
+            if seqno != expect:
+                self._fail(f"batch {b.first_seqno}..{b.last_seqno}: seqno {seqno} where {expect} was expected")
+            ends.append(end)
+            off = end
             expect += 1
         if expect - 1 != b.last_seqno or expect == b.first_seqno:
             self._fail(f"batch claims seqnos {b.first_seqno}..{b.last_seqno} but holds "
                        f"{b.first_seqno}..{expect - 1}")
         self.next_seqno = expect
+        return CheckedTxnBatch(b.first_seqno, b.last_seqno, data, ends)
 
+
+class CheckedTxnBatch(TxnBatch):
+    """A ``TxnBatch`` as ``next_event`` returns it: checked whole, with the end offset of each
+    journal frame in ``frames`` (never sent: the receiving side makes it)."""
+
+    ends: list[int] = []
+
+    def __eq__(self, other: object) -> bool:  # equal to the batch that was sent: ends are derived
+        if isinstance(other, TxnBatch):
+            return (self.first_seqno, self.last_seqno, self.frames) == \
+                (other.first_seqno, other.last_seqno, other.frames)
+        return NotImplemented
+
+    def run(self) -> FrameRun:
+        """The batch's frames as the engine applies them."""
+        return FrameRun(self.first_seqno, self.frames, self.ends)
 
 
 def split_frames(data: bytes):

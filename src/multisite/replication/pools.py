@@ -6,8 +6,8 @@ when full it forgets its oldest frames, and a Source Server that needs them read
 instead, returning to the pool once caught up. Seqnos in the pool are contiguous, so a read is an
 index computation.
 
-Receive pool: the frames a Receiver Server has received and the Update Process has not yet applied,
-in order, with a byte count that drives XOFF/XON flow control.
+Receive pool: the batches of frames a Receiver Server has received and the Update Process has not
+yet applied, in order, with a byte count that drives XOFF/XON flow control.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+
+from ..journal.records import FrameRun
 
 
 class JournalPool:
@@ -91,60 +93,66 @@ class JournalPool:
 
 
 class ReceivePool:
-    """Frames received and not yet applied. ``put`` from the receiver, ``take`` from the Update Process."""
+    """Received batches (``FrameRun``s, checked) not yet applied, in order, with their byte and
+    frame counts; the bytes drive XOFF/XON. ``put`` from the receiver, ``take`` from the Update
+    Process. A batch stays whole from the wire to the journal: nothing here parses it."""
 
     def __init__(self, high_bytes: int, low_bytes: int):
         self.high_bytes, self.low_bytes = high_bytes, low_bytes
-        self._q: deque[tuple[int, bytes]] = deque()
+        self._q: deque[FrameRun] = deque()
         self.bytes = 0
+        self.frames = 0
         self.received_seqno = 0
         self._cond = threading.Condition()
-        self.generation = 0  # bumped by clear(): frames taken before it must not be applied
+        self.generation = 0  # bumped by clear(): batches taken before it must not be applied
         self.apply_lock = threading.Lock()  # held by the Update Process while it applies a batch
         self.on_drained = None  # called (from the Update Process thread) when bytes fall below low
 
-    def put_many(self, frames: list[tuple[int, bytes]]) -> bool:
-        """Add frames; True if the pool is now above its high-water mark (send XOFF)."""
+    def put(self, run: FrameRun) -> bool:
+        """Add a received batch; True if the pool is now above its high-water mark (send XOFF)."""
         with self._cond:
-            for seqno, fr in frames:
-                self._q.append((seqno, fr))
-                self.bytes += len(fr)
-            if frames:
-                self.received_seqno = frames[-1][0]
+            self._q.append(run)
+            self.bytes += len(run.data)
+            self.frames += len(run)
+            self.received_seqno = run.last_seqno
             self._cond.notify()
             return self.bytes > self.high_bytes
 
-    def take(self, max_items: int, timeout: float) -> tuple[int, list[tuple[int, bytes]]]:
-        """Up to ``max_items`` frames (waiting up to ``timeout`` s for one), with the generation
-        they belong to."""
+    def take(self, max_frames: int, timeout: float) -> tuple[int, list[FrameRun]]:
+        """Whole batches holding up to about ``max_frames`` frames (at least one batch; waiting up
+        to ``timeout`` s for one), with the generation they belong to."""
         with self._cond:
             if not self._q:
                 self._cond.wait(timeout)
             gen = self.generation
-            out = []
-            while self._q and len(out) < max_items:
-                seqno, fr = self._q.popleft()
-                self.bytes -= len(fr)
-                out.append((seqno, fr))
+            out: list[FrameRun] = []
+            n = 0
+            while self._q and (not out or n + len(self._q[0]) <= max_frames):
+                run = self._q.popleft()
+                self.bytes -= len(run.data)
+                self.frames -= len(run)
+                n += len(run)
+                out.append(run)
             below = self.bytes < self.low_bytes
         if out and below and self.on_drained is not None:
             self.on_drained()
         return gen, out
 
-    def put_back(self, gen: int, items: list[tuple[int, bytes]]) -> None:
-        """Return frames ``take`` gave out (and that were not applied) to the front of the pool, in
+    def put_back(self, gen: int, runs: list[FrameRun]) -> None:
+        """Return batches ``take`` gave out (and that were not applied) to the front of the pool, in
         order, unless the pool was cleared since (generation ``gen``): they come again then."""
         with self._cond:
-            if gen != self.generation or not items:
+            if gen != self.generation or not runs:
                 return
-            self._q.extendleft(reversed(items))
-            self.bytes += sum(len(fr) for _, fr in items)
+            self._q.extendleft(reversed(runs))
+            self.bytes += sum(len(r.data) for r in runs)
+            self.frames += sum(len(r) for r in runs)
             self._cond.notify()
 
     def clear(self, received_seqno: int) -> None:
         with self._cond:
             self._q.clear()
-            self.bytes = 0
+            self.bytes = self.frames = 0
             self.received_seqno = received_seqno
             self.generation += 1
 
@@ -154,4 +162,5 @@ class ReceivePool:
             pass
 
     def __len__(self) -> int:
-        return len(self._q)
+        """Frames (transactions) waiting."""
+        return self.frames

@@ -2,9 +2,10 @@
 
 It runs as a thread of the instance server (it needs the engine, which the server owns) and can be
 stopped and started on its own: while it is stopped, the Receiver Server keeps filling the receive
-pool until it sends XOFF. Each batch goes through ``Database.apply_records``: journal first (keeping
-the originating seqno), then the store, then the secondary's own journal pool, so that it can feed a
-further secondary. Its restart point is always the instance's own seqno, so restarts of any process
+pool until it sends XOFF. Each batch goes through ``Database.apply_frames``: the primary's frames are
+journaled byte for byte (keeping the originating seqno and CRCs), applied to the store, and handed to
+the secondary's own journal pool, so that it can feed a further secondary (SI re-frames them under
+its stream with ``apply_records``). Its restart point is always the instance's own seqno, so restarts of any process
 neither skip nor repeat a transaction.
 
 A batch that fails is never dropped: a gap hands the stream back to the receiver (restart from
@@ -20,10 +21,10 @@ import time
 
 from ..engine import Database
 from ..errors import JournalGap, StorageFull
-from ..journal.records import FRAME_HEADER_SIZE, decode_payload
+from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from .pools import ReceivePool
 
-UPDATE_BATCH_MAX = 512
+UPDATE_BATCH_FRAMES = 8192  # frames applied with one journal write (whole received batches)
 STORAGE_RETRY_MIN_S = 0.25  # a full disk: first pause before applying again, doubled up to
 STORAGE_RETRY_MAX_S = 5.0
 
@@ -68,15 +69,14 @@ class UpdateProcess:
         full_since: float | None = None  # when the disk was found full (None: applying normally)
         pause = STORAGE_RETRY_MIN_S
         while not self._stop.is_set():
-            gen, items = self.pool.take(UPDATE_BATCH_MAX, timeout=0.2)
+            gen, items = self.pool.take(UPDATE_BATCH_FRAMES, timeout=0.2)
             if items:
                 at = self.db.seqno
                 try:
                     with self.pool.apply_lock:
                         if gen != self.pool.generation:
                             continue  # the receiver restarted the stream; these will come again
-                        self.db.apply_records([decode_payload(memoryview(fr)[FRAME_HEADER_SIZE:])
-                                               for _, fr in items], si_stream=self.si_stream)
+                        self._apply(items)
                         self.applied += self.db.seqno - at
                     if full_since is not None:
                         self.log.info("update process: room again after %.1f s; applying from seqno %d",
@@ -114,6 +114,14 @@ class UpdateProcess:
                               "receive pool backlog %d", n, now - last_log, n / (now - last_log), self.db.seqno,
                               self.start_seqno, len(self.pool))
                 last_log, last_applied = now, self.applied
+
+    def _apply(self, runs: list[FrameRun]) -> None:
+        """BC keeps the primary's frames; SI re-frames each transaction under its stream."""
+        if self.si_stream is None:
+            self.db.apply_frames(runs)
+        else:
+            self.db.apply_records([decode_payload(memoryview(fr)[FRAME_HEADER_SIZE:])
+                                   for run in runs for _, fr in run.frames()], si_stream=self.si_stream)
 
     def status(self) -> dict:
         return {"state": "running" if self.running else "stopped", "applied": self.applied,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .. import engine as database
-from ..journal.reader import iter_records
+from ..journal.reader import iter_frames, iter_records
 
 T = TypeVar("T")
 
@@ -84,6 +84,11 @@ def journal_records(root: Path) -> list[Any]:
     return [(r.seqno, r.stream, r.stream_seqno, r.origin, [(u.op, u.region, tuple(u.key), u.value)
                                                            for u in r.updates])
             for r in iter_records(Path(root) / "journal")]
+
+
+def journal_frames(root: Path) -> list[bytes]:
+    """Every journal frame, header and payload, byte for byte (a BC secondary's equal its primary's)."""
+    return [fr for _, fr in iter_frames(Path(root) / "journal", whole=True)]
 
 
 def log_text(root: Path, filename: str) -> str:
