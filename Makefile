@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,9 @@ test-unit: setup
 
 bench: setup
 	$(BIN)/python bench/commit.py
+
+bench-catchup: setup  # a secondary 1,000,000 transactions behind, beside PostgreSQL
+	$(BIN)/python bench/catchup.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import JournalCorrupt, JournalGap
-from .records import Record, decode_payload
+from .records import FrameRun, Record, decode_payload
 from .segments import SegmentInfo, SegmentView, list_segments
 
 
@@ -62,6 +62,56 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
                                      f"starts at {end + 1}: records {last + 1}..{end} are missing (the sealed "
                                      f"segment was cut short); restore it from a backup", path=str(info.path),
                                      offset=view.size)
+
+
+def iter_runs(journal_dir: Path, from_seqno: int, max_bytes: int) -> Iterator[FrameRun]:
+    """Frames from ``from_seqno`` on as runs of about ``max_bytes`` (whole frames; a run never spans
+    two segments), each one slice of its segment: what a Source Server catching up from the journal
+    files sends, checked as ``iter_frames`` checks, without a copy per frame."""
+    first, start, ends = from_seqno, 0, []
+    for seqno, off, end, view in _frame_spans(journal_dir, from_seqno):
+        if seqno is None:  # the segment ends (its view still open): so does the run
+            if ends:
+                yield FrameRun(first, view.buf[start:start + ends[-1]], ends)
+            ends = []
+            continue
+        if not ends:
+            first, start = seqno, off
+        ends.append(end - start)
+        if ends[-1] >= max_bytes:
+            yield FrameRun(first, view.buf[start:end], ends)
+            ends = []
+
+
+def _frame_spans(journal_dir: Path, from_seqno: int) -> Iterator[tuple[int | None, int, int, SegmentView]]:
+    """``(seqno, offset, end, view)`` of each frame from ``from_seqno``, checked, then
+    ``(None, 0, 0, view)`` at the end of each segment, its view still open."""
+    infos = list_segments(journal_dir)
+    if not infos:
+        return
+    if from_seqno < infos[0].first_seqno:
+        raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
+                         f"segment starts at {infos[0].first_seqno}); it was pruned")
+    chosen = segments_from(infos, from_seqno)
+    for k, info in enumerate(chosen):
+        sealed = k + 1 < len(chosen)
+        end_seqno = chosen[k + 1].first_seqno - 1 if sealed else None
+        with SegmentView(info) as view:
+            last = info.first_seqno - 1
+            for off, hdr in view.frames(tail=not sealed):
+                last = hdr.seqno
+                if end_seqno is not None and last > end_seqno:
+                    raise JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {last} is past "
+                                         f"{end_seqno}, where the next segment takes over", path=str(info.path),
+                                         offset=off)
+                if last >= from_seqno:
+                    yield last, off, off + hdr.total, view
+            if end_seqno is not None and last != end_seqno:
+                raise JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment "
+                                     f"starts at {end_seqno + 1}: records {last + 1}..{end_seqno} are missing "
+                                     f"(the sealed segment was cut short); restore it from a backup",
+                                     path=str(info.path), offset=view.size)
+            yield None, 0, 0, view
 
 
 def iter_records(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,

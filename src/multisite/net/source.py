@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolError
-from ..journal.reader import iter_frames
-from ..journal.records import FRAME_HEADER_SIZE, decode_payload
+from ..journal.reader import iter_runs
+from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
 from ..replication.history import check_peer, common_point, hello_for, stream_entries
@@ -310,13 +310,14 @@ class SourceServer:
             start = self._next
             frames = self.pool.read(start, self.cfg.max_batch_bytes)
             if frames is None:
-                frames = await loop.run_in_executor(None, self._read_files, start)
-                if not frames:
+                run = await loop.run_in_executor(None, self._read_files, start)
+                if run is None:
                     raise JournalGap(f"seqno {start} is neither in the journal pool nor in the journal files")
                 if self.reading_from != "files":
                     self.log.info("seqno %d is older than the journal pool (starts at %d): reading journal files",
                                   start, self.pool.first_seqno)
                 self.reading_from = "files"
+                n, data = len(run), run.data
             elif not frames:
                 if self.reading_from != "pool":
                     self.log.info("caught up: back to the journal pool at seqno %d", start)
@@ -324,12 +325,14 @@ class SourceServer:
                     self._fiter = None
                 await self.pool.wait_beyond(start - 1, self.cfg.heartbeat_interval_s)
                 continue
-            elif self.reading_from != "pool":
-                self.log.info("caught up: back to the journal pool at seqno %d", start)
-                self.reading_from = "pool"
-                self._fiter = None
-            last = start + len(frames) - 1
-            data = conn.send(TxnBatch(start, last, b"".join(frames)))
+            else:
+                if self.reading_from != "pool":
+                    self.log.info("caught up: back to the journal pool at seqno %d", start)
+                    self.reading_from = "pool"
+                    self._fiter = None
+                n, data = len(frames), b"".join(frames)
+            last = start + n - 1
+            data = conn.send(TxnBatch(start, last, data))
             async with lock:
                 # Checked with no await before the write: nothing committed after a deactivate (which
                 # runs on this loop) is sent, even if the watch task has not ended the session yet.
@@ -339,22 +342,19 @@ class SourceServer:
                 await writer.drain()
             self._next = last + 1
             self.last_sent = last
-            self.sent_records += len(frames)
+            self.sent_records += n
 
-    def _read_files(self, start: int) -> list[bytes]:
+    def _read_files(self, start: int) -> FrameRun | None:
+        """The next run of frames from ``start`` in the journal files (one slice of a segment), or None."""
         if self._fiter is None or self._fnext != start:
-            self._fiter = iter_frames(self.db.layout.journal, start, whole=True)
-        out, size = [], 0
-        for _, fr in self._fiter:
-            out.append(fr)
-            size += len(fr)
-            if size >= self.cfg.max_batch_bytes:
-                break
-        else:
+            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes)
+        run = next(self._fiter, None)
+        if run is None:
             self._fiter = None
-        self._fnext = start + len(out)
+            return None
+        self._fnext = run.last_seqno + 1
         self.file_reads += 1
-        return out
+        return run
 
     async def _recv_loop(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         while True:
