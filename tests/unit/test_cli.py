@@ -51,6 +51,13 @@ def test_the_expected_commands_exist():
     assert {"instance create", "instance show", "journal show", "journal prune", "backup", "demo"} <= paths
 
 
+def test_every_pipeline_command_has_help_with_an_example():
+    r = CliRunner()
+    for name in ("export", "snapshot", "seed", "verify", "fold"):
+        out = r.invoke(cli, ["pipeline", name, "--help"])
+        assert out.exit_code == 0 and "Example:" in out.output
+
+
 def test_instance_create_and_show_json(tmp_path):
     d = tmp_path / "A"
     res = run("instance", "create", d, "--name", "A", "--group", "bank", "--supplementary",
