@@ -3,6 +3,7 @@
 After each kill the instance is reopened (recovery runs) and checked: every acknowledged seqno is
 present with its data, no transaction is half there, journal seqnos are contiguous from 1, and the
 seqno is at least the last acknowledged one. The same instance goes through many crashes in a row.
+Recovery after a writer that exited without closing hardens the journal before the store.
 """
 
 from __future__ import annotations
@@ -143,3 +144,24 @@ def test_crash_inside_crash_safe_writes_leaves_only_ignored_temp_files(tmp_path)
     with multisite.open(root) as db:
         assert db.seqno == last + 100
         _check_journal(db)
+
+
+def test_recovery_hardens_the_replayed_journal_before_the_store(tmp_path, monkeypatch):
+    """Journal first, then database, on open too: records a crashed writer left in the page cache are
+    fsynced before the store that now reflects them is, so a power loss cannot leave it ahead."""
+    from multisite.engine import recovery
+    from multisite.store.sqlite import Store
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    child = ("import os, sys, multisite\n"
+             "db = multisite.open(sys.argv[1]); db.create_region('r')\n"
+             "[db.set('r', (i,), i) for i in range(200)]\n"
+             "os._exit(0)  # no close: the store is behind the journal\n")
+    subprocess.run([sys.executable, "-c", child, str(root)], check=True, timeout=60)
+    order: list[str] = []
+    real_sync, real_flush = recovery.fsync_file, Store.flush
+    monkeypatch.setattr(recovery, "fsync_file", lambda p: (order.append("journal"), real_sync(p))[1])
+    monkeypatch.setattr(Store, "flush", lambda self: (order.append("store"), real_flush(self))[1])
+    with multisite.open(root) as db:
+        assert db.recovery.replayed > 0 and db.seqno == 200
+    assert order[:2] == ["journal", "store"], order

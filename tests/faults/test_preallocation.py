@@ -79,6 +79,25 @@ def test_sealed_segments_hold_records_only(tmp_path):
     assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, 601))
 
 
+def test_a_smaller_segment_size_on_reopen_seals_no_preallocated_zeros(tmp_path):
+    # The first open preallocates 4 MiB of zeros under the default 64 MiB limit; reopening with a
+    # 4 KiB limit sealed that segment with the zeros still after its records, and every later read
+    # of it said JournalCorrupt "in a sealed segment" (the zeros were never a record).
+    root = multisite.create(tmp_path / "A", name="A", durability="fsync")
+    with multisite.open(root) as db:
+        db.create_region("acct")
+        for i in range(5):
+            db.set("acct", ("k", i), i)
+    with multisite.open(root, segment_bytes=4096) as db:
+        for i in range(60):  # 6 MiB: past the zeros, so the segment is sealed and the next one too
+            db.set("acct", ("k", i), "x" * 100_000)
+        seqno = db.seqno
+    assert len(list_segments(root / "journal")) > 1  # it did switch
+    assert [r.seqno for r in iter_records(root / "journal")] == list(range(1, seqno + 1))
+    with multisite.open(root) as db:
+        assert db.seqno == seqno and db.get("acct", ("k", 59)) == "x" * 100_000
+
+
 CRASHER = r"""
 import os, signal, sys, multisite
 db = multisite.open(sys.argv[1])

@@ -1,4 +1,4 @@
-"""The pipeline commands: help on every command, JSON output, verify's exit status."""
+"""The pipeline commands on a real SparkSession: JSON output, verify's exit status."""
 
 from __future__ import annotations
 
@@ -9,13 +9,6 @@ from click.testing import CliRunner
 import multisite
 from conftest import KNOWN, build
 from multisite.cli.main import cli
-
-
-def test_every_pipeline_command_has_help_with_an_example():
-    r = CliRunner()
-    for name in ("export", "snapshot", "seed", "verify", "fold"):
-        out = r.invoke(cli, ["pipeline", name, "--help"])
-        assert out.exit_code == 0 and "Example:" in out.output
 
 
 def test_export_snapshot_seed_verify_from_the_command_line(spark, tmp_path, known):
@@ -34,13 +27,3 @@ def test_export_snapshot_seed_verify_from_the_command_line(spark, tmp_path, know
         db.set("log", ("extra",), 1)
     out = r.invoke(cli, ["pipeline", "verify", str(known), str(other), "--at", "5"])
     assert out.exit_code == 1 and "DIFFERENT" in out.output
-
-
-def test_import_multisite_stays_light():
-    import subprocess
-    import sys
-
-    code = ("import sys, multisite, multisite.pipeline, multisite.cli.main; "
-            "print('pyspark' in sys.modules, 'pyarrow' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]

@@ -1,4 +1,6 @@
-"""Edge cases of fold, snapshot and verify, on small instances built by the real engine."""
+"""Edge cases of fold, snapshot and verify on a real SparkSession, on small instances built by the real engine.
+
+The cases that must be refused before Spark is used are in tests/unit/test_fold.py."""
 
 from __future__ import annotations
 
@@ -7,15 +9,8 @@ import pytest
 import multisite
 from conftest import state_of
 from multisite import pipeline
-from multisite.errors import ConfigError, HistoryMismatch
+from multisite.errors import HistoryMismatch
 from multisite.journal.reader import iter_records
-
-
-class NoSpark:
-    """A Spark session that must not be used: the call has to be refused before any read."""
-
-    def __getattr__(self, name):
-        raise AssertionError(f"Spark was used (.{name}) where the call should have stopped first")
 
 
 def numbered(path, name, n, *, region="r", prefix="k"):
@@ -37,22 +32,6 @@ def replica_of(src, path, name, upto):
     return root
 
 
-def test_fold_to_below_the_replica_is_refused_before_reading(tmp_path):
-    a = numbered(tmp_path / "A", "A", 10)
-    b = replica_of(a, tmp_path / "B", "B", 10)
-    before = state_of(b)
-    with pytest.raises(ConfigError, match="already at seqno 10"):
-        pipeline.fold(str(a), str(b), to_seqno=5, spark=NoSpark())
-    # --to the replica's own seqno: nothing to do, and nothing done (its journal stays where it is)
-    rep = pipeline.fold(str(a), str(b), to_seqno=10, spark=NoSpark())
-    assert (rep.to_seqno, rep.updates_read, rep.points) == (10, 0, 0)
-    assert not list(b.glob("journal-before-fold-*"))
-    with multisite.open(b) as db:
-        assert db.seqno == 10
-    assert state_of(b) == before
-    assert [r.seqno for r in iter_records(b / "journal", 1)] == list(range(1, 11))
-
-
 def rewrite_after(root, seqno, upto, prefix="n"):
     """Roll ``root`` back to ``seqno`` and commit other transactions up to ``upto``."""
 
@@ -60,20 +39,6 @@ def rewrite_after(root, seqno, upto, prefix="n"):
         db.rollback(seqno)
         for i in range(seqno + 1, upto + 1):
             db.set("r", (prefix, i), f"other{i}")
-
-
-def test_fold_refuses_a_replica_whose_transactions_the_source_rolled_off(tmp_path):
-    # the replica still holds its last transaction in its journal: that transaction is compared
-    a = numbered(tmp_path / "A", "A", 10)
-    b = replica_of(a, tmp_path / "B", "B", 10)
-    rewrite_after(a, 5, 15)
-    before = state_of(b)
-    with pytest.raises(HistoryMismatch, match="replica B .* at seqno 10 .* source A.* differ from seqno 6") as e:
-        pipeline.fold(str(a), str(b), spark=NoSpark())
-    assert "rollback" in str(e.value) and e.value.details["common_seqno"] == 5
-    with multisite.open(b) as db:
-        assert db.seqno == 10
-    assert state_of(b) == before
 
 
 def test_fold_compares_history_records_of_a_seeded_replica(spark, tmp_path):

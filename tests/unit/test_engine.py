@@ -205,30 +205,6 @@ def test_bulk_writes_keep_the_last_value_of_each_key_at_any_size(tmp_path, n):
     st.close()
 
 
-def test_recovery_hardens_the_replayed_journal_before_the_store(tmp_path, monkeypatch):
-    """Journal first, then database, on open too: records a crashed writer left in the page cache are
-    fsynced before the store that now reflects them is, so a power loss cannot leave it ahead."""
-    import subprocess
-    import sys
-
-    from multisite.engine import recovery
-    from multisite.store.sqlite import Store
-
-    root = multisite.create(tmp_path / "A", name="A", durability="none")
-    child = ("import os, sys, multisite\n"
-             "db = multisite.open(sys.argv[1]); db.create_region('r')\n"
-             "[db.set('r', (i,), i) for i in range(200)]\n"
-             "os._exit(0)  # no close: the store is behind the journal\n")
-    subprocess.run([sys.executable, "-c", child, str(root)], check=True, timeout=60)
-    order: list[str] = []
-    real_sync, real_flush = recovery.fsync_file, Store.flush
-    monkeypatch.setattr(recovery, "fsync_file", lambda p: (order.append("journal"), real_sync(p))[1])
-    monkeypatch.setattr(Store, "flush", lambda self: (order.append("store"), real_flush(self))[1])
-    with multisite.open(root) as db:
-        assert db.recovery.replayed > 0 and db.seqno == 200
-    assert order[:2] == ["journal", "store"], order
-
-
 def test_an_update_that_is_not_set_kill_or_zkill_is_refused_and_changes_nothing(db):
     """The engine's own commit path checks the opcode: any other value was applied as a zkill."""
     db.set("acct", ("k",), 1)

@@ -1,11 +1,14 @@
-"""The replication instance file: round trip, damage detection, history records."""
+"""The replication instance file: round trip, damage detection, history records, and odd states (a
+directory, a truncated file), each a clear error naming the file, never a traceback."""
 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 import multisite
 from multisite import InstanceFileCorrupt, NotAnInstance
+from multisite.cli.main import cli
 from multisite.instance import instance_file as ifile
 from multisite.instance.layout import Layout
 
@@ -123,3 +126,21 @@ def test_open_refuses_a_damaged_instance_file(tmp_path):
     assert str(p) in str(ei.value)
     with pytest.raises(InstanceFileCorrupt):  # the lock was released: the error is the same again
         multisite.open(root)
+
+
+def test_an_instance_file_that_is_a_directory_is_a_clear_error(inst):
+    # It raised IsADirectoryError (a traceback from the CLI).
+    (inst / "instance.msi").unlink()
+    (inst / "instance.msi").mkdir()
+    with pytest.raises(InstanceFileCorrupt, match="instance.msi is a directory"):
+        multisite.open(inst)
+    res = CliRunner().invoke(cli, ["instance", "show", str(inst)])
+    assert res.exit_code == 1 and "INSTANCE_FILE_CORRUPT" in res.output and "instance.msi" in res.output
+
+
+@pytest.mark.parametrize("cut", [0, 3, 7, 8, 20, -1])
+def test_a_truncated_instance_file_names_the_file(inst, cut):
+    data = (inst / "instance.msi").read_bytes()
+    (inst / "instance.msi").write_bytes(data[:cut] if cut >= 0 else data[:-1])
+    with pytest.raises(InstanceFileCorrupt, match=str(inst / "instance.msi")):
+        multisite.open(inst)

@@ -1,8 +1,9 @@
 """The replication protocol as a sans-IO state machine: joined in memory, driven off its table, fuzzed.
 
 Two ``Connection`` objects (a source and a receiver) exchange bytes directly, with no sockets: a full
-handshake and stream, every transition the table does not allow, and Hypothesis feeding the parser
-random, truncated, oversized, unknown, corrupted and out-of-order input. The invariants:
+handshake and stream, every transition the table does not allow, the smaller frame limit before
+streaming, and Hypothesis feeding the parser random, truncated, oversized, unknown, corrupted and
+out-of-order input. The invariants:
 
 - a bad input raises ``RemoteProtocolError`` (a bad send ``LocalProtocolError``) and leaves the
   connection in ``ERROR`` for good;
@@ -30,9 +31,10 @@ from multisite.protocol.client import FrameBuffer
 from multisite.protocol.client import encode as client_encode
 from multisite.protocol.connection import (NEED_DATA, RECV, SEND, TRANSITIONS, Connection, Role, State,
                                            split_frames)
-from multisite.protocol.messages import (COMPRESSED, FRAME_PREFIX, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
-                                         Heartbeat, HeartbeatAck, Hello, HistoryEntry, Start, TxnBatch, Xoff,
-                                         Xon, RefusalCode, decode_body, encode_message, error_for)
+from multisite.protocol.messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MESSAGE_TYPES,
+                                         PROTOCOL_VERSION, Error, Heartbeat, HeartbeatAck, Hello, HistoryEntry,
+                                         Start, TxnBatch, Xoff, Xon, RefusalCode, decode_body, encode_message,
+                                         error_for)
 
 S, R = Role.SOURCE, Role.RECEIVER
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -408,6 +410,37 @@ def test_batch_with_a_flipped_payload_bit():
     frames = bytearray(journal_frames(1, 3))
     frames[-3] ^= 0x10
     bad(reach(R, State.STREAMING), encode_message(TxnBatch(1, 3, bytes(frames))), "checksum")
+
+
+# -- the handshake's frame limit ---------------------------------------------------------------------
+# Before streaming, a frame may be at most HANDSHAKE_FRAME_BYTES (Hello, Start and Error are small).
+# Every connection used to accept a 64 MiB first frame from a peer nobody had vouched for yet: a
+# receiver buffered up to 64 MiB per connection still in its handshake (eight connections: 500 MiB).
+
+@pytest.mark.parametrize("role,state", [(R, State.IDLE), (R, State.WAIT_START), (S, State.HELLO_SENT)])
+def test_a_large_frame_before_streaming_is_refused_at_its_prefix(role, state):
+    c = reach(role, state)
+    c.receive_data(FRAME_PREFIX.pack(HANDSHAKE_FRAME_BYTES + 2, 1))
+    with pytest.raises(RemoteProtocolError, match="handshake"):
+        c.next_event()
+    assert_stuck_in_error(c)
+
+
+def test_handshake_messages_up_to_the_limit_still_pass():
+    big = hello("A")
+    big.history = [HistoryEntry(i + 1, "A" * 40, i) for i in range(5000)]  # ~300 KB of history
+    c = Connection(R)
+    c.receive_data(encode_message(big))
+    assert c.next_event() == big
+
+
+def test_streaming_keeps_the_full_frame_limit():
+    src, rcv = handshake(src_seqno=3000, rcv_seqno=0)
+    b = batch(1, 3000, value_bytes=600)
+    data = src.send(b)
+    assert len(data) > HANDSHAKE_FRAME_BYTES
+    rcv.receive_data(data)
+    assert rcv.next_event() == b and rcv.next_event() is NEED_DATA
 
 
 # -- Hypothesis: the parser under hostile input -----------------------------------------------------

@@ -1,5 +1,5 @@
-"""Backup of a damaged or odd source: a clear error and no half copy, never a copy that silently
-misses acknowledged transactions."""
+"""Backup (``instance.maintenance.backup``) of a crashed, damaged or odd source, or one pruned while it is
+copied: a clear error and no half copy, never a copy that silently misses acknowledged transactions."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import time
 import pytest
 
 import multisite
-from multisite.testing.checks import filled_instance
 from multisite.errors import InstanceExists, InstanceFileCorrupt, JournalCorrupt
 from multisite.instance.layout import Layout
 from multisite.instance.maintenance import backup, store_seqno
 from multisite.journal.segments import SegmentView, list_segments
+from multisite.testing.checks import filled_instance
 
 WRITER = """
 import sys, multisite, multisite.engine.core

@@ -1,13 +1,15 @@
-"""Prune beside a rollback that a crash interrupted: the records it undoes from must stay."""
+"""Prune (``instance.maintenance.prune``) keeps what someone still needs: the records an interrupted
+rollback undoes from, and the segments a pipeline consumer has not consumed."""
 
 from __future__ import annotations
 
 import json
 
 import multisite
-from multisite.testing.checks import filled_instance
-from multisite.instance.maintenance import prune
+from multisite.instance import consumers
 from multisite.instance.layout import Layout
+from multisite.instance.maintenance import prune
+from multisite.testing.checks import filled_instance
 
 
 def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
@@ -24,3 +26,20 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
         assert db.get("acct", ("k", 9)) == {"i": 9, "pad": "x" * 100} and db.get("acct", ("k", 10)) is None
     assert "rollback" not in prune(root, 90).reason  # finished: no longer held
 
+
+def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for i in range(400):
+            db.set("r", ("k", i), "x" * 50)
+    lay = Layout.existing(root)
+    consumers.record(lay, "stream1", 10)
+    rep = prune(root, before=400)
+    assert rep.limit_seqno == 11 and "stream1" in rep.reason
+    assert rep.kept_from_seqno <= 11
+    consumers.record(lay, "stream1", 300)
+    rep = prune(root, before=400)
+    assert 11 < rep.kept_from_seqno <= 301
+    assert consumers.forget(lay, "stream1")
+    assert consumers.load_all(lay) == []

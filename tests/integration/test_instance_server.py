@@ -1,5 +1,6 @@
-"""Bad input to the instance server and its client API: each gets a clear error, nothing is lost,
-and the server and the connection live on (real processes and sockets)."""
+"""The instance server process (``net.server``), its client listener, control socket and client API under
+bad input: each gets a clear error, nothing is lost, and the server and the connection live on (real
+processes and sockets)."""
 
 from __future__ import annotations
 

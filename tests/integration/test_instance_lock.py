@@ -1,18 +1,54 @@
-"""The instance lock names its owner even while the owner is taking or letting go of it."""
+"""The instance lock between owners: a second opener is refused with the owner's pid, named even while
+the owner (another process, or a lock file held here) is taking or letting go of the lock."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 import multisite
-
 from multisite.errors import InstanceLocked
 from multisite.instance.layout import InstanceLock, Layout
+
+
+@pytest.fixture
+def inst(tmp_path):
+    """A new, empty instance directory."""
+    return multisite.create(tmp_path / "A", name="A")
+
+
+HOLDER = """
+import sys, multisite
+db = multisite.open(sys.argv[1])
+print("HOLDING", flush=True)
+sys.stdin.read()
+db.close()
+"""
+
+
+def test_a_second_owner_gets_an_error_naming_the_owner_pid(inst):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(inst)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HOLDING"
+        before = {p.name: p.read_bytes() for p in (inst / "journal").glob("*.msj")}
+        with pytest.raises(InstanceLocked) as ei:
+            multisite.open(inst)
+        assert str(holder.pid) in str(ei.value)
+        assert ei.value.details["pid"] == holder.pid
+        assert {p.name: p.read_bytes() for p in (inst / "journal").glob("*.msj")} == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert holder.returncode == 0
+    with multisite.open(inst) as db:  # the owner is gone: the lock is free again
+        assert db.seqno == 0
 
 
 def _owner_without_pid(tmp_path) -> tuple[Layout, int]:
