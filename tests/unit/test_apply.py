@@ -49,7 +49,7 @@ def test_the_primarys_frames_are_journaled_byte_for_byte(primary, secondary):
     got[0] = (1, as_another_encoder_wrote_it(got[0][1]))
     assert decode_payload(got[0][1][FRAME_HEADER_SIZE:]) == decode_payload(frames_of(primary)[0][1][FRAME_HEADER_SIZE:])
     seen: list[tuple[int, bytes]] = []
-    secondary.commit_listeners.append(lambda s, fr: seen.append((s, bytes(fr))))
+    secondary.commit_listeners.append(lambda first, frs: seen.extend((first + i, bytes(fr)) for i, fr in enumerate(frs)))
     secondary.apply_frames([FrameRun.of(got[:1])])
     assert secondary.apply_frames([FrameRun.of(got[1:5]), FrameRun.of(got[5:])]) == 11
     assert frames_of(secondary.layout.root) == got

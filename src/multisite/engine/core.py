@@ -47,7 +47,7 @@ class Core:
         self.seqno = seqno  # the last committed seqno
         self.stream_seqnos = stream_seqnos  # SI: last stream_seqno per stream (0..15)
         self.closed = False
-        self.commit_listeners: list[Callable[[int, bytes], None]] = []
+        self.commit_listeners: list[Callable[[int, list[bytes]], None]] = []  # (first seqno, frames)
         self.rollback_listeners: list[Callable[[int], None]] = []
         self.last_flush = time.monotonic()
 
@@ -109,9 +109,9 @@ class Core:
         """Journal prepared frames, then hand them to the commit listeners."""
         self.journal.append(frames[0][1] if len(frames) == 1 else b"".join(f for _, f in frames), frames[-1][0])
         if self.commit_listeners:
-            for seqno, data in frames:
-                for listener in self.commit_listeners:
-                    listener(seqno, data)
+            datas = [f for _, f in frames]
+            for listener in self.commit_listeners:
+                listener(frames[0][0], datas)
 
     # -- the store behind the journal ------------------------------------------------------------
     def maybe_flush(self) -> None:

@@ -114,8 +114,9 @@ class Database:
         return self._core.journal.durability
 
     @property
-    def commit_listeners(self) -> list[Callable[[int, bytes], None]]:
-        """Called under the commit lock, in seqno order, with ``(seqno, journal frame)`` of each commit."""
+    def commit_listeners(self) -> list[Callable[[int, list[bytes]], None]]:
+        """Called under the commit lock, in seqno order, with ``(first seqno, journal frames)`` of each
+        commit or batch of commits (consecutive seqnos)."""
         return self._core.commit_listeners
 
     @property

@@ -59,7 +59,7 @@ class Record(msgspec.Struct, array_like=True, gc=False):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_record_decoder = msgspec.msgpack.Decoder(Record)
+record_decoder = msgspec.msgpack.Decoder(Record)  # decode_payload, without the call
 
 
 def encode_payload(rec: Record) -> bytes:
@@ -67,7 +67,7 @@ def encode_payload(rec: Record) -> bytes:
 
 
 def decode_payload(payload: bytes | memoryview) -> Record:
-    return _record_decoder.decode(payload)
+    return record_decoder.decode(payload)
 
 
 def frame(seqno: int, payload: bytes) -> bytes:

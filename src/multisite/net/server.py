@@ -80,7 +80,7 @@ class InstanceServer:
         db = self.db
         self.pool = JournalPool(db.info.journal_pool_bytes)
         self.pool.reset(db.seqno)
-        db.commit_listeners.append(self.pool.append)
+        db.commit_listeners.append(self.pool.extend)
         db.rollback_listeners.append(self.pool.reset)
         self.receive_pool = ReceivePool(64 * 1024 * 1024, 16 * 1024 * 1024)
         self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))

@@ -40,16 +40,20 @@ class JournalPool:
             self.first_seqno = last_seqno + 1
 
     def append(self, seqno: int, frame: bytes) -> None:
-        """Commit listener: called under the commit lock, in seqno order."""
+        self.extend(seqno, [frame])
+
+    def extend(self, first_seqno: int, frames: list[bytes]) -> None:
+        """Commit listener: the frames of seqnos ``first_seqno``.. (consecutive), called under the
+        commit lock, in seqno order."""
         with self._lock:
-            if seqno != self.last_seqno + 1:  # discontinuity (a rollback): start over
+            if first_seqno != self.last_seqno + 1:  # discontinuity (a rollback): start over
                 self._frames, self._head, self.bytes = [], 0, 0
             if self._head == len(self._frames):
-                self.first_seqno = seqno
-            self._frames.append(frame)
-            self.bytes += len(frame)
-            self.last_seqno = seqno
-            self.appended += 1
+                self.first_seqno = first_seqno
+            self._frames.extend(frames)
+            self.bytes += sum(map(len, frames))
+            self.last_seqno = first_seqno + len(frames) - 1
+            self.appended += len(frames)
             while self.bytes > self.capacity_bytes and len(self._frames) - self._head > 1:
                 self.bytes -= len(self._frames[self._head])
                 self._head += 1
