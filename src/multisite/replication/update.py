@@ -24,7 +24,7 @@ from ..errors import JournalGap, StorageFull
 from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from .pools import ReceivePool
 
-UPDATE_BATCH_FRAMES = 8192  # frames applied with one journal write (whole received batches)
+UPDATE_BATCH_FRAMES = 65536  # frames applied with one journal write and one fsync (whole received batches)
 STORAGE_RETRY_MIN_S = 0.25  # a full disk: first pause before applying again, doubled up to
 STORAGE_RETRY_MAX_S = 5.0
 
