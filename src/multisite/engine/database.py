@@ -74,6 +74,7 @@ class Database:
                                                 segment_bytes)
             self._local = ThreadState()
             self._group = GroupCommit(self._core)
+            self._grouped = self._core.journal.durability is Durability.GROUP  # fixed while open
             done = _rollback.finish_interrupted(self._core)
             if done is not None:
                 self.recovery.notes.append(f"completed an interrupted rollback: {done.summary()}")
@@ -204,18 +205,18 @@ class Database:
         if self._local.tx is not None:
             raise TransactionError("db.set/kill/zkill inside an open transaction would nest transactions: "
                                    "use tx.set/kill/zkill on the transaction instead")
-        self._core.check_open()
+        core = self._core
+        core.check_open()
         if not isinstance(region, str):
             raise RegionNotFound(f"region must be a region name, got {region!r}")
-        self._core.region(region)
-        return self.commit_updates([(op, region, check_key(key), vb)])
+        core.region(region)
+        ops = [(op, region, check_key(key), vb)]
+        return self._group.commit(ops) if self._grouped else commit.commit(core, ops)
 
     def commit_updates(self, ops: list[tuple[int, str, tuple, bytes | None]]) -> int:
         """Commit ``(opcode, region, key, encoded value or None)`` updates atomically, as one
         transaction, by the instance's durability; the seqno (0 if nothing replicated was touched)."""
-        if self._core.journal.durability is Durability.GROUP:
-            return self._group.commit(ops)
-        return commit.commit(self._core, ops)
+        return self._group.commit(ops) if self._grouped else commit.commit(self._core, ops)
 
     # -- replication -----------------------------------------------------------------------------
     def apply_frames(self, runs: list[FrameRun]) -> int:

@@ -80,6 +80,7 @@ class Transaction(TransactionBase):
     def __init__(self, db: Any):
         super().__init__(db._local)
         self.db = db
+        self._regions = db._core.store.regions  # the store's own dict: current while the instance is open
 
     def _opening(self) -> None:
         self.db._core.check_open()
@@ -95,7 +96,7 @@ class Transaction(TransactionBase):
 
     def set(self, region: str, key: tuple, value: Any) -> None:
         # The hot path of large transactions: the checks of _check, inlined for the common case.
-        if self._state != "open" or region not in self.db.store.regions:
+        if self._state != "open" or region not in self._regions:
             self._check(region)
         self.ops.append((SET, region, check_key(key), encode_value(value)))
 

@@ -59,6 +59,7 @@ class JournalWriter:
             raise ConfigError(f"journal segment_bytes must be at least {MIN_SEGMENT_BYTES}, got {segment_bytes}")
         self.dir = journal_dir
         self.durability = durability = Durability.parse(durability)
+        self._sync_each = durability is Durability.FSYNC  # harden in append (the commit path's test)
         self.segment_bytes = segment_bytes
         self.index = index
         self.path = path
@@ -101,7 +102,7 @@ class JournalWriter:
             raise
         self._size += len(data)
         self.written_seqno = last_seqno
-        if self.durability is Durability.FSYNC:
+        if self._sync_each:
             self._fdatasync(self._fd)
             self.fsyncs += 1
             self.durable_seqno = last_seqno
