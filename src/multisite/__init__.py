@@ -6,9 +6,10 @@ The public API is re-exported here; see README.md for a tour.
 from .engine import Database, Durability, RecoveryReport, RollbackReport, Transaction, create, open
 from .errors import *  # noqa: F401,F403 - the exception tree is public
 from .errors import MultisiteError
+from .journal.lostfile import LostFile, list_lost_files
 
 __all__ = ["Database", "Durability", "RecoveryReport", "RollbackReport", "Transaction", "create", "open",
-           "MultisiteError"]
+           "MultisiteError", "LostFile", "list_lost_files"]
 __version__ = "0.1.0"
 
 

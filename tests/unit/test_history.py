@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from multisite.instance.instance_file import InstanceFile
 from multisite.protocol.messages import HistoryEntry
-from multisite.replication.history import check_peer, common_point, hello_for, to_entries, to_records
+from multisite.protocol.messages import RefusalCode
+from multisite.replication.history import (check_peer, check_secondary_name, common_point, hello_for, to_entries,
+                                        to_records)
 
 
 def primary(name: str, group: str = "default") -> InstanceFile:
@@ -170,6 +172,16 @@ def test_a_supplementary_instance_never_feeds_a_bc_instance():
     a.supplementary = True
     r = check_peer(hello_for(b, 0), hello_for(a, 10), i_am="receiver")
     assert r is not None and r.code == "SUPPLEMENTARY_MISMATCH"
+
+
+def test_a_source_refuses_a_receiver_of_another_name_than_its_secondary():
+    """``source start --secondary C`` reached B: refused, and the message names both and the remedies."""
+    b = hello_for(primary("B"), 0)
+    assert check_secondary_name(b, "B", source="A", address="127.0.0.1:7100") is None
+    r = check_secondary_name(b, "C", source="A", address="127.0.0.1:7100")
+    assert r is not None and r.code is RefusalCode.WRONG_NAME and r.common_seqno == -1
+    assert "'C'" in r.message and "'B'" in r.message and "127.0.0.1:7100" in r.message
+    assert "--secondary B" in r.message and "--connect" in r.message
 
 
 histories = st.lists(st.tuples(st.integers(1, 20), st.integers(0, 3)), min_size=1, max_size=4)

@@ -1,4 +1,5 @@
-"""``multisite rollback``, ``multisite instance role`` and ``multisite lost show``: failover tools.
+"""``multisite rollback``, ``multisite instance role``, ``multisite lost show`` and ``lost may-have-changed``:
+failover tools.
 
 Each works on a running instance server (through its control channel) or, when none runs, on the
 instance directory directly.
@@ -14,8 +15,9 @@ from ..instance.layout import Layout
 from ..net import control
 from ..net.client import fetch_hello
 from ..journal.lostfile import LostFile
+from ..keys import key_text
 from ..replication.roles import change_role, resync_instance
-from .output import HostPort, console, print_json, table
+from .output import HostPort, KeyArg, console, print_json, table
 
 
 @click.command("rollback")
@@ -95,6 +97,34 @@ def lost_show(file: str, as_json: bool) -> None:
             rows.append((t["seqno"], f"{t['stream']}:{t['stream_seqno']}", t["origin"], u["op"], u["region"],
                          u["key"], u.get("value", u.get("killed")), u.get("before")))
     table("lost transactions", ["seqno", "stream", "origin", "op", "region", "key", "value", "before"], rows)
+
+
+@lost.command("may-have-changed")
+@click.argument("file", type=click.Path())  # checked by LostFile.read: one line, exit 1
+@click.argument("region")
+@click.argument("key", type=KeyArg())
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON object: file, region, key, may_have_changed and the changes that say why.")
+def lost_may_have_changed(file: str, region: str, key: tuple, as_json: bool) -> None:
+    """Could the lost transactions in FILE have changed REGION/KEY? ($ZQGBLMOD)
+
+    KEY is a JSON list of strings and integers. Prints "yes" with the lost updates that changed it
+    (a set or zkill of the key, a kill of it or of a key above it), or "no"; the exit status is 0
+    either way (1 for a missing or damaged file or a bad key).
+    Example: multisite lost may-have-changed /data/A/lost/20260101T000000-A-99-99.mslost acct '["k", 42]'
+    """
+    lf = LostFile.read(file)
+    changes = lf.changes_to(region, key)
+    if as_json:
+        print_json({"file": str(lf.path), "region": region, "key": list(key), "may_have_changed": bool(changes),
+                    "changes": changes})
+        return
+    ref = f"{region}{key_text(key)}"
+    if not changes:
+        console.print(f"no: no lost transaction in {lf.path.name} changed {ref}", markup=False)
+        return
+    why = ", ".join(f"{c['op']} {region}{key_text(tuple(c['key']))} at seqno {c['seqno']}" for c in changes)
+    console.print(f"yes: {ref} was changed by {len(changes)} lost update(s): {why}", markup=False)
 
 
 def register(cli: click.Group) -> None:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..instance.instance_file import valid_name
+from ..keys import check_key
 from ..net.tls import parse_hostport
 
 console = Console()
@@ -91,3 +92,25 @@ class Name(click.ParamType):
         if not valid_name(value):
             _fail(param, f"instance name {value!r} must be letters, digits, '-', '_' or '.'")
         return value
+
+
+class KeyArg(click.ParamType):
+    """A key as a JSON list of str and int (``'["acct", 42]'``), or in the text form the CLI prints
+    (``("acct",42)``); returned as a checked tuple."""
+
+    name = "KEY"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        text = value.strip()
+        if text.startswith("(") and text.endswith(")"):
+            text = "[" + text[1:-1] + "]"
+        try:
+            key = json.loads(text)
+        except ValueError:
+            key = None
+        if not isinstance(key, list):
+            raise ConfigError(f"KEY {value!r} is not a key: give it as a JSON list of strings and integers, "
+                              f"e.g. '[\"acct\", 42]'")
+        return check_key(key)  # KeyTypeError names the subscript that is wrong

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ConfigError, LostFileCorrupt
+from ..errors import ConfigError, KeyTypeError, LostFileCorrupt
 from ..fsutil import fsync_dir, write_all
+from ..keys import check_key
 from .extract import record_to_dict
 from .records import Record, decode_payload, encode_payload
 
@@ -129,18 +130,30 @@ class LostFile:
         for t in self.transactions:
             yield decode_payload(base64.b64decode(t["payload"]))
 
-    def may_have_changed(self, region: str, key: tuple) -> bool:
-        """Could ``region``/``key`` have been changed by these lost transactions? ($ZQGBLMOD)"""
-        k = list(key)
+    def changes_to(self, region: str, key: tuple | list) -> list[dict]:
+        """The lost updates that changed ``region``/``key``, in commit order, each as
+        ``{"seqno", "op", "key"}``: a set or zkill of the key itself, or a kill of it or of a key above
+        it. (A zkill removes one node only, so it does not change the keys below it.)"""
+        k = list(check_key(key))
+        if not isinstance(region, str):
+            raise KeyTypeError(f"a region is a name (str), got {type(region).__name__} {region!r}")
+        out = []
         for t in self.transactions:
             for u in t["updates"]:
                 if u["region"] != region:
                     continue
                 uk = u["key"]
                 if uk == k or (u["op"] == "kill" and k[: len(uk)] == uk):
-                    return True
-        return False
+                    out.append({"seqno": t["seqno"], "op": u["op"], "key": uk})
+        return out
+
+    def may_have_changed(self, region: str, key: tuple | list) -> bool:
+        """Could ``region``/``key`` have been changed by these lost transactions? (GT.M's $ZQGBLMOD
+        question, asked of this file: see ``changes_to`` for which ones did.)"""
+        return bool(self.changes_to(region, key))
 
 
-def list_lost_files(lost_dir: Path) -> list[Path]:
+def list_lost_files(lost_dir: str | os.PathLike) -> list[Path]:
+    """The lost-transaction files in an instance's ``lost/`` folder, oldest first."""
+    lost_dir = Path(lost_dir)
     return sorted(lost_dir.glob("*" + SUFFIX))

@@ -29,8 +29,8 @@ from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolE
 from ..journal.reader import iter_runs
 from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from ..protocol.connection import NEED_DATA, Connection, Role, State
-from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
-from ..replication.history import check_peer, common_point, hello_for, stream_entries
+from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon
+from ..replication.history import check_peer, check_secondary_name, common_point, hello_for, stream_entries
 from ..replication.session import HeartbeatWatch, SessionEnd, SourceBackoff
 from .tls import TLSConfig
 
@@ -123,6 +123,7 @@ class SourceServer:
         self._kicked = False
         self._stopping = False
         self._backoff = SourceBackoff(cfg.connect_backoff_max_s)
+        self._misaddressed = False  # the last receiver reached is another instance (WRONG_NAME)
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -271,7 +272,9 @@ class SourceServer:
             self.log.error("receiver %s:%d refused: %s: %s", cfg.host, cfg.port, peer.code, peer.message)
             raise _Refused(f"{peer.code}: {peer.message}")
         assert isinstance(peer, Hello)
-        refusal = check_peer(me, peer, i_am="source")
+        refusal = (check_secondary_name(peer, cfg.secondary, source=me.name, address=f"{cfg.host}:{cfg.port}")
+                   or check_peer(me, peer, i_am="source"))
+        self._misaddressed = refusal is not None and refusal.code is RefusalCode.WRONG_NAME
         if refusal is not None:
             self.log.error("refusing %s: %s: %s", peer.name, refusal.code, refusal.message)
             writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
@@ -426,6 +429,11 @@ class SourceServer:
                 "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls)}
 
     def _save_slot(self) -> None:
+        if self._misaddressed and self.cfg.secondary not in self.db.info.slots:
+            # Only another instance answered at the address: a new slot would pin the journal (prune)
+            # for a secondary this server has never reached.
+            return
+
         def upd(info) -> None:
             s = info.slot(self.cfg.secondary)
             s.last_sent, s.last_confirmed = self.last_sent, self.last_confirmed

@@ -87,6 +87,21 @@ class Refusal:
     common_seqno: int = -1
 
 
+def check_secondary_name(peer: Hello, secondary: str, *, source: str, address: str) -> Refusal | None:
+    """A Source Server started for ``secondary`` must be answered by that instance: another name at
+    ``address`` is a wrong address or a wrong ``--secondary``, and streaming to it would file that
+    instance's position under the configured name (and feed an instance nobody meant to)."""
+    if peer.name == secondary:
+        return None
+    return Refusal(RefusalCode.WRONG_NAME,
+                   f"source {source} was started for secondary {secondary!r}, but the receiver at {address} is "
+                   f"instance {peer.name!r}; nothing was sent. If {peer.name} is the secondary meant, start the "
+                   f"source with --secondary {peer.name} (multisite source stop DIR --secondary {secondary}, then "
+                   f"multisite source start DIR --secondary {peer.name} --connect {address}); otherwise point "
+                   f"--connect at {secondary}'s receiver (multisite source activate DIR --secondary {secondary} "
+                   f"--connect HOST:PORT)")
+
+
 def check_pair(source: Hello, receiver: Hello, *, si_source_group: str | None = None) -> Refusal | None:
     """The group and identity rules for a source/receiver pair, and the history check.
 

@@ -1,0 +1,122 @@
+"""$ZQGBLMOD as a public API and command: ``multisite.LostFile(...).may_have_changed`` and
+``multisite lost may-have-changed FILE REGION KEY``, the README's replay example, and bad input
+(a missing file, a damaged file, a bad key) refused with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import multisite
+from multisite.cli.main import cli
+from multisite.errors import ConfigError, KeyTypeError, LostFileCorrupt
+from multisite.journal.lostfile import write_lost_file
+from multisite.journal.reader import iter_records
+
+
+def run(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def lost_path(db, tmp_path):
+    """Lost transactions 4..6: set acct(a,1), kill acct(b), zkill acct(c,1)."""
+    db.set("acct", ("a", 1), "old")
+    db.set("acct", ("b", 1), 1)
+    db.set("acct", ("c", 1), 1)
+    first = db.seqno + 1
+    db.set("acct", ("a", 1), "lost")
+    db.kill("acct", ("b",))
+    db.zkill("acct", ("c", 1))
+    return write_lost_file(tmp_path, instance="A", group="g", common_seqno=first - 1, reason="t",
+                           records=list(iter_records(db.layout.journal, first)))
+
+
+def test_the_package_exports_lost_files(lost_path):
+    assert {"LostFile", "list_lost_files"} <= set(multisite.__all__)
+    assert multisite.list_lost_files(lost_path.parent) == [lost_path]
+    lf = multisite.LostFile.read(lost_path)
+    assert lf.may_have_changed("acct", ("a", 1)) and lf.may_have_changed("acct", ["b", 1, "x"])
+    assert not lf.may_have_changed("acct", ("a", 2)) and not lf.may_have_changed("other", ("a", 1))
+    assert lf.changes_to("acct", ("b", 7)) == [{"seqno": 5, "op": "kill", "key": ["b"]}]
+    assert lf.changes_to("acct", ("c", 1, "below a zkill")) == []
+
+
+def test_a_bad_key_or_region_is_a_key_type_error(lost_path):
+    lf = multisite.LostFile.read(lost_path)
+    for bad in ((), ("a", 1.5), ("a", True), "a", None):
+        with pytest.raises(KeyTypeError):
+            lf.may_have_changed("acct", bad)
+    with pytest.raises(KeyTypeError, match="region"):
+        lf.may_have_changed(None, ("a", 1))
+
+
+def test_the_cli_says_yes_and_why(lost_path):
+    res = run("lost", "may-have-changed", lost_path, "acct", '["b", 7]')
+    assert res.exit_code == 0 and res.output.startswith("yes:"), res.output
+    assert "kill acct(\"b\") at seqno 5" in res.output
+    res = run("lost", "may-have-changed", lost_path, "acct", '("a",2)')  # the text form the CLI prints
+    assert res.exit_code == 0 and res.output.startswith("no:"), res.output
+
+
+def test_the_cli_json_shape(lost_path):
+    res = run("lost", "may-have-changed", lost_path, "acct", '["a", 1]', "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"file": str(lost_path), "region": "acct", "key": ["a", 1],
+                                      "may_have_changed": True,
+                                      "changes": [{"seqno": 4, "op": "set", "key": ["a", 1]}]}
+    out = json.loads(run("lost", "may-have-changed", lost_path, "acct", '["d"]', "--json").output)
+    assert out["may_have_changed"] is False and out["changes"] == []
+
+
+@pytest.mark.parametrize("key,code", [("a", "CONFIG"), ("{\"a\": 1}", "CONFIG"), ("[]", "KEY_TYPE"),
+                                      ("[1.5]", "KEY_TYPE"), ("[\"a\", null]", "KEY_TYPE"), ("", "CONFIG")])
+def test_the_cli_refuses_a_bad_key_in_one_line(lost_path, key, code):
+    res = run("lost", "may-have-changed", lost_path, "acct", key)
+    assert res.exit_code == 1 and res.output.startswith(f"error: {code}:"), res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_the_cli_refuses_a_missing_or_damaged_file(lost_path, tmp_path):
+    res = run("lost", "may-have-changed", tmp_path / "missing.mslost", "acct", '["a"]')
+    assert res.exit_code == 1 and res.output.startswith("error: CONFIG:") and "not a lost-transaction file" in res.output
+    data = bytearray(lost_path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    lost_path.write_bytes(bytes(data))
+    with pytest.raises(LostFileCorrupt):
+        multisite.LostFile.read(lost_path)
+    res = run("lost", "may-have-changed", lost_path, "acct", '["a"]')
+    assert res.exit_code == 1 and res.output.startswith("error: LOST_FILE_CORRUPT:"), res.output
+    with pytest.raises(ConfigError):
+        multisite.LostFile.read(tmp_path / "missing.mslost")
+
+
+def replay(db, lost: multisite.LostFile) -> list[int]:
+    """The README's replay loop; returns the seqnos left for review."""
+    review = []
+    for t in lost.transactions:
+        ups = t["updates"]
+        if all(u["op"] == "set" and db.get(u["region"], tuple(u["key"])) == u["before"] for u in ups):
+            with db.transaction() as tx:
+                for u in ups:
+                    tx.set(u["region"], tuple(u["key"]), u["value"])
+        else:
+            review.append(t["seqno"])
+    return review
+
+
+@pytest.mark.parametrize("changed_since", [False, True])
+def test_the_readme_replay_example(lost_path, tmp_path, changed_since):
+    """On a new primary at the common point: the lost set re-applies unless the key changed since;
+    the kill and the zkill are left to business logic."""
+    with multisite.open(multisite.create(tmp_path / "B", name="B", durability="none")) as b:
+        b.create_region("acct")
+        for k, v in ((("a", 1), "old"), (("b", 1), 1), (("c", 1), 1)):
+            b.set("acct", k, v)
+        if changed_since:
+            b.set("acct", ("a", 1), "new on B")
+        lost = multisite.LostFile.read(lost_path)
+        assert replay(b, lost) == ([4, 5, 6] if changed_since else [5, 6])
+        assert b.get("acct", ("a", 1)) == ("new on B" if changed_since else "lost")
