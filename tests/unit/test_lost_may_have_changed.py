@@ -64,11 +64,34 @@ def test_the_cli_says_yes_and_why(lost_path):
 def test_the_cli_json_shape(lost_path):
     res = run("lost", "may-have-changed", lost_path, "acct", '["a", 1]', "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output) == {"file": str(lost_path), "region": "acct", "key": ["a", 1],
+    assert json.loads(res.output) == {"file": str(lost_path), "region": "acct", "key": ["a", 1], "on": None,
                                       "may_have_changed": True,
                                       "changes": [{"seqno": 4, "op": "set", "key": ["a", 1]}]}
     out = json.loads(run("lost", "may-have-changed", lost_path, "acct", '["d"]', "--json").output)
     assert out["may_have_changed"] is False and out["changes"] == []
+
+
+def test_zqgblmod_asks_the_instance_that_went_on_after_the_common_seqno(lost_path, tmp_path):
+    """GT.M's question: did the instance that went on change the key after the fork? The new
+    primary B holds the common history 1..3, then its own updates of (a,1) and of the subtree (b)."""
+    b = multisite.create(tmp_path / "B", name="B", durability="none")
+    with multisite.open(b) as nb:
+        nb.create_region("acct")
+        for k in (("a", 1), ("b", 1), ("c", 1)):
+            nb.set("acct", k, "common")
+        nb.set("acct", ("a", 1), "B's own")
+        nb.kill("acct", ("b",))
+    lf = multisite.LostFile.read(lost_path)
+    assert lf.header["common_seqno"] == 3
+    assert lf.changed_on(b, "acct", ("a", 1)) == [{"seqno": 4, "op": "set", "key": ["a", 1]}]
+    assert lf.changed_on(b, "acct", ("b", 1, "x")) == [{"seqno": 5, "op": "kill", "key": ["b"]}]
+    assert lf.changed_on(b, "acct", ("c", 1)) == []  # set at seqno 3, the common point: no conflict
+    res = run("lost", "may-have-changed", lost_path, "acct", '["c", 1]', "--on", b)
+    assert res.exit_code == 0 and res.output.startswith("no:") and "after common seqno 3" in res.output, res.output
+    out = json.loads(run("lost", "may-have-changed", lost_path, "acct", '["a", 1]', "--on", b, "--json").output)
+    assert out["on"] == str(b) and out["changes"] == [{"seqno": 4, "op": "set", "key": ["a", 1]}]
+    with pytest.raises(ConfigError, match="not an instance directory"):
+        lf.changed_on(tmp_path / "nowhere", "acct", ("a", 1))
 
 
 @pytest.mark.parametrize("key,code", [("a", "CONFIG"), ("{\"a\": 1}", "CONFIG"), ("[]", "KEY_TYPE"),
@@ -98,7 +121,7 @@ def replay(db, lost: multisite.LostFile) -> list[int]:
     review = []
     for t in lost.transactions:
         ups = t["updates"]
-        if all(u["op"] == "set" and db.get(u["region"], tuple(u["key"])) == u["before"] for u in ups):
+        if all(u["op"] == "set" and not lost.changed_on(db.layout.root, u["region"], u["key"]) for u in ups):
             with db.transaction() as tx:
                 for u in ups:
                     tx.set(u["region"], tuple(u["key"]), u["value"])

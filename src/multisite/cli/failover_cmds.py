@@ -103,28 +103,35 @@ def lost_show(file: str, as_json: bool) -> None:
 @click.argument("file", type=click.Path())  # checked by LostFile.read: one line, exit 1
 @click.argument("region")
 @click.argument("key", type=KeyArg())
+@click.option("--on", "on_dir", type=click.Path(), default=None, metavar="DIR",
+              help="Ask GT.M's $ZQGBLMOD question of the instance at DIR (the one that went on): did it change "
+                   "the key after the file's common seqno?")
 @click.option("--json", "as_json", is_flag=True,
               help="Print a JSON object: file, region, key, may_have_changed and the changes that say why.")
-def lost_may_have_changed(file: str, region: str, key: tuple, as_json: bool) -> None:
-    """Could the lost transactions in FILE have changed REGION/KEY? ($ZQGBLMOD)
+def lost_may_have_changed(file: str, region: str, key: tuple, on_dir: str | None, as_json: bool) -> None:
+    """Could REGION/KEY have been changed: by the lost transactions in FILE, or (--on DIR, $ZQGBLMOD) by
+    the instance that went on, after the file's common seqno?
 
-    KEY is a JSON list of strings and integers. Prints "yes" with the lost updates that changed it
-    (a set or zkill of the key, a kill of it or of a key above it), or "no"; the exit status is 0
-    either way (1 for a missing or damaged file or a bad key).
-    Example: multisite lost may-have-changed /data/A/lost/20260101T000000-A-99-99.mslost acct '["k", 42]'
+    KEY is a JSON list of strings and integers. Prints "yes" with the updates that changed it (a set or
+    zkill of the key, a kill of it or of a key above it), or "no"; the exit status is 0 either way (1 for
+    a missing or damaged file or a bad key). With --on, "no" means a lost update of the key can be
+    applied again without overwriting a later one.
+    Example: multisite lost may-have-changed /data/A/lost/20260101T000000-A-99-99.mslost acct '["k", 42]' --on /data/B
     """
     lf = LostFile.read(file)
-    changes = lf.changes_to(region, key)
+    changes = lf.changed_on(on_dir, region, key) if on_dir else lf.changes_to(region, key)
+    where = (f"instance {on_dir} after common seqno {lf.header['common_seqno']}" if on_dir
+             else f"the lost transactions in {lf.path.name}")
     if as_json:
-        print_json({"file": str(lf.path), "region": region, "key": list(key), "may_have_changed": bool(changes),
-                    "changes": changes})
+        print_json({"file": str(lf.path), "region": region, "key": list(key), "on": on_dir,
+                    "may_have_changed": bool(changes), "changes": changes})
         return
     ref = f"{region}{key_text(key)}"
     if not changes:
-        console.print(f"no: no lost transaction in {lf.path.name} changed {ref}", markup=False)
+        console.print(f"no: {where} did not change {ref}", markup=False)
         return
     why = ", ".join(f"{c['op']} {region}{key_text(tuple(c['key']))} at seqno {c['seqno']}" for c in changes)
-    console.print(f"yes: {ref} was changed by {len(changes)} lost update(s): {why}", markup=False)
+    console.print(f"yes: {ref} was changed by {len(changes)} update(s) of {where}: {why}", markup=False)
 
 
 def register(cli: click.Group) -> None:

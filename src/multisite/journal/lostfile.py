@@ -35,7 +35,8 @@ from ..errors import ConfigError, KeyTypeError, LostFileCorrupt
 from ..fsutil import fsync_dir, write_all
 from ..keys import check_key
 from .extract import record_to_dict
-from .records import Record, decode_payload, encode_payload
+from .reader import iter_records
+from .records import KILL, OP_NAMES, Record, decode_payload, encode_payload
 
 FORMAT = "multisite-lost/1"
 SUFFIX = ".mslost"
@@ -148,9 +149,28 @@ class LostFile:
         return out
 
     def may_have_changed(self, region: str, key: tuple | list) -> bool:
-        """Could ``region``/``key`` have been changed by these lost transactions? (GT.M's $ZQGBLMOD
-        question, asked of this file: see ``changes_to`` for which ones did.)"""
+        """Could ``region``/``key`` have been changed by these lost transactions? (See ``changes_to``
+        for which ones did; ``changed_on`` asks the instance that went on.)"""
         return bool(self.changes_to(region, key))
+
+    def changed_on(self, instance_dir: str | os.PathLike, region: str, key: tuple | list) -> list[dict]:
+        """GT.M's $ZQGBLMOD: the updates that the instance at ``instance_dir`` (the one that went on,
+        usually the new primary) made to ``region``/``key`` after this file's common seqno, each as
+        ``{"seqno", "op", "key"}``. None means no conflicting update can have happened there: a lost
+        update of that key can be applied again without overwriting a later one."""
+        k = list(check_key(key))
+        if not isinstance(region, str):
+            raise KeyTypeError(f"a region is a name (str), got {type(region).__name__} {region!r}")
+        journal = Path(instance_dir) / "journal"
+        if not journal.is_dir():
+            raise ConfigError(f"{instance_dir} is not an instance directory (no journal/ in it)")
+        out = []
+        for rec in iter_records(journal, self.header["common_seqno"] + 1):
+            for u in rec.updates:
+                uk = list(u.key)
+                if u.region == region and (uk == k or (u.op == KILL and k[: len(uk)] == uk)):
+                    out.append({"seqno": rec.seqno, "op": OP_NAMES[u.op], "key": uk})
+        return out
 
 
 def list_lost_files(lost_dir: str | os.PathLike) -> list[Path]:
