@@ -199,7 +199,14 @@ class InstanceServer:
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
                 "sources": {n: s.status() for n, s in self.sources.items()},
                 "receiver": self.receiver.status() if self.receiver else None,
-                "update": self.update.status(), "log": str(self.root / "log" / "server.log")}
+                "update": self.update.status(), "log": str(self.root / "log" / "server.log"),
+                "streams": self._si_streams()}
+
+    def _si_streams(self) -> dict[str, dict]:
+        """A supplementary instance's SI streams (1..15): source group, root primary, last stream seqno."""
+        return {str(n): {"group": st.source_group, "root_primary": st.root_primary,
+                         "stream_seqno": self.db.stream_seqno(n)}
+                for n, st in sorted(self.db.info.streams.items())}
 
     def _source(self, secondary: str) -> SourceServer:
         s = self.sources.get(secondary)

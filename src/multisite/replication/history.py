@@ -46,7 +46,10 @@ def stream_entries(info: InstanceFile) -> list[StreamEntry]:
 
 
 def streams_from(entries: list[StreamEntry], upstream: str, positions: dict[int, int]) -> dict[int, StreamInfo]:
+    """A supplementary standby's streams, from its supplementary source's Start (all of them); the
+    root primary of each is the one of its newest history record."""
     return {e.stream: StreamInfo(stream=e.stream, source_group=e.source_group,
+                                 root_primary=e.history[-1].root_primary if e.history else "",
                                  last_stream_seqno=positions.get(e.stream, 0),
                                  history=to_records(e.history, upstream)) for e in entries}
 
