@@ -310,3 +310,44 @@ def test_a_bc_lost_file_says_its_seqnos_are_the_groups(db, tmp_path):
     lf = LostFile.read(write_lost_file(tmp_path, instance="A", group="g", records=list(iter_records(
         db.layout.journal)), common_seqno=0, reason="t"))
     assert lf.numbering == NUMBERING_BC and lf.stream_groups == {}
+
+
+def test_fetchresync_of_a_supplementary_instance_works_in_the_stream_of_the_primarys_group(tmp_path):
+    """``rollback --fetchresync`` chooses the stream as a Receiver Server would: a known group's
+    stream is rolled back to its common point; a 16th group is refused with nothing changed."""
+    from multisite.errors import NoFreeStream
+    from multisite.instance.instance_file import InstanceFile, StreamInfo
+    from multisite.journal.records import SET, Record, Update
+    from multisite.replication.history import hello_for, to_entries, to_records
+    from multisite.replication.roles import resync_instance
+    from multisite.values import encode_value
+
+    o2 = InstanceFile(name="O2", group="g2")
+    o2.add_history(1, "O2", "originating")
+    root = multisite.create(tmp_path / "P", name="P", group="si", supplementary=True, durability="none")
+    with multisite.open(root) as p:
+        p.create_region("t")
+
+        def streams(info):
+            info.streams = {n: StreamInfo(n, f"g{n}", f"O{n}") for n in range(1, 16)}
+            info.streams[2].history = to_records(to_entries(o2.history), upstream="O2")
+        p.update_info(streams)
+
+        def rec(origin: str, seqno: int) -> Record:
+            return Record(seqno, 0, seqno, origin, 0.0, [Update(SET, "t", (f"{origin}-{seqno}",), encode_value(1))])
+        p.apply_records([rec("O1", 1)], si_stream=1)
+        p.apply_records([rec("O2", s) for s in (1, 2, 3)], si_stream=2)
+        p.apply_records([rec("O1", 2)], si_stream=1)
+        o16 = InstanceFile(name="O16", group="g16")
+        o16.add_history(1, "O16", "originating")
+        with pytest.raises(NoFreeStream, match="P already receives 15 SI streams"):
+            resync_instance(p, primary=hello_for(o16, 5))
+        assert p.seqno == 5
+        # O2 was rolled back to 1 and went on: P's stream 2 is ahead past its seqno 1
+        o2.truncate_history(1)
+        o2.add_history(2, "O2", "originating")
+        rep = resync_instance(p, primary=hello_for(o2, 4), address="o2:1")
+        assert (rep.from_seqno, rep.to_seqno, rep.rolled_back) == (5, 2, 3)
+        assert (p.stream_seqno(1), p.stream_seqno(2)) == (1, 1)
+        assert [(t["stream"], t["stream_seqno"]) for t in LostFile.read(rep.lost_file).transactions] == \
+            [(2, 2), (2, 3), (1, 2)]
