@@ -128,6 +128,13 @@ class GroupMismatch(HistoryMismatch):
     code = "GROUP_MISMATCH"
 
 
+class NoFreeStream(HistoryMismatch):
+    """A supplementary instance already receives 15 SI streams, each tied to its group: a 16th group
+    gets none."""
+
+    code = "NO_FREE_STREAM"
+
+
 class RollbackError(MultisiteError):
     code = "ROLLBACK"
 

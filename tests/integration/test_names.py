@@ -13,7 +13,7 @@ from multisite.testing.checks import assert_same_data, wait_until
 from .test_replication_cli import instances, ms, ms_json, write  # noqa: F401 - instances is a fixture
 
 
-def test_a_source_for_another_name_is_refused_on_both_sides(instances):
+def test_a_source_for_another_name_is_refused_on_both_sides(instances):  # noqa: F811 - the fixture
     a, b = instances["A"], instances["B"]
     a_port = int(re.search(r"clients on port (\d+)", ms("server", "start", a, "--listen", "127.0.0.1:0").stdout)[1])
     ms("server", "start", b)

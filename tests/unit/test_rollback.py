@@ -239,3 +239,115 @@ def test_a_lost_file_path_that_is_wrong_is_a_config_error_not_a_damaged_file(tmp
     for wrong in (tmp_path / "missing.mslost", tmp_path):
         with pytest.raises(ConfigError, match="is not a lost-transaction file"):
             LostFile.read(wrong)
+
+
+def test_supplementary_rollback_in_one_of_several_streams_and_its_lost_file_numbering(tmp_path, monkeypatch):
+    """Streams 1 and 2 from two groups, interleaved with P's own: rolling stream 2 back past its
+    seqno 3 takes every later transaction off (any stream), resets each stream to what remains, and
+    the lost file says its seqnos are P's and its stream seqnos the sources', naming each stream's group."""
+    import base64
+    import json
+    import zlib
+
+    from click.testing import CliRunner
+
+    from multisite.cli import output
+    from multisite.cli.main import cli
+    from multisite.instance.instance_file import StreamInfo
+    from multisite.journal.lostfile import NUMBERING_SI
+    from multisite.journal.records import SET, Record, Update
+    from multisite.values import encode_value
+
+    def rec(origin: str, seqno: int) -> Record:
+        return Record(seqno, 0, seqno, origin, 0.0, [Update(SET, "t", (f"{origin}{seqno}",), encode_value(seqno))])
+
+    monkeypatch.setattr(output.console, "width", 200)  # a table this wide wraps its headings at 80
+    root = multisite.create(tmp_path / "P", name="P", group="si", supplementary=True, durability="none")
+    with multisite.open(root) as p:
+        p.create_region("t")
+
+        def streams(info):
+            info.streams = {1: StreamInfo(1, "g1", "O1"), 2: StreamInfo(2, "g2", "O2")}
+        p.update_info(streams)
+        p.apply_records([rec("O1", s) for s in (1, 2)], si_stream=1)  # P 1, 2
+        p.apply_records([rec("O2", s) for s in (1, 2, 3)], si_stream=2)  # P 3, 4, 5
+        p.set("t", ("P1",), 1)  # P 6 {6,0,1}
+        p.apply_records([rec("O2", 4)], si_stream=2)  # P 7 {7,2,4}
+        p.apply_records([rec("O1", 3)], si_stream=1)  # P 8 {8,1,3}
+        p.set("t", ("P2",), 2)  # P 9 {9,0,2}
+        target = local_target_for_stream(p, 2, 3)
+        assert target == 6
+        rep = p.rollback(target, reason="test", common_seqno=3)
+        assert (p.stream_seqno(0), p.stream_seqno(1), p.stream_seqno(2)) == (1, 2, 3)
+        assert p.info.streams[2].last_stream_seqno == 3 and p.info.streams[1].last_stream_seqno == 2
+    lf = LostFile.read(rep.lost_file)
+    assert lf.numbering == NUMBERING_SI == {"seqno": "local", "stream_seqno": "source (per stream)"}
+    assert lf.header["streams"] == {"1": "g1", "2": "g2"} and lf.stream_groups == {1: "g1", 2: "g2"}
+    assert [(t["seqno"], t["stream"], t["stream_seqno"]) for t in lf.transactions] == \
+        [(7, 2, 4), (8, 1, 3), (9, 0, 2)]
+    out = CliRunner().invoke(cli, ["lost", "show", rep.lost_file], catch_exceptions=False).output
+    assert "seqno is P's own" in out and "1: g1, 2: g2" in out
+    assert "seqno (local)" in out and "stream seqno (source)" in out and "2 (g2)" in out
+
+    # A file written before the numbering was recorded reads and shows as before.
+    lines = open(rep.lost_file, "rb").read().splitlines(keepends=True)
+    head = json.loads(lines[0])
+    del head["numbering"], head["streams"]
+    body = (json.dumps(head) + "\n").encode() + b"".join(lines[1:-1])
+    old = tmp_path / "old.mslost"
+    old.write_bytes(body + (json.dumps({"end": True, "count": 3, "crc32": zlib.crc32(body)}) + "\n").encode())
+    lf_old = LostFile.read(old)
+    assert lf_old.numbering is None and lf_old.stream_groups == {} and len(list(lf_old.records())) == 3
+    assert base64.b64decode(lf_old.transactions[0]["payload"])
+    out = CliRunner().invoke(cli, ["lost", "show", str(old)], catch_exceptions=False).output
+    assert "numbering" not in out and "seqno (local)" not in out and "stream seqno" in out
+
+
+def test_a_bc_lost_file_says_its_seqnos_are_the_groups(db, tmp_path):
+    from multisite.journal.lostfile import NUMBERING_BC
+
+    db.set("acct", ("a",), 1)
+    lf = LostFile.read(write_lost_file(tmp_path, instance="A", group="g", records=list(iter_records(
+        db.layout.journal)), common_seqno=0, reason="t"))
+    assert lf.numbering == NUMBERING_BC and lf.stream_groups == {}
+
+
+def test_fetchresync_of_a_supplementary_instance_works_in_the_stream_of_the_primarys_group(tmp_path):
+    """``rollback --fetchresync`` chooses the stream as a Receiver Server would: a known group's
+    stream is rolled back to its common point; a 16th group is refused with nothing changed."""
+    from multisite.errors import NoFreeStream
+    from multisite.instance.instance_file import InstanceFile, StreamInfo
+    from multisite.journal.records import SET, Record, Update
+    from multisite.replication.history import hello_for, to_entries, to_records
+    from multisite.replication.roles import resync_instance
+    from multisite.values import encode_value
+
+    o2 = InstanceFile(name="O2", group="g2")
+    o2.add_history(1, "O2", "originating")
+    root = multisite.create(tmp_path / "P", name="P", group="si", supplementary=True, durability="none")
+    with multisite.open(root) as p:
+        p.create_region("t")
+
+        def streams(info):
+            info.streams = {n: StreamInfo(n, f"g{n}", f"O{n}") for n in range(1, 16)}
+            info.streams[2].history = to_records(to_entries(o2.history), upstream="O2")
+        p.update_info(streams)
+
+        def rec(origin: str, seqno: int) -> Record:
+            return Record(seqno, 0, seqno, origin, 0.0, [Update(SET, "t", (f"{origin}-{seqno}",), encode_value(1))])
+        p.apply_records([rec("O1", 1)], si_stream=1)
+        p.apply_records([rec("O2", s) for s in (1, 2, 3)], si_stream=2)
+        p.apply_records([rec("O1", 2)], si_stream=1)
+        o16 = InstanceFile(name="O16", group="g16")
+        o16.add_history(1, "O16", "originating")
+        with pytest.raises(NoFreeStream, match="P already receives 15 SI streams"):
+            resync_instance(p, primary=hello_for(o16, 5))
+        assert p.seqno == 5
+        # O2 was rolled back to 1 and went on: P's stream 2 is ahead past its seqno 1
+        o2.truncate_history(1)
+        o2.add_history(2, "O2", "originating")
+        rep = resync_instance(p, primary=hello_for(o2, 4), address="o2:1")
+        assert (rep.from_seqno, rep.to_seqno, rep.rolled_back) == (5, 2, 3)
+        assert (p.stream_seqno(1), p.stream_seqno(2)) == (1, 1)
+        assert [(t["stream"], t["stream_seqno"]) for t in LostFile.read(rep.lost_file).transactions] == \
+            [(2, 2), (2, 3), (1, 2)]

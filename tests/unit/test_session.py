@@ -13,8 +13,8 @@ import pytest
 from multisite.errors import ProtocolError
 from multisite.instance.instance_file import InstanceFile, StreamInfo
 from multisite.protocol.messages import Hello, RefusalCode, Start, StreamEntry
-from multisite.replication.history import (SI_STREAM, Refusal, hello_for, stream_entries, to_entries,
-                                           to_records)
+from multisite.replication.history import (MAX_SI_STREAM, SI_STREAM, Refusal, hello_for, si_stream_for,
+                                           stream_entries, to_entries, to_records)
 from multisite.replication.session import (CONNECT_BACKOFF_MIN_S, REFUSED_BACKOFF_MIN_S, Accept, Adoption,
                                            ContinueStream, FlowControl, HeartbeatWatch, Position,
                                            ReceiverHandshake, RollBack, SessionEnd, SourceBackoff,
@@ -44,12 +44,9 @@ def start_for(source: InstanceFile, source_seqno: int, hello: Hello, common: int
     return Start(hello.seqno + 1, common, to_entries(source.history), stream_entries(source))
 
 
-def si_receiver(name: str = "P", *, from_group: str | None = None) -> InstanceFile:
-    """A supplementary instance; with ``from_group`` it already takes its SI stream from that group."""
-    p = primary(name, "supp", supplementary=True)
-    if from_group is not None:
-        p.streams[SI_STREAM] = _si_stream(from_group, primary("A", from_group))
-    return p
+def si_receiver(name: str = "P") -> InstanceFile:
+    """A supplementary instance that has received no SI stream yet."""
+    return primary(name, "supp", supplementary=True)
 
 
 def _si_stream(group: str, source: InstanceFile) -> StreamInfo:
@@ -114,11 +111,69 @@ def test_another_group_is_refused_in_bc():
     assert refused(a, 10, b, Position(b, 0), autorollback=True).code is RefusalCode.GROUP_MISMATCH
 
 
-def test_an_si_receiver_refuses_a_second_group():
-    a2 = primary("A2", group="g2")
-    p = si_receiver(from_group="g1")
-    r = refused(a2, 10, p, Position(p, 5, 0), autorollback=True, noresync=True)
-    assert r.code is RefusalCode.GROUP_MISMATCH and "g1" in r.message
+def with_streams(p: InstanceFile, groups: list[str]) -> InstanceFile:
+    """``p`` has received streams 1, 2, ... from ``groups``, in that order."""
+    for n, g in enumerate(groups, 1):
+        p.streams[n] = StreamInfo(stream=n, source_group=g, root_primary=f"O{n}",
+                                  history=to_records(to_entries(primary(f"O{n}", g).history), upstream=f"O{n}"))
+    return p
+
+
+def test_the_first_group_gets_stream_1_a_known_group_its_stream_a_new_one_the_next_free():
+    assert si_stream_for(si_receiver(), "g1") == 1  # as when stream 1 was the only one
+    p = with_streams(si_receiver(), ["g1", "g2", "g3"])
+    assert [si_stream_for(p, g) for g in ("g1", "g2", "g3", "g4")] == [1, 2, 3, 4]
+    del p.streams[2]  # a gap (never made by multisite itself) is filled first
+    assert si_stream_for(p, "g4") == 2 and si_stream_for(p, "g3") == 3
+
+
+def test_a_16th_group_is_refused_with_the_groups_it_has():
+    p = with_streams(si_receiver(), [f"g{i}" for i in range(1, MAX_SI_STREAM + 1)])
+    assert si_stream_for(p, "g15") == 15
+    r = si_stream_for(p, "g16")
+    assert isinstance(r, Refusal) and r.code is RefusalCode.NO_FREE_STREAM
+    assert "P already receives 15 SI streams" in r.message and "1: g1" in r.message and "15: g15" in r.message
+    assert "'g16'" in r.message
+    # at the handshake: refused even with --autorollback and --noresync, and it is no group mismatch
+    o16 = primary("O16", "g16")
+    got = refused(o16, 10, p, Position(p, 50, {n: 3 for n in range(1, 16)}), autorollback=True, noresync=True)
+    assert got.code is RefusalCode.NO_FREE_STREAM
+    # one of its 15 groups is still welcome, on its own stream
+    hs = ReceiverHandshake(hello_for(primary("O7", "g7"), 3), supplementary=True)
+    assert isinstance(hs.answer(Position(p, 50, {7: 0})), Accept) and hs.stream == 7
+
+
+def test_an_si_receiver_takes_a_second_group_on_stream_2_in_that_streams_numbering():
+    a, a2 = primary("A", "g1"), primary("A2", group="g2")
+    p = si_receiver()
+    p.streams[SI_STREAM] = _si_stream("g1", a)
+    hs = ReceiverHandshake(hello_for(a2, 10), supplementary=True)
+    got = hs.answer(Position(p, 500, {0: 480, SI_STREAM: 20}))
+    assert isinstance(got, Accept) and hs.stream == 2
+    assert got.hello.seqno == 0 and got.hello.history == []  # stream 2's position, not stream 1's
+    start = Start(1, 0, to_entries(a2.history))
+    hs.check_start(start)
+    adoption = adopted_history(p, hello_for(a2, 10), start, hs.stream, {SI_STREAM: 20})
+    adoption.apply(p)
+    assert sorted(p.streams) == [1, 2] and p.streams[2].source_group == "g2" and p.streams[1].source_group == "g1"
+    assert [h.uid for h in p.streams[2].history] == [h.uid for h in a2.history]
+    # the first group again: stream 1, at its own position
+    hs1 = ReceiverHandshake(hello_for(a, 30), supplementary=True)
+    got1 = hs1.answer(Position(p, 510, {SI_STREAM: 20, 2: 10}))
+    assert isinstance(got1, Accept) and hs1.stream == 1 and got1.hello.seqno == 20
+
+
+def test_si_remedies_name_the_stream_of_the_sources_group():
+    a = primary("A", "g2")
+    p = with_streams(si_receiver(), ["g1", "g2"])
+    p.streams[2].history = to_records(to_entries(a.history), upstream="A")
+    a.truncate_history(90)
+    a.add_history(91, "A", "originating")
+    pos = Position(p, 500, {1: 70, 2: 100})
+    got = ReceiverHandshake(hello_for(a, 95), supplementary=True, noresync=True).answer(pos)
+    assert got == ContinueStream(2, 90, got.why)
+    got = ReceiverHandshake(hello_for(a, 95), supplementary=True, autorollback=True).answer(pos)
+    assert got == RollBack(90, 2, got.why) and got.si
 
 
 def test_a_supplementary_source_never_feeds_a_bc_receiver():
@@ -154,7 +209,7 @@ def test_autorollback_rolls_back_to_the_common_point_then_accepts():
     a, b = diverged()
     hs = ReceiverHandshake(hello_for(a, 95), supplementary=False, autorollback=True)
     got = hs.answer(Position(b, 100))
-    assert got == RollBack(90, False, got.why) and "shares history with A only up to seqno 90" in got.why
+    assert got == RollBack(90, None, got.why) and "shares history with A only up to seqno 90" in got.why
     b.truncate_history(90)  # what the rollback does to B
     after = hs.answer(Position(b, 90))
     assert isinstance(after, Accept) and after.hello.seqno == 90
@@ -192,21 +247,22 @@ def test_si_noresync_continues_the_stream_from_the_common_point():
     a, p = si_diverged()
     hs = ReceiverHandshake(hello_for(a, 95), supplementary=True, noresync=True, autorollback=True)
     assert hs.si
-    got = hs.answer(Position(p, 500, 100))  # P's own seqno (500) counts its own transactions too
+    got = hs.answer(Position(p, 500, {SI_STREAM: 100}))  # P's own seqno (500) counts its own transactions too
     assert got == ContinueStream(SI_STREAM, 90, got.why) and "up to seqno 90" in got.why
-    after = hs.answer(Position(p, 500, 90))  # the stream's seqno set to 90, nothing rolled back
+    after = hs.answer(Position(p, 500, {SI_STREAM: 90}))  # the stream's seqno set to 90, nothing rolled back
     assert isinstance(after, Accept) and after.hello.seqno == 90 and after.hello.flags == {"si": True}
 
 
 def test_si_autorollback_without_noresync_rolls_back_in_the_stream_seqnos():
     a, p = si_diverged()
-    got = ReceiverHandshake(hello_for(a, 95), supplementary=True, autorollback=True).answer(Position(p, 500, 100))
-    assert isinstance(got, RollBack) and got.si and got.common_seqno == 90
+    got = ReceiverHandshake(hello_for(a, 95), supplementary=True, autorollback=True).answer(
+        Position(p, 500, {SI_STREAM: 100}))
+    assert isinstance(got, RollBack) and got.stream == SI_STREAM and got.common_seqno == 90
 
 
 def test_si_without_flags_is_refused():
     a, p = si_diverged()
-    r = refused(a, 95, p, Position(p, 500, 100))
+    r = refused(a, 95, p, Position(p, 500, {SI_STREAM: 100}))
     assert r.code is RefusalCode.ROLLBACK_NEEDED and r.common_seqno == 90
 
 
@@ -216,7 +272,7 @@ def test_a_supplementary_receiver_of_a_bc_source_answers_in_the_streams_seqnos()
     a = primary("A", "g1")
     p = si_receiver()
     hs = ReceiverHandshake(hello_for(a, 40), supplementary=True)
-    got = hs.answer(Position(p, 500, 0))
+    got = hs.answer(Position(p, 500, {SI_STREAM: 0}))
     assert hs.si and isinstance(got, Accept)
     assert got.hello.seqno == 0 and got.hello.supplementary and got.hello.history == []
     hs.check_start(Start(1, 0, to_entries(a.history)))
@@ -227,7 +283,7 @@ def test_a_supplementary_standby_of_a_supplementary_source_is_bc():
     q = primary("Q", "supp", supplementary=True)
     receives(q, p)
     hs = ReceiverHandshake(hello_for(p, 60), supplementary=True)
-    got = hs.answer(Position(q, 50, 7))
+    got = hs.answer(Position(q, 50, {SI_STREAM: 7}))
     assert not hs.si and isinstance(got, Accept) and got.hello.seqno == 50
 
 
@@ -238,13 +294,13 @@ def test_bc_adopts_the_source_history_once():
     promote(a, 40)
     hello = hello_for(b, 0)
     start = start_for(a, 50, hello)
-    got = adopted_history(b, hello_for(a, 50), start, False, {})
+    got = adopted_history(b, hello_for(a, 50), start, None, {})
     assert isinstance(got, Adoption) and not got.si and got.upstream == "A"
     assert [(h.uid, h.start_seqno, h.role, h.upstream) for h in got.history] == \
         [(h.uid, h.start_seqno, "replicating", "A") for h in a.history]
     got.apply(b)
     assert b.history == got.history and b.receiving_from == "A" and b.streams == {}
-    assert adopted_history(b, hello_for(a, 50), start, False, {}) is None
+    assert adopted_history(b, hello_for(a, 50), start, None, {}) is None
 
 
 def test_bc_adopts_a_supplementary_sources_streams_with_this_instances_positions():
@@ -253,14 +309,14 @@ def test_bc_adopts_a_supplementary_sources_streams_with_this_instances_positions
     p.streams[SI_STREAM] = _si_stream("g1", a)
     start = start_for(p, 60, hello_for(q, 0))
     assert start.streams == [StreamEntry(SI_STREAM, "g1", to_entries(p.streams[SI_STREAM].history))]
-    got = adopted_history(q, hello_for(p, 60), start, False, {SI_STREAM: 33})
+    got = adopted_history(q, hello_for(p, 60), start, None, {SI_STREAM: 33})
     got.apply(q)
     assert q.streams[SI_STREAM].last_stream_seqno == 33 and q.streams[SI_STREAM].source_group == "g1"
-    assert adopted_history(q, hello_for(p, 60), start, False, {SI_STREAM: 33}) is None
+    assert adopted_history(q, hello_for(p, 60), start, None, {SI_STREAM: 33}) is None
     # A new stream history (A rolled back and went on) is a change even with the same own history.
     a.add_history(91, "A", "originating")
     p.streams[SI_STREAM] = _si_stream("g1", a)
-    assert adopted_history(q, hello_for(p, 95), start_for(p, 95, hello_for(q, 60)), False, {SI_STREAM: 33})
+    assert adopted_history(q, hello_for(p, 95), start_for(p, 95, hello_for(q, 60)), None, {SI_STREAM: 33})
 
 
 def test_si_adopts_the_history_of_its_stream_and_keeps_its_own():
@@ -268,13 +324,13 @@ def test_si_adopts_the_history_of_its_stream_and_keeps_its_own():
     p = si_receiver()
     own = list(p.history)
     start = Start(1, 0, to_entries(a.history))
-    got = adopted_history(p, hello_for(a, 10), start, True, {SI_STREAM: 0})
+    got = adopted_history(p, hello_for(a, 10), start, SI_STREAM, {SI_STREAM: 0})
     got.apply(p)
     st = p.streams[SI_STREAM]
     assert (st.source_group, st.root_primary, st.last_stream_seqno) == ("g1", "A", 0)
     assert [h.uid for h in st.history] == [h.uid for h in a.history]
     assert p.history == own and p.receiving_from == "A"
-    assert adopted_history(p, hello_for(a, 10), start, True, {SI_STREAM: 0}) is None
+    assert adopted_history(p, hello_for(a, 10), start, SI_STREAM, {SI_STREAM: 0}) is None
 
 
 # -- XOFF and XON ----------------------------------------------------------------------------------------

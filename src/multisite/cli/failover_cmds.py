@@ -81,6 +81,9 @@ def lost() -> None:
 def lost_show(file: str, as_json: bool) -> None:
     """List the transactions in a lost-transaction file.
 
+    Each has its seqno and its stream and stream seqno. On a supplementary instance the seqno is the
+    instance's own and the stream seqno the one it has on its source (in the stream's numbering).
+
     Example: multisite lost show /data/A/lost/20260101T000000-A-99-99.mslost
     """
     lf = LostFile.read(file)
@@ -91,12 +94,20 @@ def lost_show(file: str, as_json: bool) -> None:
     h = lf.header
     console.print(f"{lf.path.name}: {len(lf.transactions)} transaction(s) rolled off {h['instance']} "
                   f"(seqnos {h['from_seqno']}..{h['to_seqno']}, common point {h['common_seqno']}; {h['reason']})")
+    num, groups = lf.numbering or {}, lf.stream_groups
+    si = num.get("seqno") == "local"
+    if si:
+        named = ", ".join(f"{n}: {g}" for n, g in sorted(groups.items()))
+        console.print(f"numbering: seqno is {h['instance']}'s own; stream seqno is the seqno on the source, "
+                      f"per stream (0: {h['instance']}'s own transactions{', ' + named if named else ''})")
     rows = []
     for t in lf.transactions:
+        stream = f"{t['stream']} ({groups[t['stream']]})" if t["stream"] in groups else t["stream"]
         for u in t["updates"]:
-            rows.append((t["seqno"], f"{t['stream']}:{t['stream_seqno']}", t["origin"], u["op"], u["region"],
-                         u["key"], u.get("value", u.get("killed")), u.get("before")))
-    table("lost transactions", ["seqno", "stream", "origin", "op", "region", "key", "value", "before"], rows)
+            rows.append((t["seqno"], stream, t["stream_seqno"], t["origin"], u["op"], u["region"], u["key"],
+                         u.get("value", u.get("killed")), u.get("before")))
+    cols = ["seqno (local)" if si else "seqno", "stream", "stream seqno (source)" if si else "stream seqno"]
+    table("lost transactions", cols + ["origin", "op", "region", "key", "value", "before"], rows)
 
 
 @lost.command("may-have-changed")

@@ -47,7 +47,7 @@ def create_cmd(dir: str, name: str, group: str, supplementary: bool, durability:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def show_cmd(dir: str, as_json: bool) -> None:
-    """Print the replication instance file: header, source slots, history records.
+    """Print the replication instance file: header, source slots, history records (and SI streams).
 
     Example: multisite instance show /data/A --json
     """
@@ -71,6 +71,11 @@ def show_cmd(dir: str, as_json: bool) -> None:
     table("history", ["start seqno", "root primary", "role", "upstream", "stream", "stream start"],
           [(h.start_seqno, h.root_primary, h.role, h.upstream or "-", h.stream, h.stream_start)
            for h in inst.history])
+    if inst.supplementary:
+        table("SI streams (0: this instance's own)", ["stream", "source group", "root primary", "last stream seqno",
+                                                      "history records"],
+              [(n, st.source_group, st.root_primary or "-", st.last_stream_seqno, len(st.history))
+               for n, st in sorted(inst.streams.items())])
 
 
 @click.command("backup")

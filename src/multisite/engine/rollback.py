@@ -93,7 +93,7 @@ def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int) -> Rol
         atomic_write(marker, json.dumps({"to_seqno": to_seqno, "lost_file": str(lost)}).encode())
     if not lost.exists():
         write_lost_file(lay.lost, instance=core.name, group=core.info.group, records=records, common_seqno=common,
-                        reason=reason, path=lost)
+                        reason=reason, path=lost, si_streams=core.info.si_streams())
     _undo_store(core, records, to_seqno)
     _cut_journal(core, to_seqno)
     _trim_info(core, to_seqno)

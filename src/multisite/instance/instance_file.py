@@ -127,6 +127,10 @@ class InstanceFile(msgspec.Struct):
             s.last_confirmed = min(s.last_confirmed, seqno)
         self.seqno = min(self.seqno, seqno)
 
+    def si_streams(self) -> dict[int, str] | None:
+        """A supplementary instance's SI streams, number -> source group (None on a BC instance)."""
+        return {n: st.source_group for n, st in self.streams.items()} if self.supplementary else None
+
     def slot(self, name: str, kind: str = "secondary") -> SourceSlot:
         s = self.slots.get(name)
         if s is None:

@@ -75,6 +75,7 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
             lay.lost.mkdir(exist_ok=True)
             p.lost_file = str(write_lost_file(
                 lay.lost, instance=info.name, group=info.group, records=records, common_seqno=p.last_intact_seqno,
+                si_streams=info.si_streams(),
                 reason=f"journal repair: damage at offset {p.offset} of {Path(p.segment).name}, intact records "
                        f"after it cut"))
         info.cut_at(p.last_intact_seqno)  # as a rollback does: what was cut is told apart from what follows

@@ -4,7 +4,8 @@ One file per rollback in ``<instance>/lost/``, named ``<time>-<instance>-<first>
 Line-oriented JSON (one object per line), so that it can be read by people, grep and programs:
 
     line 1      {"format": "multisite-lost/1", "instance": …, "group": …, "from_seqno": F, "to_seqno": T,
-                 "common_seqno": C, "reason": …, "created": …}
+                 "common_seqno": C, "reason": …, "created": …, "numbering": {"seqno": …, "stream_seqno": …},
+                 "streams": {"1": <source group>, …}}
     lines 2..   one transaction per line, in commit order:
                 {"seqno": …, "stream": …, "stream_seqno": …, "origin": …, "time": …,
                  "updates": [{"op": "set", "region": …, "key": […], "value": …, "before": …},
@@ -14,6 +15,13 @@ Line-oriented JSON (one object per line), so that it can be read by people, grep
 
 Values are shown as JSON (a bytes value as its base64 text); ``payload`` keeps the exact record, which
 ``LostFile.records()`` decodes for applications that reprocess the transactions.
+
+``numbering`` says which numbering each seqno is in. On a supplementary instance ``seqno`` is the
+instance's own (``"local"``) and ``stream_seqno`` the seqno the transaction has on its source, in its
+stream's numbering (``"source (per stream)"``; stream 0 is the instance's own transactions, counted
+apart), and ``streams`` names the LMS group each stream comes from. On a BC instance both are the LMS
+group's shared seqnos (``"group"``). Files written before these fields existed have neither; they
+read as before (``LostFile.numbering`` is None).
 ``may_have_changed`` answers GT.M's $ZQGBLMOD question: could this key have been changed by the
 lost transactions (so a reprocessing application must look at it with care)?
 """
@@ -40,6 +48,8 @@ from .records import KILL, OP_NAMES, Record, decode_payload, encode_payload
 
 FORMAT = "multisite-lost/1"
 SUFFIX = ".mslost"
+NUMBERING_SI = {"seqno": "local", "stream_seqno": "source (per stream)"}
+NUMBERING_BC = {"seqno": "group", "stream_seqno": "group"}
 
 
 _json = msgspec.json.Encoder()
@@ -61,15 +71,18 @@ def lost_file_path(lost_dir: Path, instance: str, first: int, last: int) -> Path
 
 
 def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,
-                    reason: str, path: Path | None = None) -> Path:
-    """Write the records (in commit order) crash-safely, to ``path`` or a new name; returns the path."""
+                    reason: str, path: Path | None = None, si_streams: dict[int, str] | None = None) -> Path:
+    """Write the records (in commit order) crash-safely, to ``path`` or a new name; returns the path.
+    ``si_streams`` (a supplementary instance's streams: number -> source group, maybe empty) says its
+    seqnos are local and its stream seqnos its sources'; None, a BC instance's."""
     first, last = records[0].seqno, records[-1].seqno
     if path is None:
         path = lost_file_path(lost_dir, instance, first, last)
     crc = 0
     chunks: list[bytes] = []
     head = _line({"format": FORMAT, "instance": instance, "group": group, "from_seqno": first, "to_seqno": last,
-                  "common_seqno": common_seqno, "reason": reason, "created": time.time(), "count": len(records)})
+                  "common_seqno": common_seqno, "reason": reason, "created": time.time(), "count": len(records),
+                  **_numbering(si_streams)})
     chunks.append(head)
     for rec in records:
         d = record_to_dict(rec)
@@ -88,6 +101,12 @@ def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[
     os.replace(tmp, path)
     fsync_dir(lost_dir)
     return path
+
+
+def _numbering(si_streams: dict[int, str] | None) -> dict:
+    if si_streams is None:
+        return {"numbering": NUMBERING_BC}
+    return {"numbering": NUMBERING_SI, "streams": {str(n): g for n, g in sorted(si_streams.items())}}
 
 
 @dataclass
@@ -125,6 +144,18 @@ class LostFile:
         if len(txns) != tail.get("count"):
             raise LostFileCorrupt(f"{p} holds {len(txns)} transactions but its end marker says {tail.get('count')}")
         return cls(p, head, txns)
+
+    @property
+    def numbering(self) -> dict | None:
+        """Which numbering ``seqno`` and ``stream_seqno`` are in (see the module docstring); None for a
+        file written before it was recorded."""
+        n = self.header.get("numbering")
+        return n if isinstance(n, dict) else None
+
+    @property
+    def stream_groups(self) -> dict[int, str]:
+        """A supplementary instance's SI streams when the file was written: number -> source group."""
+        return {int(n): g for n, g in (self.header.get("streams") or {}).items()}
 
     def records(self) -> Iterator[Record]:
         """The exact journal records, in commit order, for reprocessing."""

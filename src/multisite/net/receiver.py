@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from ..errors import ConnectionLost, MultisiteError, ProtocolError
 from ..protocol.connection import Connection, Role
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon, error_for
-from ..replication.history import SI_STREAM
 from ..replication.pools import ReceivePool
 from ..replication.session import (Accept, ContinueStream, FlowControl, Position, ReceiverHandshake, RollBack,
                                    adopted_history, busy)
@@ -209,9 +208,10 @@ class ReceiverServer:
             writer.transport.abort()
 
     async def _handshake(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         peer: Hello) -> tuple[bool, Start] | None:
+                         peer: Hello) -> tuple[int | None, Start] | None:
         """Answer the source's Hello and take its Start, doing what the ``ReceiverHandshake`` decides:
-        (SI mode, the Start) once streaming may begin, None after a refusal either way."""
+        (the SI stream the source feeds, None in BC; the Start) once streaming may begin, None after a
+        refusal either way."""
         loop = asyncio.get_running_loop()
         self.state = "handshake"
         # The restart point: empty the pool, let the Update Process finish its batch. A restart asked
@@ -221,7 +221,6 @@ class ReceiverServer:
         await loop.run_in_executor(None, self.pool.quiesce)
         hs = ReceiverHandshake(peer, supplementary=self.db.info.supplementary, autorollback=self.cfg.autorollback,
                                noresync=self.cfg.noresync)
-        si = hs.si
         answer = hs.answer(self._here())
         if isinstance(answer, ContinueStream):
             self.log.warning("%s; --noresync: keeping this instance's transactions and continuing the SI "
@@ -230,7 +229,7 @@ class ReceiverServer:
             answer = hs.answer(self._here())
         elif isinstance(answer, RollBack):
             self.log.warning("%s; --autorollback: rolling back", answer.why)
-            rep = await loop.run_in_executor(None, self.server.rollback_to_common, answer.common_seqno, answer.si,
+            rep = await loop.run_in_executor(None, self.server.rollback_to_common, answer.common_seqno, answer.stream,
                                              f"autorollback for {peer.name}")
             self.log.warning("%s", rep.summary())
             self.server.kick_sources()
@@ -256,11 +255,11 @@ class ReceiverServer:
             return None
         assert isinstance(start, Start)
         hs.check_start(start)
-        if await loop.run_in_executor(None, self._adopt_history, peer, start, si):
+        if await loop.run_in_executor(None, self._adopt_history, peer, start, hs.stream):
             # What this instance tells its own secondaries in their Start changed (a supplementary
             # standby learns its SI stream's history only there): make them renegotiate.
             self.server.kick_sources()
-        return si, start
+        return hs.stream, start
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      peer: Hello) -> None:
@@ -268,15 +267,15 @@ class ReceiverServer:
         agreed = await self._handshake(conn, reader, writer, peer)
         if agreed is None:
             return
-        si, start = agreed
-        self.update.si_stream = SI_STREAM if si else None
+        stream, start = agreed
+        self.update.si_stream = stream
         self.peer = peer.name
         self._conn, self._writer = conn, writer
         self._flow.reset()
         self.state = "receiving"
         self.last_error = None
-        self.log.info("receiving from %s at seqno %d (common point %d)", peer.name, start.from_seqno,
-                      start.common_seqno)
+        self.log.info("receiving from %s at seqno %d (common point %d)%s", peer.name, start.from_seqno,
+                      start.common_seqno, "" if stream is None else f" on SI stream {stream} (group {peer.group})")
         restart = loop.create_task(self._restart.wait())
         progress = loop.create_task(self._progress_loop(conn, writer))
         nxt: asyncio.Task | None = None
@@ -346,18 +345,18 @@ class ReceiverServer:
 
     def _here(self) -> Position:
         """Where this instance stands now, for the handshake's decisions."""
-        return Position(self.db.info, self.db.seqno, self.db.stream_seqno(SI_STREAM))
+        return Position(self.db.info, self.db.seqno, self.db.stream_seqnos())
 
-    def _adopt_history(self, peer: Hello, start: Start, si: bool) -> bool:
-        """Record the source's history as this instance's own (SI: as its stream's). True if anything
+    def _adopt_history(self, peer: Hello, start: Start, stream: int | None) -> bool:
+        """Record the source's history as this instance's own (SI: as ``stream``'s). True if anything
         changed."""
-        seqnos = {n: self.db.stream_seqno(n) for n in {SI_STREAM, *(e.stream for e in start.streams)}}
-        adoption = adopted_history(self.db.info, peer, start, si, seqnos)
+        adoption = adopted_history(self.db.info, peer, start, stream, self.db.stream_seqnos())
         if adoption is None:
             return False
         self.db.update_info(adoption.apply)
         new = adoption.history
-        self.log.info("%s now follows %s (%d record(s), root primary %s)", "SI stream history" if si else "history",
+        self.log.info("%s now follows %s (%d record(s), root primary %s)",
+                      "history" if stream is None else f"SI stream {stream}'s history",
                       peer.name, len(new), new[-1].root_primary if new else "-")
         return True
 

@@ -33,7 +33,7 @@ from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key, decode_key, encode_key
 from ..values import decode_value, encode_value
 from ..protocol.client import OPS
-from ..replication.history import SI_STREAM, to_entries
+from ..replication.history import to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
 from ..replication.pools import JournalPool, ReceivePool
@@ -199,7 +199,14 @@ class InstanceServer:
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
                 "sources": {n: s.status() for n, s in self.sources.items()},
                 "receiver": self.receiver.status() if self.receiver else None,
-                "update": self.update.status(), "log": str(self.root / "log" / "server.log")}
+                "update": self.update.status(), "log": str(self.root / "log" / "server.log"),
+                "streams": self._si_streams()}
+
+    def _si_streams(self) -> dict[str, dict]:
+        """A supplementary instance's SI streams (1..15): source group, root primary, last stream seqno."""
+        return {str(n): {"group": st.source_group, "root_primary": st.root_primary,
+                         "stream_seqno": self.db.stream_seqno(n)}
+                for n, st in sorted(self.db.info.streams.items())}
 
     def _source(self, secondary: str) -> SourceServer:
         s = self.sources.get(secondary)
@@ -314,10 +321,11 @@ class InstanceServer:
         return self._component("update.log", self.update.status())
 
     # -- failover: roles and rollback ----------------------------------------------------------
-    def rollback_to_common(self, common: int, si: bool, reason: str):
-        """Roll back to the common point found with a source (in its seqno space when ``si``).
-        Runs in a worker thread; the receiver has emptied the receive pool and quiesced first."""
-        to = local_target_for_stream(self.db, SI_STREAM, common) if si else common
+    def rollback_to_common(self, common: int, stream: int | None, reason: str):
+        """Roll back to the common point found with a source (BC: ``stream`` None, seqnos shared; SI:
+        a seqno of ``stream``, the source's numbering). Runs in a worker thread; the receiver has
+        emptied the receive pool and quiesced first."""
+        to = common if stream is None else local_target_for_stream(self.db, stream, common)
         return self.db.rollback(to, reason=reason, common_seqno=common)
 
     def kick_sources(self) -> None:

@@ -117,6 +117,7 @@ class RefusalCode(StrEnum):
     SUPPLEMENTARY_MISMATCH = "SUPPLEMENTARY_MISMATCH"
     ROLLBACK_NEEDED = "ROLLBACK_NEEDED"
     BUSY = "BUSY"
+    NO_FREE_STREAM = "NO_FREE_STREAM"
     # A protocol failure travels with its exception's code (errors.py stays the one place it is named).
     PROTOCOL = ProtocolError.code
     LOCAL_PROTOCOL = LocalProtocolError.code

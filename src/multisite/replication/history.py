@@ -10,9 +10,11 @@ Replication kinds, decided from the two Hellos:
 
 - **BC**: both alike (both BC, or both supplementary): same LMS group; seqnos are shared.
 - **SI**: a BC source feeding a supplementary receiver: the receiver compares and positions
-  itself in the source's seqno space through its stream (``SI_STREAM``): its Hello carries that
-  stream's last ``stream_seqno`` and history, and it applies what it receives under its own seqnos.
-  A supplementary instance receives its SI stream from one group only, for good.
+  itself in the source's seqno space through the stream it gives the source's LMS group
+  (``si_stream_for``): its Hello carries that stream's last ``stream_seqno`` and history, and it
+  applies what it receives under its own seqnos. Over its life a supplementary instance may receive
+  from up to 15 groups (streams 1..15, one at a time); a stream stays tied to its group, and stream 0
+  is the instance's own transactions.
 - A supplementary source never feeds a BC instance.
 
 Pure functions: no I/O, used by both Source and Receiver Servers and by rollback.
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
 from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello, RefusalCode, StreamEntry
 
-SI_STREAM = 1  # the stream number a supplementary instance gives what it receives from its BC group
+SI_STREAM = 1  # the stream a supplementary instance gives the first BC group it receives from
+MAX_SI_STREAM = 15  # streams 1..15 carry what BC groups originate; stream 0 is the instance's own
 
 
 def to_entries(history: list[HistoryRecord]) -> list[HistoryEntry]:
@@ -43,7 +46,10 @@ def stream_entries(info: InstanceFile) -> list[StreamEntry]:
 
 
 def streams_from(entries: list[StreamEntry], upstream: str, positions: dict[int, int]) -> dict[int, StreamInfo]:
+    """A supplementary standby's streams, from its supplementary source's Start (all of them); the
+    root primary of each is the one of its newest history record."""
     return {e.stream: StreamInfo(stream=e.stream, source_group=e.source_group,
+                                 root_primary=e.history[-1].root_primary if e.history else "",
                                  last_stream_seqno=positions.get(e.stream, 0),
                                  history=to_records(e.history, upstream)) for e in entries}
 
@@ -68,9 +74,28 @@ def hello_for(info: InstanceFile, seqno: int, **flags: object) -> Hello:
                  role=info.role, seqno=seqno, history=to_entries(info.history), flags=dict(flags))
 
 
-def si_hello_for(info: InstanceFile, stream_seqno: int) -> Hello:
-    """A supplementary receiver's Hello to a BC source: its position in the source's seqno space."""
-    st = info.streams.get(SI_STREAM)
+def si_stream_for(info: InstanceFile, group: str) -> int | Refusal:
+    """The SI stream a supplementary instance receives LMS group ``group``'s transactions on: the one
+    already recorded for that group, else the lowest free number in 1..MAX_SI_STREAM (the first group
+    gets stream 1). A 16th group is refused: a stream is never reused for another group, since its
+    seqnos and history are that group's."""
+    for n, st in sorted(info.streams.items()):
+        if st.source_group == group:
+            return n
+    free = [n for n in range(1, MAX_SI_STREAM + 1) if n not in info.streams]
+    if free:
+        return free[0]
+    groups = ", ".join(f"{n}: {st.source_group}" for n, st in sorted(info.streams.items()))
+    return Refusal(RefusalCode.NO_FREE_STREAM,
+                   f"{info.name} already receives {MAX_SI_STREAM} SI streams (groups {groups}); a stream stays "
+                   f"tied to its group, so group {group!r} cannot get one: feed {info.name} from one of these "
+                   f"groups, or load {group!r}'s data into another supplementary instance")
+
+
+def si_hello_for(info: InstanceFile, stream_seqno: int, *, stream: int) -> Hello:
+    """A supplementary receiver's Hello to a BC source: its position in the source's seqno space
+    (``stream``'s last stream seqno and history)."""
+    st = info.streams.get(stream)
     hist = to_entries(st.history) if st else []
     return Hello(version=PROTOCOL_VERSION, name=info.name, group=info.group, supplementary=True, role=info.role,
                  seqno=stream_seqno, history=hist, flags={"si": True})

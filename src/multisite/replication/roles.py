@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError, GroupMismatch, HistoryMismatch, RollbackError
+from ..errors import ConfigError, GroupMismatch, HistoryMismatch, NoFreeStream, RollbackError
 from ..instance.instance_file import ROLES, InstanceFile
 from ..protocol.messages import Hello, RefusalCode
-from .history import SI_STREAM, check_pair, hello_for, is_si, si_hello_for
+from .history import Refusal, check_pair, hello_for, is_si, si_hello_for, si_stream_for
 from .resync import local_target_for_stream
 from ..engine import RollbackReport
 
@@ -44,15 +44,23 @@ def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
                                 f"nothing was changed")
         return db.rollback(resync, reason=f"--resync {resync}")
     info = db.info
-    si = is_si(primary.supplementary, info.supplementary)
-    me = si_hello_for(info, db.stream_seqno(SI_STREAM)) if si else hello_for(info, db.seqno)
-    group = info.streams[SI_STREAM].source_group if si and SI_STREAM in info.streams else None
-    refusal = check_pair(primary, me, si_source_group=group)
+    # SI: the stream of the primary's group (as its Receiver Server would choose it)
+    stream = si_stream_for(info, primary.group) if is_si(primary.supplementary, info.supplementary) else None
+    if isinstance(stream, Refusal):
+        refusal = stream
+    elif stream is not None:
+        group = info.streams[stream].source_group if stream in info.streams else None
+        refusal = check_pair(primary, si_hello_for(info, db.stream_seqno(stream), stream=stream),
+                             si_source_group=group)
+    else:
+        refusal = check_pair(primary, hello_for(info, db.seqno))
     if refusal is None:
         return RollbackReport(db.name, db.seqno, db.seqno, 0, None, 0.0)
     if refusal.code is not RefusalCode.ROLLBACK_NEEDED:
-        cls = GroupMismatch if refusal.code is RefusalCode.GROUP_MISMATCH else HistoryMismatch
+        cls = {RefusalCode.GROUP_MISMATCH: GroupMismatch, RefusalCode.NO_FREE_STREAM: NoFreeStream}.get(
+            refusal.code, HistoryMismatch)
         raise cls(f"cannot resynchronize {db.name} with {primary.name}: {refusal.message}")
-    target = local_target_for_stream(db, SI_STREAM, refusal.common_seqno) if si else refusal.common_seqno
+    target = (refusal.common_seqno if stream is None
+              else local_target_for_stream(db, stream, refusal.common_seqno))
     return db.rollback(target, reason=f"fetchresync from {primary.name} at {address}",
                     common_seqno=refusal.common_seqno)

@@ -8,8 +8,9 @@ checks each outcome without sockets or sleeps (habit 6 in STYLE.md: the clock is
 - ``busy``: the refusal of a second source.
 - ``ReceiverHandshake``: what a Receiver Server answers a source's Hello: accept (with the Hello that
   fixes the restart point), refuse, roll back to the common point first (``--autorollback``), or
-  continue its SI stream from there (``--noresync``); then whether the source's Start fits, and the
-  history the receiver takes over from it (``adopted_history``).
+  continue its SI stream from there (``--noresync``); a supplementary receiver first chooses the SI
+  stream of the source's group (``history.si_stream_for``); then whether the source's Start fits,
+  and the history the receiver takes over from it (``adopted_history``).
 - ``FlowControl``: when the receiver sends XOFF, and when XON.
 - ``SourceBackoff``: how long a Source Server waits before it connects again.
 - ``HeartbeatWatch``: when a source gives a silent receiver up.
@@ -17,13 +18,15 @@ checks each outcome without sockets or sleeps (habit 6 in STYLE.md: the clock is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Mapping
 
 from ..errors import ProtocolError
 from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
 from ..protocol.messages import Hello, RefusalCode, Start
-from .history import SI_STREAM, Refusal, check_peer, hello_for, is_si, si_hello_for, streams_from, to_records
+from .history import (Refusal, check_peer, hello_for, is_si, si_hello_for, si_stream_for, streams_from,
+                      to_records)
 
 CONNECT_BACKOFF_MIN_S = 0.05  # first pause after a failed connect; doubled up to connect_backoff_max_s
 REFUSED_BACKOFF_MIN_S = 1.0  # a refusal (or a bug) repeats at once: never retry it faster than this
@@ -33,12 +36,12 @@ REFUSED_BACKOFF_MIN_S = 1.0  # a refusal (or a bug) repeats at once: never retry
 
 @dataclass(frozen=True)
 class Position:
-    """Where this instance stands when it answers a source: its instance file, its seqno, and the
-    last stream seqno of the SI stream it receives (0 when it has none)."""
+    """Where this instance stands when it answers a source: its instance file, its seqno, and its
+    last stream seqno per SI stream (a stream missing is at 0)."""
 
     info: InstanceFile
     seqno: int
-    si_stream_seqno: int = 0
+    stream_seqnos: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,16 @@ class Accept:
 
 @dataclass(frozen=True)
 class RollBack:
-    """``--autorollback``: roll back to ``common_seqno`` (in the source's seqnos when ``si``), then ask again."""
+    """``--autorollback``: roll back to ``common_seqno`` (in SI, a seqno of ``stream``, the source's
+    numbering; in BC, ``stream`` is None and seqnos are shared), then ask again."""
 
     common_seqno: int
-    si: bool
+    stream: int | None
     why: str  # the ROLLBACK_NEEDED message that called for it
+
+    @property
+    def si(self) -> bool:
+        return self.stream is not None
 
 
 @dataclass(frozen=True)
@@ -90,15 +98,21 @@ class ReceiverHandshake:
         self.si = is_si(peer.supplementary, supplementary)  # a BC source feeding this supplementary instance
         self.autorollback, self.noresync = autorollback, noresync
         self.hello: Hello | None = None  # what this instance sent, once accepted
+        self.stream: int | None = None  # SI: the stream this source's group feeds (chosen by ``answer``)
         self._remedied = False
 
-    def position_hello(self, pos: Position) -> tuple[Hello, Refusal | None]:
-        """This instance's Hello for the peer (in SI mode: its SI stream's position and history) and
-        the refusal that calls for, if any."""
+    def position_hello(self, pos: Position) -> tuple[Hello | None, Refusal | None]:
+        """This instance's Hello for the peer (in SI mode: the position and history of the stream of
+        the peer's group) and the refusal that calls for, if any (no Hello when this supplementary
+        instance has no stream left for the peer's group)."""
         info = pos.info
         if self.si:
-            me = si_hello_for(info, pos.si_stream_seqno)
-            group = info.streams[SI_STREAM].source_group if SI_STREAM in info.streams else None
+            stream = si_stream_for(info, self.peer.group)
+            if isinstance(stream, Refusal):
+                return None, stream
+            self.stream = stream
+            me = si_hello_for(info, pos.stream_seqnos.get(stream, 0), stream=stream)
+            group = info.streams[stream].source_group if stream in info.streams else None
         else:
             me, group = hello_for(info, pos.seqno), None
         return me, check_peer(me, self.peer, i_am="receiver", si_source_group=group)
@@ -113,10 +127,10 @@ class ReceiverHandshake:
             # if autorollback is set too.
             if self.si and self.noresync:
                 self._remedied = True
-                return ContinueStream(SI_STREAM, refusal.common_seqno, refusal.message)
+                return ContinueStream(self.stream, refusal.common_seqno, refusal.message)
             if self.autorollback:
                 self._remedied = True
-                return RollBack(refusal.common_seqno, self.si, refusal.message)
+                return RollBack(refusal.common_seqno, self.stream, refusal.message)
         return refusal
 
     def check_start(self, start: Start) -> None:
@@ -132,7 +146,8 @@ class ReceiverHandshake:
 @dataclass(frozen=True)
 class Adoption:
     """The history a receiver takes over from its source (``apply`` it inside ``update_info``):
-    BC: its history and all its SI streams; SI: the history of the one stream it receives."""
+    BC: its history and all its SI streams; SI: the history of the one stream it receives (``streams``
+    holds only that one; the others stay as they are)."""
 
     si: bool
     upstream: str
@@ -141,7 +156,7 @@ class Adoption:
 
     def apply(self, info: InstanceFile) -> None:
         if self.si:
-            info.streams[SI_STREAM] = self.streams[SI_STREAM]
+            info.streams.update(self.streams)
         else:
             info.history = self.history
             info.streams = self.streams
@@ -157,20 +172,22 @@ def _stream_ids(streams: dict[int, StreamInfo]) -> list:
     return [(n, s.source_group, _ids(s.history)) for n, s in sorted(streams.items())]
 
 
-def adopted_history(info: InstanceFile, peer: Hello, start: Start, si: bool,
-                    stream_seqnos: dict[int, int]) -> Adoption | None:
+def adopted_history(info: InstanceFile, peer: Hello, start: Start, si_stream: int | None,
+                    stream_seqnos: Mapping[int, int]) -> Adoption | None:
     """What this instance records after ``start``, or None if it holds that already.
 
-    It now holds (a prefix of) the source's history: that becomes its own, or in SI mode the history
-    of the stream it receives, so that it can feed a further secondary with the same record identities.
+    It now holds (a prefix of) the source's history: that becomes its own, or in SI mode (``si_stream``
+    the stream the handshake chose for the source's group) the history of that stream, so that it can
+    feed a further secondary with the same record identities.
     ``stream_seqnos``: this instance's last stream seqno per stream (missing means 0)."""
     new = to_records(start.history, upstream=peer.name)
+    si = si_stream is not None
     if si:
-        cur = info.streams.get(SI_STREAM)
-        if cur is not None and _ids(cur.history) == _ids(new):
+        cur = info.streams.get(si_stream)
+        if cur is not None and cur.source_group == peer.group and _ids(cur.history) == _ids(new):
             return None
-        streams = {SI_STREAM: StreamInfo(stream=SI_STREAM, source_group=peer.group, root_primary=peer.name,
-                                         last_stream_seqno=stream_seqnos.get(SI_STREAM, 0), history=new)}
+        streams = {si_stream: StreamInfo(stream=si_stream, source_group=peer.group, root_primary=peer.name,
+                                         last_stream_seqno=stream_seqnos.get(si_stream, 0), history=new)}
     else:
         streams = streams_from(start.streams, peer.name, stream_seqnos)
         if _ids(info.history) == _ids(new) and _stream_ids(info.streams) == _stream_ids(streams):
