@@ -423,3 +423,26 @@ def test_demo_refuses_a_folder_that_is_not_empty(tmp_path, monkeypatch):
     (tmp_path / "w" / "A").mkdir()
     res = run("demo", "--workdir", tmp_path / "w", ok=False)
     assert res.exit_code == 1 and "not empty" in res.output and str(tmp_path / "w") in res.output, res.output
+
+
+def _zero_a_frame_inside_the_newest_segment(root) -> None:
+    """A lost write in the newest segment with intact records after it (as after a power loss)."""
+    from multisite.journal.segments import SegmentView
+
+    tail = list_segments(root / "journal")[-1]
+    with SegmentView(tail) as v:
+        frames = list(v.frames(tail=True))
+    off, hdr = frames[len(frames) // 2]
+    data = bytearray(tail.path.read_bytes())
+    data[off:off + hdr.total] = bytes(hdr.total)
+    tail.path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("args", [("journal", "show", "{root}"), ("instance", "show", "{root}"),
+                                  ("backup", "{root}", "{copy}")], ids=["journal-show", "instance-show", "backup"])
+def test_damage_in_the_newest_segment_says_how_to_repair_it_everywhere(filled, tmp_path, args):
+    # As opening does: every command that checks the newest segment names `multisite journal repair`.
+    _zero_a_frame_inside_the_newest_segment(filled)
+    res = run(*[a.format(root=filled, copy=tmp_path / "copy") for a in args], ok=False)
+    assert res.exit_code == 1 and "JOURNAL_CORRUPT" in res.output, res.output
+    assert f"multisite journal repair {filled}" in res.output, res.output

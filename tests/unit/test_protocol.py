@@ -722,3 +722,14 @@ def test_the_documented_state_tables_are_the_code():
             rows.add(tuple(cells))
     code = {(r.value, s_.value, d, t.__name__, n.value) for (r, s_, d, t), n in TRANSITIONS.items()}
     assert rows == code, (sorted(rows - code), sorted(code - rows))
+
+
+def test_a_received_batch_compares_equal_and_not_unequal_to_the_batch_sent():
+    # next_event gives a CheckedTxnBatch (with its frame ends): == and != must agree, both ways.
+    src, rcv = handshake(10, 4)
+    sent = batch(5, 3)
+    [got] = deliver(src.send(sent), rcv)
+    assert got == sent and sent == got
+    assert not (got != sent) and not (sent != got)
+    other = batch(5, 2)
+    assert got != other and other != got and not (got == other)

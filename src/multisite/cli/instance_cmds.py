@@ -11,7 +11,7 @@ from ..journal.durability import CHOICES as DURABILITY_CHOICES, Durability
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..instance.maintenance import backup
-from ..journal.recovery import recover_journal
+from ..instance.maintenance import recover_journal_hinted
 from .output import MAX_MIB, console, print_json, table
 
 
@@ -53,7 +53,7 @@ def show_cmd(dir: str, as_json: bool) -> None:
     """
     lay = Layout.existing(dir)
     inst = ifile.load(lay.instance_file)
-    js = recover_journal(lay.journal, repair=False)
+    js = recover_journal_hinted(lay.journal, repair=False)
     d = inst.to_dict()
     d["journal_seqno"] = js.last_seqno
     d["journal_segments"] = len(js.segments)

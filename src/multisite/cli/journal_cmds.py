@@ -32,9 +32,9 @@ def show(dir: str, from_seqno: int | None, to_seqno: int | None, as_json: bool) 
     Example: multisite journal show /data/A --from 100 --to 120
     """
     lay = Layout.existing(dir)
-    from ..journal.recovery import recover_journal
+    from ..instance.maintenance import recover_journal_hinted
 
-    js = recover_journal(lay.journal, repair=False)  # the segments and the last intact seqno; changes nothing
+    js = recover_journal_hinted(lay.journal, repair=False)  # the segments and the last intact seqno; changes nothing
     infos, last = js.segments, js.last_seqno
     first = infos[0].first_seqno
     for opt, v in (("--from", from_seqno), ("--to", to_seqno)):

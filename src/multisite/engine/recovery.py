@@ -11,16 +11,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..errors import JournalCorrupt, JournalError
+from ..errors import JournalError
 from ..fsutil import fsync_file
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
-from ..instance.repair import hint as repair_hint
+from ..instance.maintenance import recover_journal_hinted
 from ..journal.durability import Durability
 from ..journal.reader import iter_records
 from ..journal.records import KILL, SET
-from ..journal.recovery import recover_journal
-from ..journal.segments import list_segments
 from ..journal.writer import JournalWriter
 from ..keys import encode_key
 from ..store.sqlite import Store
@@ -48,13 +46,7 @@ def recover(lay: Layout, durability: str | Durability | None, segment_bytes: int
             ) -> tuple[Core, RecoveryReport]:
     """Open the journal and store of ``lay`` (its lock held) and roll the store forward."""
     info = ifile.load(lay.instance_file)
-    try:
-        js = recover_journal(lay.journal)
-    except JournalCorrupt as e:
-        infos = list_segments(lay.journal)
-        if infos and e.path == str(infos[-1].path):  # the newest segment: a power loss may explain it
-            raise JournalCorrupt(e.message + repair_hint(lay.root), path=e.path, offset=e.offset) from None
-        raise
+    js = recover_journal_hinted(lay.journal)  # damage in the newest segment: says how to repair it
     store = Store(lay.store_file)
     rep = RecoveryReport(journal_last_seqno=js.last_seqno, store_seqno=store.applied_seqno,
                          torn_bytes=js.torn_bytes, notes=list(js.notes))

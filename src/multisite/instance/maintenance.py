@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import ConfigError, InstanceExists, JournalCorrupt, MultisiteError
 from ..fsutil import fsync_dir
 from ..journal.reader import iter_frames
-from ..journal.recovery import recover_journal
+from ..journal.recovery import JournalState, recover_journal
 from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import drop_segments
 from . import consumers, instance_file as ifile
@@ -82,7 +82,7 @@ def backup(src: str | Path, dest: str | Path) -> BackupReport:
     inst = ifile.load(lay.instance_file)  # a damaged instance file fails the backup before anything is copied
     # Every record acknowledged before the backup began is in the journal now, up to ``acked``; this
     # also checks the newest segment (corruption there is JournalCorrupt, not a copy cut short).
-    acked = recover_journal(lay.journal, repair=False).last_seqno
+    acked = recover_journal_hinted(lay.journal, repair=False).last_seqno
     created = not out.root.exists()
     try:
         return _backup(lay, out, inst, acked)
@@ -233,3 +233,22 @@ def prune(root: str | Path, before: int) -> PruneReport:
     fsync_dir(lay.journal)
     remaining = list_segments(lay.journal)
     return PruneReport(removed, remaining[0].first_seqno if remaining else 1, limit, reason)
+
+
+def hint(root: Path) -> str:
+    """What a JournalCorrupt adds when the damage is in the newest segment (see ``instance.repair``)."""
+    return (f"; if the machine lost power, the damaged records may never have been acknowledged: "
+            f"`multisite journal repair {root}` shows what cutting the journal there would drop")
+
+
+def recover_journal_hinted(journal_dir: Path, *, repair: bool = True) -> JournalState:
+    """``journal.recovery.recover_journal``, its JournalCorrupt for damage in the newest segment
+    saying how to repair it (``hint``): what the open and every command that checks the newest
+    segment tell the operator (the journal layer does not know the instance's commands)."""
+    try:
+        return recover_journal(journal_dir, repair=repair)
+    except JournalCorrupt as e:
+        infos = list_segments(journal_dir)
+        if infos and e.path == str(infos[-1].path):  # the newest segment: a power loss may explain it
+            raise JournalCorrupt(e.message + hint(journal_dir.parent), path=e.path, offset=e.offset) from None
+        raise

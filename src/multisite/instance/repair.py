@@ -129,9 +129,3 @@ def _intact_after(view: SegmentView, off: int, seqno: int) -> list[tuple[int, in
             at += hdr.total
             s += 1
     return out
-
-
-def hint(root: Path) -> str:
-    """What the open's JournalCorrupt adds when the damage is in the newest segment."""
-    return (f"; if the machine lost power, the damaged records may never have been acknowledged: "
-            f"`multisite journal repair {root}` shows what cutting the journal there would drop")

@@ -35,7 +35,7 @@ def recover_journal(journal_dir: Path, *, repair: bool = True) -> JournalState:
         raise JournalCorrupt(f"journal {journal_dir} has no segment files (*.msj): they were removed; restore "
                              f"them from a backup", path=str(journal_dir), offset=0)
     tail = infos[-1]
-    res = scan(tail, tail=True)  # damage in it: the open adds how to repair it (instance.repair.hint)
+    res = scan(tail, tail=True)  # damage in it: the open adds how to repair it (instance.maintenance.hint)
     state = JournalState(infos, res.last_seqno, res.valid_end)
     if res.torn_bytes:
         state.torn_bytes, state.torn_path = res.torn_bytes, str(tail.path)

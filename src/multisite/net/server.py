@@ -386,7 +386,7 @@ class InstanceServer:
         if op == "get":
             return db.get(_region_name(a["region"]), check_key(a["key"]))
         if op == "items":
-            region = _region_name(a["region"])
+            region = db.region(_region_name(a["region"])).name  # checked first, as it always was
             lo = encode_key(check_key(a["start"])) if a.get("start") is not None else b""
             hi = encode_key(check_key(a["stop"])) if a.get("stop") is not None else None
             limit, inclusive = a.get("limit", 1000), a.get("inclusive", True)

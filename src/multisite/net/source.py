@@ -349,9 +349,16 @@ class SourceServer:
 
     def _read_files(self, start: int) -> FrameRun | None:
         """The next run of frames from ``start`` in the journal files (one slice of a segment), or None."""
-        if self._fiter is None or self._fnext != start:
+        fresh = self._fiter is None or self._fnext != start
+        if fresh:
             self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes)
         run = next(self._fiter, None)
+        if run is None and not fresh:
+            # The iterator ended at what the newest segment held when it got there (a map of its size
+            # then; a segment sealed since reads as the newest): records written later are in the
+            # files, and the pool may no longer hold them. Look again before calling it a gap.
+            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes)
+            run = next(self._fiter, None)
         if run is None:
             self._fiter = None
             return None

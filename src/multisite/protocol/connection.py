@@ -235,6 +235,10 @@ class CheckedTxnBatch(TxnBatch):
                 (other.first_seqno, other.last_seqno, other.frames)
         return NotImplemented
 
+    def __ne__(self, other: object) -> bool:  # else the Struct's own != (fields and type) answers
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
     def run(self) -> FrameRun:
         """The batch's frames as the engine applies them."""
         return FrameRun(self.first_seqno, self.frames, self.ends)
