@@ -25,3 +25,5 @@ def test_runs_hold_every_frame_once_in_order_and_never_span_a_segment(tmp_path):
             assert not any(r.first_seqno < f <= r.last_seqno for f in firsts)
             assert len(r) == 1 or r.ends[-2] < max_bytes
     assert list(iter_runs(journal, 401, 1000)) == []
+    bounded = list(iter_runs(journal, 37, 1 << 20, to_seqno=300))
+    assert [(s, fr) for r in bounded for s, fr in r.frames()] == [f for f in frames if f[0] <= 300]

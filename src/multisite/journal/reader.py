@@ -64,12 +64,17 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
                                      offset=view.size)
 
 
-def iter_runs(journal_dir: Path, from_seqno: int, max_bytes: int) -> Iterator[FrameRun]:
-    """Frames from ``from_seqno`` on as runs of about ``max_bytes`` (whole frames; a run never spans
-    two segments), each one slice of its segment: what a Source Server catching up from the journal
-    files sends, checked as ``iter_frames`` checks, without a copy per frame."""
+def iter_runs(journal_dir: Path, from_seqno: int, max_bytes: int, to_seqno: int | None = None
+              ) -> Iterator[FrameRun]:
+    """Frames from ``from_seqno`` (to ``to_seqno``) as runs of about ``max_bytes`` (whole frames; a run
+    never spans two segments), each one slice of its segment: what a Source Server catching up from
+    the journal files sends, checked as ``iter_frames`` checks, without a copy per frame."""
     first, start, ends = from_seqno, 0, []
     for seqno, off, end, view in _frame_spans(journal_dir, from_seqno):
+        if seqno is not None and to_seqno is not None and seqno > to_seqno:
+            if ends:  # past the bound: the run ends here, and so does the iteration
+                yield FrameRun(first, view.buf[start:start + ends[-1]], ends)
+            return
         if seqno is None:  # the segment ends (its view still open): so does the run
             if ends:
                 yield FrameRun(first, view.buf[start:start + ends[-1]], ends)

@@ -349,15 +349,19 @@ class SourceServer:
 
     def _read_files(self, start: int) -> FrameRun | None:
         """The next run of frames from ``start`` in the journal files (one slice of a segment), or None."""
+        # Bounded by what the writer has written whole: a write that fails (a full disk) is undone, and
+        # frames of it that a reader saw in the file meanwhile must never reach a secondary.
         fresh = self._fiter is None or self._fnext != start
         if fresh:
-            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes)
+            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes,
+                                    self.db.journal.written_seqno)
         run = next(self._fiter, None)
         if run is None and not fresh:
             # The iterator ended at what the newest segment held when it got there (a map of its size
             # then; a segment sealed since reads as the newest): records written later are in the
             # files, and the pool may no longer hold them. Look again before calling it a gap.
-            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes)
+            self._fiter = iter_runs(self.db.layout.journal, start, self.cfg.max_batch_bytes,
+                                    self.db.journal.written_seqno)
             run = next(self._fiter, None)
         if run is None:
             self._fiter = None
