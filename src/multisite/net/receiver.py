@@ -347,10 +347,10 @@ class ReceiverServer:
         try:
             return await asyncio.get_running_loop().run_in_executor(None, self.filter.apply, run)
         except FilterError as e:
-            self.last_error = str(e)
-            self.log.error("%s; nothing of batch %d..%d goes into the receive pool; ending the connection from %s",
-                           e, run.first_seqno, run.last_seqno, peer)
-            writer.write(conn.send(Error(RefusalCode.FILTER, f"{self.db.name}: {e.message}")))
+            why = f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} went into the receive pool"
+            self.last_error = f"{e.code}: {why}"
+            self.log.error("%s; ending the connection from %s", self.last_error, peer)
+            writer.write(conn.send(Error(RefusalCode.FILTER, f"{self.db.name}: {why}")))
             await writer.drain()
             return None
 

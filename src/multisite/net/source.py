@@ -216,8 +216,8 @@ class SourceServer:
                         self.last_error = str(e)
                         self.state = "error"
                         self.log.error("%s; this source server cannot continue%s", e,
-                                       " (nothing of that batch was sent): fix the filter, then `multisite source "
-                                       "stop` and `source start`" if isinstance(e, FilterError) else "")
+                                       ": fix the filter, then `multisite source stop` and `source start`"
+                                       if isinstance(e, FilterError) else "")
                         self._save_slot()
                         return
                     what = str(e)
@@ -352,7 +352,11 @@ class SourceServer:
                     self._fiter = None
                 run = FrameRun.of(list(enumerate(frames, start)))
             if self.filter is not None:  # nothing of a batch the filter fails on is sent
-                run = await loop.run_in_executor(None, self.filter.apply, run)
+                try:
+                    run = await loop.run_in_executor(None, self.filter.apply, run)
+                except FilterError as e:
+                    raise FilterError(f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} was "
+                                      f"sent") from None
             n, data = len(run), run.data
             last = start + n - 1
             data = conn.send(TxnBatch(start, last, data))

@@ -261,11 +261,12 @@ def filter_run(run: FrameRun, answer: Answerer, name: str = "filter") -> FrameRu
     nothing built."""
     recs = decode_run(run)
     answers = answer(run.first_seqno, [transaction_doc(r) for r in recs])
+    # Each answer in order first: a surplus or a missing answer shows as the first seqno out of step.
+    frames = [(r.seqno, encode_record(record_from_answer(r, a, name))) for r, a in zip(recs, answers)]
     if len(answers) != len(recs):
         which = run.first_seqno + min(len(answers), len(recs))
         raise FilterError(f"{name} answered {len(answers)} transaction(s) for {len(recs)} (seqnos "
                           f"{run.first_seqno}..{run.last_seqno}): out of step at seqno {which}")
-    frames = [(r.seqno, encode_record(record_from_answer(r, a, name))) for r, a in zip(recs, answers)]
     return FrameRun.of(frames)
 
 
