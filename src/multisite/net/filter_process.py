@@ -70,7 +70,7 @@ class Filter:
 
     # -- the external process --------------------------------------------------------------------
     def _start(self) -> subprocess.Popen:
-        if self._proc is not None and self._proc.poll() is None:
+        if self._proc is not None:
             return self._proc
         err = open(self.stderr_path, "ab") if self.stderr_path else subprocess.DEVNULL
         try:
@@ -93,6 +93,8 @@ class Filter:
             proc = self._start()
         except ConfigError as e:
             raise FilterError(f"{e.message} (at seqno {first_seqno})") from None
+        if proc.poll() is not None:  # it died since the last batch: a crash, not a fresh start
+            raise FilterError(self._died(first_seqno))
         reader = self._reader
         reader.expect(first_seqno)
         data = memoryview(b"".join(encode_message(d, self.spec.fmt) for d in docs))
