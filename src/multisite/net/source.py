@@ -350,14 +350,19 @@ class SourceServer:
                     self.log.info("caught up: back to the journal pool at seqno %d", start)
                     self.reading_from = "pool"
                     self._fiter = None
-                run = FrameRun.of(list(enumerate(frames, start)))
+                run = None
             if self.filter is not None:  # nothing of a batch the filter fails on is sent
+                if run is None:
+                    run = FrameRun.of(list(enumerate(frames, start)))
                 try:
                     run = await loop.run_in_executor(None, self.filter.apply, run)
                 except FilterError as e:
                     raise FilterError(f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} was "
                                       f"sent") from None
-            n, data = len(run), run.data
+            if run is None:  # from the pool, unfiltered: the hot path builds no per-frame ends
+                n, data = len(frames), b"".join(frames)
+            else:
+                n, data = len(run), run.data
             last = start + n - 1
             data = conn.send(TxnBatch(start, last, data))
             async with lock:
