@@ -159,6 +159,13 @@ class RemoteProtocolError(ProtocolError):
     code = "REMOTE_PROTOCOL"
 
 
+class FilterError(MultisiteError):
+    """A replication filter failed (crashed, timed out, answered out of step or with a malformed
+    transaction): the link stops, and nothing of the batch it was filtering is sent or applied."""
+
+    code = "FILTER"
+
+
 class ConnectionLost(MultisiteError):
     code = "CONNECTION_LOST"
 

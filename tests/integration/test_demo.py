@@ -40,5 +40,10 @@ def test_demo_passes_and_tells_its_story(tmp_path: Path):
                    "A rejoined as B's secondary",
                    "A and B hold the same data; A's unreplicated transactions are in its lost file"):
         assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
+    # Act 4: rolling upgrade through an in-filter and an out-filter
+    for phrase in ("Act 4: rolling upgrade", "its receiver's in-filter gives B {'first': 'Ann', 'last': 'Lee1'} for "
+                   "A's {'name': 'Ann Lee1'}", "switchover at seqno", "through B's out-filter",
+                   "every value on A is the old shape of B's"):
+        assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
     assert re.search(r"demo finished in [\d.]+ s: OK", text)
     assert {p.name for p in (workdir / "log-shipping").iterdir()} >= {"A", "B", "C"}

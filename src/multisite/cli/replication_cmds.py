@@ -42,6 +42,30 @@ def with_tls(f):
     return f
 
 
+filter_options = [
+    click.option("--filter", "filter_", default=None, metavar="CMD|MODULE:FUNCTION",
+                 help="Filter every transaction: a command reading transactions on stdin and writing one "
+                      "transformed transaction per transaction on stdout (split as a shell would), or an "
+                      "in-process Python function module:function (dict -> dict)."),
+    click.option("--filter-format", type=click.Choice(["json", "msgpack"]), default="json", show_default=True,
+                 help="How a filter command reads and writes transactions: JSON lines or msgpack frames."),
+    click.option("--filter-timeout", type=Seconds(), default=5.0, show_default=True,
+                 help="Seconds a filter command has for each answer before it counts as hung."),
+]
+
+
+def with_filter(f):
+    for opt in reversed(filter_options):
+        f = opt(f)
+    return f
+
+
+def _filter_args(filter_, filter_format, filter_timeout) -> dict:
+    if filter_ is None:
+        return {}
+    return {"filter": filter_, "filter_format": filter_format, "filter_timeout_s": filter_timeout}
+
+
 @click.group()
 def source() -> None:
     """Source Servers: stream this instance's journal to a secondary."""
@@ -59,11 +83,16 @@ def source() -> None:
 @click.option("--heartbeat-timeout", type=Seconds(), default=5.0, show_default=True,
               help="Seconds without an answer before the connection counts as lost.")
 @click.option("--stats-interval", type=Seconds(), default=5.0, show_default=True, help="Seconds between stats lines.")
+@with_filter
 def source_start(dir, secondary, connect, passive, compress, tls_cert, tls_key, tls_ca, heartbeat_interval,
-                 heartbeat_timeout, stats_interval) -> None:
+                 heartbeat_timeout, stats_interval, filter_, filter_format, filter_timeout) -> None:
     """Start a Source Server for one secondary.
 
     Example: multisite source start /data/A --secondary B --connect b.example:7100 --compress 3
+
+    With --filter, the secondary receives the filter's output (an out-filter, e.g. on a primary that
+    runs a newer application: new value shapes back to old ones):
+    multisite source start /data/B --secondary A --connect a.example:7100 --filter "python3 downgrade.py"
     """
     if heartbeat_interval >= heartbeat_timeout:  # each heartbeat would come too late: reconnects forever
         raise ConfigError(f"--heartbeat-interval ({heartbeat_interval:g} s) must be below --heartbeat-timeout "
@@ -72,7 +101,7 @@ def source_start(dir, secondary, connect, passive, compress, tls_cert, tls_key, 
     res = control.call(_root(dir), "source.start", secondary=secondary, connect=connect, passive=passive,
                        compress=compress, tls=_tls(tls_cert, tls_key, tls_ca),
                        heartbeat_interval_s=heartbeat_interval, heartbeat_timeout_s=heartbeat_timeout,
-                       stats_interval_s=stats_interval)
+                       stats_interval_s=stats_interval, **_filter_args(filter_, filter_format, filter_timeout))
     _done(f"source server for {secondary} started", res)
 
 
@@ -107,7 +136,7 @@ _simple("deactivate", "source.deactivate", "Make an active Source Server passive
 def _source_table(res: dict) -> None:
     table(f"source server for {res['secondary']}", ["field", "value"],
           [(k, res[k]) for k in ("pid", "state", "mode", "connect", "seqno", "last_sent", "last_confirmed",
-                                 "backlog", "reading_from", "lag_s", "connects", "last_error", "log")])
+                                 "backlog", "reading_from", "lag_s", "connects", "filter", "last_error", "log")])
 
 
 @source.command("status")
@@ -156,16 +185,21 @@ def receiver() -> None:
               help="XOFF above this, XON below 1/4.")
 @click.option("--no-update", is_flag=True, help="Do not start the Update Process.")
 @click.option("--stats-interval", type=Seconds(), default=5.0, show_default=True, help="Seconds between stats lines.")
+@with_filter
 def receiver_start(dir, listen, tls_cert, tls_key, tls_ca, autorollback, noresync, receive_pool_mib, no_update,
-                   stats_interval) -> None:
+                   stats_interval, filter_, filter_format, filter_timeout) -> None:
     """Start the Receiver Server (and the Update Process): the instance becomes a replicating secondary.
 
     Example: multisite receiver start /data/B --listen 0.0.0.0:7100
+
+    With --filter, received transactions go through the filter before the receive pool (an
+    in-filter, e.g. on a secondary that runs a newer application: old value shapes to new ones):
+    multisite receiver start /data/B --listen 0.0.0.0:7100 --filter myapp.upgrade:person
     """
     res = control.call(_root(dir), "receiver.start", listen=listen, tls=_tls(tls_cert, tls_key, tls_ca),
                        autorollback=autorollback, noresync=noresync,
                        receive_pool_bytes=receive_pool_mib * 1024 * 1024, update=not no_update,
-                       stats_interval_s=stats_interval)
+                       stats_interval_s=stats_interval, **_filter_args(filter_, filter_format, filter_timeout))
     _done(f"receiver server listening on {res['listen']}", res)
 
 
@@ -193,7 +227,7 @@ def receiver_status(dir, as_json) -> None:
         return
     table("receiver server", ["field", "value"],
           [(k, res.get(k)) for k in ("pid", "state", "listen", "source", "seqno", "received_seqno", "backlog",
-                                     "receive_pool_bytes", "xoff", "last_error", "log")])
+                                     "receive_pool_bytes", "xoff", "filter", "last_error", "log")])
 
 
 @click.group()

@@ -9,6 +9,9 @@ them in order, every act even after a failure, and passes only if all of them do
   workload, a secondary SIGKILLed mid-run that catches up from journal files, a key-by-key check.
 - Act 3, ``failover``: the primary dies, its secondary is promoted, the old primary rolls back its
   unreplicated transactions into a lost-transaction file and rejoins as a secondary.
+- Act 4, ``rolling_upgrade``: a value-shape change carried across a switchover by filters: B's
+  receiver upgrades A's old shapes on the way in; after the switchover A, still on the old
+  version, catches up through B's source's out-filter that turns new shapes back into old ones.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -26,11 +29,12 @@ from rich.console import Console
 from .crash_recovery import act_crash_recovery
 from .failover import act_failover
 from .log_shipping import act_log_shipping
+from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
-ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover)
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

@@ -11,6 +11,11 @@ Theory of operation (GT.M seed 001, "Receiver Server"):
   ``receive_pool_high_bytes`` the receiver sends XOFF, and XON once the Update Process has drained
   the pool below ``receive_pool_low_bytes``.
 - Every heartbeat is answered with the last seqno the Update Process applied.
+- With an in-filter (``--filter``) each checked batch goes through the filter before it goes into
+  the receive pool, and the Update Process journals the filtered transactions. A filter failure
+  (``FilterError``) puts nothing of the batch in the pool: the source gets an ``Error FILTER`` naming
+  the seqno and the connection ends; the next connection starts a new filter process at the
+  restart point.
 
 The decisions (accept, refuse, roll back, continue an SI stream, the Start check, the history to
 adopt, XOFF and XON) are ``replication.session``'s, sans-IO and unit-tested; this module does the I/O.
@@ -24,13 +29,16 @@ import ssl
 import time
 from dataclasses import dataclass
 
-from ..errors import ConnectionLost, MultisiteError, ProtocolError
+from ..errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
 from ..protocol.connection import Connection, Role
-from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon, error_for
+from ..protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
+                                 error_for)
+from ..replication.filters import FilterSpec
 from ..replication.pools import ReceivePool
 from ..replication.session import (Accept, ContinueStream, FlowControl, Position, ReceiverHandshake, RollBack,
                                    adopted_history, busy)
 from ..replication.update import UpdateProcess
+from .filter_process import Filter
 from .source import read_event
 from .tls import TLSConfig
 
@@ -60,10 +68,12 @@ class ReceiverConfig:
     idle_timeout_s: float = 30.0  # no byte from the source for this long: drop it
     progress_interval_s: float = 0.5  # unsolicited answers while bytes arrive (slow links)
     stats_interval_s: float = 5.0
+    filter: FilterSpec | None = None  # the in-filter
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "tls"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("tls", "filter")}
         d["tls"] = self.tls.to_dict() if self.tls else None
+        d["filter"] = self.filter.to_dict() if self.filter else None
         return d
 
 
@@ -95,6 +105,9 @@ class ReceiverServer:
         self._stats_task: asyncio.Task | None = None
         self._restart = asyncio.Event()
         self._restart_why = ""
+        self.filter: Filter | None = None
+        if cfg.filter is not None:
+            self.filter = Filter(cfg.filter, "in-filter", log, server.root / "log" / "filter-receiver.log")
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -109,7 +122,8 @@ class ReceiverServer:
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
                                                                      "the update process found a gap")
         self._stats_task = self._loop.create_task(self._stats_loop())
-        self.log.info("receiver server listening on %s:%d%s", self.cfg.host, self.port, " (TLS)" if ctx else "")
+        self.log.info("receiver server listening on %s:%d%s%s", self.cfg.host, self.port, " (TLS)" if ctx else "",
+                      f", in-filter {self.cfg.filter.text}" if self.cfg.filter else "")
 
     async def stop(self) -> None:
         if self._srv:
@@ -119,6 +133,8 @@ class ReceiverServer:
             await self._srv.wait_closed()
         if self._stats_task:
             self._stats_task.cancel()
+        if self.filter is not None:
+            self.filter.kill()
         self.state = "stopped"
         self.log.info("receiver server stopped at seqno %d", self.db.seqno)
 
@@ -301,6 +317,10 @@ class ReceiverServer:
                 seen = conn.bytes_in
                 if isinstance(ev, TxnBatch):  # checked whole by the connection: kept as it came
                     run = ev.run()
+                    if self.filter is not None:
+                        run = await self._filtered(run, conn, writer, peer.name)
+                        if run is None:
+                            return
                     self.received_records += len(run)
                     if self._flow.xoff(self.pool.put(run)):
                         self.xoffs += 1
@@ -318,6 +338,20 @@ class ReceiverServer:
             for t in (restart, progress, nxt):
                 if t is not None:
                     t.cancel()
+            if self.filter is not None:  # the next connection restarts the stream: a new filter process
+                self.filter.kill()
+
+    async def _filtered(self, run, conn: Connection, writer: asyncio.StreamWriter, peer: str):
+        """``run`` through the in-filter; None (the source told, nothing of the batch kept) if it failed."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, self.filter.apply, run)
+        except FilterError as e:
+            why = f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} went into the receive pool"
+            self.last_error = f"{e.code}: {why}"
+            self.log.error("%s; ending the connection from %s", self.last_error, peer)
+            writer.write(conn.send(Error(RefusalCode.FILTER, f"{self.db.name}: {why}")))
+            await writer.drain()
+            return None
 
     async def _progress_loop(self, conn: Connection, writer: asyncio.StreamWriter) -> None:
         """Tell the source, on the uncongested way back, that its bytes are arriving: on a link slower
@@ -385,7 +419,8 @@ class ReceiverServer:
                 "received_records": self.received_records, "connections": self.connections,
                 "refusals": self.refusals, "xoffs": self.xoffs, "xoff": self._flow.xoff_sent,
                 "start_seqno": self.start_seqno, "last_error": self.last_error, "tls": bool(self.cfg.tls),
-                "update_process": self.update.status()}
+                "filter": self.cfg.filter.text if self.cfg.filter else None,
+                **(self.filter.status() if self.filter else {}), "update_process": self.update.status()}
 
     async def _stats_loop(self) -> None:
         last_t, last_n = time.monotonic(), self.received_records

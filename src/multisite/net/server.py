@@ -33,6 +33,7 @@ from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key, decode_key, encode_key
 from ..values import decode_value, encode_value
 from ..protocol.client import OPS
+from ..replication.filters import DEFAULT_FILTER_TIMEOUT_S, FilterSpec
 from ..replication.history import to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
@@ -220,7 +221,9 @@ class InstanceServer:
 
     async def ctl_source_start(self, secondary: str, connect: str, passive: bool = False, compress: int = 0,
                                tls: dict | None = None, heartbeat_interval_s: float = 1.0,
-                               heartbeat_timeout_s: float = 5.0, stats_interval_s: float = 5.0) -> dict:
+                               heartbeat_timeout_s: float = 5.0, stats_interval_s: float = 5.0,
+                               filter: str | None = None, filter_format: str = "json",
+                               filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S) -> dict:
         if secondary in self.sources and self.sources[secondary].state != "stopped":
             raise ServerError(f"a source server for {secondary!r} is already running")
         if secondary == self.db.name:
@@ -230,11 +233,14 @@ class InstanceServer:
             raise ConfigError(f"--compress takes a zstd level 0..22, got {compress}")
         cfg = SourceConfig(secondary, host, port, passive=passive, compress_level=compress,
                            tls=TLSConfig(**tls) if tls else None, heartbeat_interval_s=heartbeat_interval_s,
-                           heartbeat_timeout_s=heartbeat_timeout_s, stats_interval_s=stats_interval_s)
+                           heartbeat_timeout_s=heartbeat_timeout_s, stats_interval_s=stats_interval_s,
+                           filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
         if cfg.tls:
             cfg.tls.client_context()  # fail now on unreadable files
         fname = f"source-{secondary}.log"
         src = SourceServer(self, cfg, component_logger(self.root, f"source.{secondary}", fname))
+        if src.filter is not None:  # fail now on a filter that cannot start
+            await asyncio.get_running_loop().run_in_executor(None, src.filter.check)
         self.sources[secondary] = src
         src.start()
         return self._component(fname, src.status())
@@ -264,7 +270,9 @@ class InstanceServer:
 
     async def ctl_receiver_start(self, listen: str, tls: dict | None = None, autorollback: bool = False,
                                  noresync: bool = False, receive_pool_bytes: int = 64 * 1024 * 1024,
-                                 stats_interval_s: float = 5.0, update: bool = True) -> dict:
+                                 stats_interval_s: float = 5.0, update: bool = True, filter: str | None = None,
+                                 filter_format: str = "json",
+                                 filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S) -> dict:
         if self.receiver is not None:
             raise ServerError(f"the receiver server of {self.db.name} is already running on "
                               f"{self.receiver.cfg.host}:{self.receiver.port}")
@@ -274,14 +282,19 @@ class InstanceServer:
         host, port = parse_hostport(listen)
         cfg = ReceiverConfig(host, port, tls=TLSConfig(**tls) if tls else None, autorollback=autorollback,
                              noresync=noresync, receive_pool_high_bytes=receive_pool_bytes,
-                             receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s)
+                             receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s,
+                             filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
         self.update.stats_interval_s = stats_interval_s
         rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,
                              self.receive_pool)
+        if rcv.filter is not None:  # fail now on a filter that cannot start
+            await asyncio.get_running_loop().run_in_executor(None, rcv.filter.check)
         try:  # the port first: a failed bind must leave the instance as it was, not a secondary without receiver
             await rcv.start()
         except OSError as e:
+            if rcv.filter is not None:
+                rcv.filter.kill()
             raise ConfigError(f"cannot listen for a source on {listen}: {e.strerror or e}") from None
         try:
             if not self.db.info.supplementary and self.db.info.role != "secondary":

@@ -13,6 +13,11 @@ Theory of operation (GT.M seed 001, "Source Server"):
   means the connection is lost: close it and reconnect. XOFF pauses sending until XON.
 - Every ``stats_interval_s`` the server logs backlog, records sent since the last log, rate, and
   the start and current seqno; the last sent/confirmed seqnos go to the instance file's slot.
+- With an out-filter (``--filter``) each batch goes through the filter before it is sent: what the
+  secondary receives are the filtered transactions under the same seqnos. A filter failure
+  (``FilterError``: a crash, a hang, an answer out of step) sends nothing of that batch and stops
+  this server in state ``error``: reconnecting would feed the same transaction to the same broken
+  filter again. Fix the filter, then ``source stop`` and ``source start``.
 
 The reconnect pause and the heartbeat timeout are ``replication.session``'s decisions (sans-IO, given
 the time by this module, and unit-tested with a fake clock); this module does the I/O.
@@ -25,13 +30,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..errors import ConnectionLost, JournalGap, MultisiteError, RemoteProtocolError
+from ..errors import ConnectionLost, FilterError, JournalGap, MultisiteError, RemoteProtocolError
 from ..journal.reader import iter_runs
 from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon
+from ..replication.filters import FilterSpec
 from ..replication.history import check_peer, check_secondary_name, common_point, hello_for, stream_entries
 from ..replication.session import HeartbeatWatch, SessionEnd, SourceBackoff
+from .filter_process import Filter
 from .tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -51,11 +58,13 @@ class SourceConfig:
     connect_backoff_max_s: float = 2.0
     stats_interval_s: float = 5.0
     slot_save_interval_s: float = 1.0
+    filter: FilterSpec | None = None  # the out-filter
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("tls", "extra")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("tls", "extra", "filter")}
         d["tls"] = self.tls.to_dict() if self.tls else None
+        d["filter"] = self.filter.to_dict() if self.filter else None
         return d
 
 
@@ -124,6 +133,10 @@ class SourceServer:
         self._stopping = False
         self._backoff = SourceBackoff(cfg.connect_backoff_max_s)
         self._misaddressed = False  # the last receiver reached is another instance (WRONG_NAME)
+        self.filter: Filter | None = None
+        if cfg.filter is not None:
+            self.filter = Filter(cfg.filter, f"out-filter for {cfg.secondary}", log,
+                                 server.root / "log" / f"filter-source-{cfg.secondary}.log")
         slot = self.db.info.slots.get(cfg.secondary)
         if slot is not None:
             self.last_sent, self.last_confirmed = slot.last_sent, slot.last_confirmed
@@ -131,10 +144,11 @@ class SourceServer:
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"source-{self.cfg.secondary}")
-        self.log.info("source server for %s started (%s), connect to %s:%d%s%s", self.cfg.secondary,
+        self.log.info("source server for %s started (%s), connect to %s:%d%s%s%s", self.cfg.secondary,
                       "passive" if self.cfg.passive else "active", self.cfg.host, self.cfg.port,
                       f", zstd level {self.cfg.compress_level}" if self.cfg.compress_level else "",
-                      ", TLS" if self.cfg.tls else "")
+                      ", TLS" if self.cfg.tls else "",
+                      f", out-filter {self.cfg.filter.text}" if self.cfg.filter else "")
 
     def activate(self, host: str | None = None, port: int | None = None) -> None:
         if host:
@@ -172,6 +186,8 @@ class SourceServer:
             except (asyncio.CancelledError, Exception):
                 pass
         self.state = "stopped"
+        if self.filter is not None:
+            self.filter.kill()
         self._save_slot()
         self.log.info("source server for %s stopped at last sent seqno %d", self.cfg.secondary, self.last_sent)
 
@@ -197,10 +213,13 @@ class SourceServer:
                     self.last_error = str(e)
                     end = SessionEnd.REFUSED
                 except (OSError, ConnectionLost, MultisiteError, asyncio.IncompleteReadError) as e:
-                    if isinstance(e, JournalGap):
+                    if isinstance(e, (JournalGap, FilterError)):
                         self.last_error = str(e)
                         self.state = "error"
-                        self.log.error("%s; this source server cannot continue", e)
+                        self.log.error("%s; this source server cannot continue%s", e,
+                                       ": fix the filter, then `multisite source stop` and `source start`"
+                                       if isinstance(e, FilterError) else "")
+                        self._save_slot()
                         return
                     what = str(e)
                     if isinstance(e, ConnectionRefusedError):
@@ -235,6 +254,8 @@ class SourceServer:
         try:
             await self._session(reader, writer)
         finally:
+            if self.filter is not None:  # a new session restarts the stream: a new filter process too
+                self.filter.kill()
             if self.state == "lost":
                 writer.transport.abort()
             elif self._stopping:  # nothing will send the rest again: it must arrive
@@ -320,7 +341,6 @@ class SourceServer:
                     self.log.info("seqno %d is older than the journal pool (starts at %d): reading journal files",
                                   start, self.pool.first_seqno)
                 self.reading_from = "files"
-                n, data = len(run), run.data
             elif not frames:
                 if self.reading_from != "pool":
                     self.log.info("caught up: back to the journal pool at seqno %d", start)
@@ -333,7 +353,19 @@ class SourceServer:
                     self.log.info("caught up: back to the journal pool at seqno %d", start)
                     self.reading_from = "pool"
                     self._fiter = None
+                run = None
+            if self.filter is not None:  # nothing of a batch the filter fails on is sent
+                if run is None:
+                    run = FrameRun.of(list(enumerate(frames, start)))
+                try:
+                    run = await loop.run_in_executor(None, self.filter.apply, run)
+                except FilterError as e:
+                    raise FilterError(f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} was "
+                                      f"sent") from None
+            if run is None:  # from the pool, unfiltered: the hot path builds no per-frame ends
                 n, data = len(frames), b"".join(frames)
+            else:
+                n, data = len(run), run.data
             last = start + n - 1
             data = conn.send(TxnBatch(start, last, data))
             async with lock:
@@ -437,7 +469,9 @@ class SourceServer:
                 "pool_last_seqno": self.pool.last_seqno, "sent_records": self.sent_records,
                 "connects": self.connects, "lag_s": round(self.lag_s(), 3),
                 "rtt_s": round(self._rtt_s, 4), "start_seqno": self.start_seqno,
-                "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls)}
+                "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls),
+                "filter": self.cfg.filter.text if self.cfg.filter else None,
+                **(self.filter.status() if self.filter else {})}
 
     def _save_slot(self) -> None:
         if self._misaddressed and self.cfg.secondary not in self.db.info.slots:
@@ -467,7 +501,8 @@ class SourceServer:
             if now - last_t >= self.cfg.stats_interval_s:
                 n = self.sent_records - last_sent
                 self.log.info("stats: state %s, backlog %d, sent %d records in %.1f s (%.0f/s), seqno start %d "
-                              "current %d, last sent %d, confirmed %d, reading from %s", self.state, self.backlog, n,
-                              now - last_t, n / (now - last_t), self.start_seqno, self.db.seqno, self.last_sent,
-                              self.last_confirmed, self.reading_from)
+                              "current %d, last sent %d, confirmed %d, reading from %s, filter %s", self.state,
+                              self.backlog, n, now - last_t, n / (now - last_t), self.start_seqno, self.db.seqno,
+                              self.last_sent, self.last_confirmed, self.reading_from,
+                              self.cfg.filter.text if self.cfg.filter else "none")
                 last_t, last_sent = now, self.sent_records

@@ -17,7 +17,7 @@ from typing import Union
 
 import msgspec
 
-from ..errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..errors import FilterError, LocalProtocolError, ProtocolError, RemoteProtocolError
 
 PROTOCOL_VERSION = 1
 FRAME_PREFIX = struct.Struct("<IB")
@@ -118,6 +118,7 @@ class RefusalCode(StrEnum):
     ROLLBACK_NEEDED = "ROLLBACK_NEEDED"
     BUSY = "BUSY"
     NO_FREE_STREAM = "NO_FREE_STREAM"
+    FILTER = FilterError.code  # the receiver's filter failed on a batch (its message names the seqno)
     # A protocol failure travels with its exception's code (errors.py stays the one place it is named).
     PROTOCOL = ProtocolError.code
     LOCAL_PROTOCOL = LocalProtocolError.code
