@@ -92,6 +92,23 @@ def test_empty_transactions_take_their_seqnos_on_the_secondary(tmp_path):
         assert db.seqno == 3
 
 
+def test_empty_transactions_take_their_seqnos_on_a_supplementary_instance(tmp_path):
+    """SI re-frames what it receives: a transaction a filter emptied must still take a local seqno and
+    its stream seqno, else the next one is a gap and the stream never moves past the empty one."""
+    multisite.create(tmp_path / "P", name="P", supplementary=True)
+    recs = [Record(i, 0, 0, "A", 1.0, [Update(SET, "acct", ("k", i), encode_value(i))]) for i in (1, 2, 3)]
+    run = filter_run(FrameRun.of([(r.seqno, encode_record(r)) for r in recs]),
+                     function_answerer(lambda d: d if d["seqno"] == 3 else dict(d, updates=[]), "drop"))
+    with multisite.open(tmp_path / "P") as db:
+        db.apply_records(decode_run(run), si_stream=2)
+        assert (db.seqno, db.stream_seqno(2)) == (3, 3)
+        assert db.get("acct", ("k", 3)) == 3
+    assert [(r.seqno, r.stream, r.stream_seqno, len(r.updates)) for r in iter_records(tmp_path / "P" / "journal")] \
+        == [(1, 2, 1, 0), (2, 2, 2, 0), (3, 2, 3, 1)]
+    with multisite.open(tmp_path / "P") as db:  # and after recovery on open
+        assert (db.seqno, db.stream_seqno(2)) == (3, 3)
+
+
 def _run(*recs: Record) -> FrameRun:
     return FrameRun.of([(r.seqno, encode_record(r)) for r in recs])
 

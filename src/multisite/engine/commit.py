@@ -96,6 +96,8 @@ def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int
             i += 1
         if r.replicated:
             touched.add(region)
+    # A received transaction with no updates (a filter emptied it) still takes its seqno: seqnos and
+    # stream seqnos stay contiguous, as they do when BC keeps the primary's frame.
     return core.seal(updates, touched, origin=origin, stream=stream, stream_seqno=stream_seqno,
-                     commit_time=commit_time)
+                     commit_time=commit_time, keep_empty=replicated_apply)
 

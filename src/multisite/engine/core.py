@@ -83,10 +83,12 @@ class Core:
 
     # -- seqnos and the journal ------------------------------------------------------------------
     def seal(self, updates: list[Update], touched: set[str], *, origin: str | None = None, stream: int = 0,
-             stream_seqno: int | None = None, commit_time: float | None = None) -> tuple[int, bytes]:
+             stream_seqno: int | None = None, commit_time: float | None = None,
+             keep_empty: bool = False) -> tuple[int, bytes]:
         """Give applied ``updates`` the next seqno and frame their journal record; a record over the
-        journal's limit is a TransactionError and takes no seqno. ``(0, b"")`` for no updates."""
-        if not updates:
+        journal's limit is a TransactionError and takes no seqno. ``(0, b"")`` for no updates, unless
+        ``keep_empty`` (a received empty transaction: it takes its seqno)."""
+        if not updates and not keep_empty:
             return 0, b""
         seqno = self.seqno + 1
         if stream_seqno is None:  # a local transaction: stream 0
