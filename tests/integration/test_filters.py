@@ -127,6 +127,22 @@ def test_a_filter_that_fails_on_the_receiver_refuses_the_batch_naming_the_seqno(
     assert b.seqno() == 0
 
 
+def test_a_slow_in_filter_keeps_the_link_alive_while_it_works_through_a_batch(cluster):
+    """Each answer within --filter-timeout, but a batch takes longer than the source's heartbeat
+    timeout: the receiver must keep answering meanwhile, not let the source give the link up."""
+    a, b = cluster.instance("A"), cluster.instance("B")
+    b.start_receiver(filter=filter_command("slow", "60"))
+    with a.client() as db:
+        db.create_region("people")
+        for i in range(40):  # one batch of 40 transactions: about 2.4 s in the filter
+            db.set("people", ("p", i), {"name": "Ann Lee"})
+    a.start_source(b, heartbeat_interval_s=0.2, heartbeat_timeout_s=1.0)
+    cluster.wait_caught_up(a, b)
+    st = a.call("source.status", secondary="B")
+    assert st["connects"] == 1 and not st["last_error"], st
+    assert b.call("receiver.status")["filter_starts"] == 1
+
+
 def test_rolling_upgrade_end_to_end(cluster):
     """A runs the old application ({"name": "Ann Lee"}), B the new one ({"first": "Ann", "last": "Lee"}).
     B catches up from A through an in-filter while A runs; the application switches over to B; A,

@@ -343,8 +343,16 @@ class ReceiverServer:
 
     async def _filtered(self, run, conn: Connection, writer: asyncio.StreamWriter, peer: str):
         """``run`` through the in-filter; None (the source told, nothing of the batch kept) if it failed."""
+        fut = asyncio.get_running_loop().run_in_executor(None, self.filter.apply, run)
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, self.filter.apply, run)
+            # Nothing reads the source's heartbeats meanwhile: say the link is alive, or a batch that
+            # takes the filter longer than the source's heartbeat timeout (each answer in time) makes
+            # the source give the link up, reconnect and send the batch again. A hung filter is the
+            # filter's timeout's to catch.
+            while not (await asyncio.wait({fut}, timeout=self.cfg.progress_interval_s))[0]:
+                writer.write(conn.send(HeartbeatAck(0, 0.0, self._applied_seqno(), self.pool.received_seqno)))
+                await writer.drain()
+            return fut.result()
         except FilterError as e:
             why = f"{e.message}; nothing of batch {run.first_seqno}..{run.last_seqno} went into the receive pool"
             self.last_error = f"{e.code}: {why}"

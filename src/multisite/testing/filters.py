@@ -120,6 +120,8 @@ def main(argv: list[str]) -> int:
             return 3
         if mode == "hang-after" and answered >= n:
             time.sleep(3600)
+        if mode == "slow":  # n ms per transaction: each answer in time, a large batch slow
+            time.sleep(n / 1000)
         if mode == "wrong-seqno":
             doc["seqno"] += 1
         if mode == "garbage":
