@@ -180,6 +180,13 @@ class GridPolicyError(ConfigError):
         self.key = key
 
 
+class WrongPartition(MultisiteError):
+    """A key or a request belongs to another partition of the grid than the one it was sent to (a grid
+    transaction updates the keys of one partition only)."""
+
+    code = "WRONG_PARTITION"
+
+
 class ReplicationVotedToRollback(MultisiteError):
     """Too few synchronous replicas voted to commit a transaction on a grid primary: it was committed
     nowhere. The counts say why (``commit_votes`` of ``min_sync`` needed, from ``voters`` asked)."""
