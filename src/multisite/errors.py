@@ -176,8 +176,55 @@ class ServerError(MultisiteError):
     code = "SERVER"
 
 
+class GridPolicyError(ConfigError):
+    """A grid's deployment policy (``grid.toml``) is wrong: the message names the file and the key."""
+
+    code = "GRID_POLICY"
+
+    def __init__(self, message: str, *, path: str = "", key: str = "", **details: object) -> None:
+        super().__init__(message, path=path, key=key, **details)
+        self.path = path
+        self.key = key
+
+
+class WrongPartition(MultisiteError):
+    """A key or a request belongs to another partition of the grid than the one it was sent to (a grid
+    transaction updates the keys of one partition only)."""
+
+    code = "WRONG_PARTITION"
+
+
 class ReplicationVotedToRollback(MultisiteError):
+    """Too few synchronous replicas voted to commit a transaction on a grid primary: it was committed
+    nowhere. The counts say why (``commit_votes`` of ``min_sync`` needed, from ``voters`` asked)."""
+
     code = "REPLICATION_VOTED_TO_ROLLBACK"
+
+    def __init__(self, message: str, *, commit_votes: int = 0, min_sync: int = 0, voters: int = 0,
+                 rollback_votes: int = 0, timed_out: int = 0, **details: object) -> None:
+        super().__init__(message, commit_votes=commit_votes, min_sync=min_sync, voters=voters,
+                         rollback_votes=rollback_votes, timed_out=timed_out, **details)
+
+    # Read from ``details``: a client re-raising a server's error builds it with the message only.
+    @property
+    def commit_votes(self) -> int:
+        return int(self.details.get("commit_votes", 0))
+
+    @property
+    def min_sync(self) -> int:
+        return int(self.details.get("min_sync", 0))
+
+    @property
+    def voters(self) -> int:
+        return int(self.details.get("voters", 0))
+
+    @property
+    def rollback_votes(self) -> int:
+        return int(self.details.get("rollback_votes", 0))
+
+    @property
+    def timed_out(self) -> int:
+        return int(self.details.get("timed_out", 0))
 
 
 class PipelineError(MultisiteError):

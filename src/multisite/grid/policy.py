@@ -1,0 +1,185 @@
+"""A grid's deployment policy: what ``grid.toml`` says, checked once, as a frozen value.
+
+The file is flat TOML::
+
+    name = "orders"          # the grid's name: a container of another grid is refused
+    partitions = 8           # fixed for the grid's life: a key's partition is a hash modulo this
+    min_sync = 1             # synchronous replicas that must vote commit before a primary commits
+    max_sync = 1             # synchronous replicas placed per partition (at most)
+    max_async = 1            # asynchronous replicas placed per partition (at most)
+    zones = ["a", "b"]       # optional: no two shards of a partition in one zone
+
+    [maps.accounts]          # one table per map (a region in every shard); settings come later
+    [maps.orders]
+
+Every error is a ``GridPolicyError`` naming the file and the key, so that the CLI can print it as it
+is. Unknown keys are errors, not warnings: a misspelt ``min_sycn`` must not silently mean 0.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import GridPolicyError
+
+MAX_PARTITIONS = 4096  # one instance directory per shard: more would be a file-handle problem, not a grid
+MAX_REPLICAS = 16  # per kind (sync, async) and partition
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+TOP_KEYS = ("name", "partitions", "min_sync", "max_sync", "max_async", "zones", "maps")
+MAP_KEYS: tuple[str, ...] = ()  # a later session adds "loader" here (the seed's write-through Loader)
+RESERVED_MAP_KEYS = {"loader": "a map's loader is not built yet"}
+
+
+@dataclass(frozen=True)
+class MapPolicy:
+    """One map of the grid: a region of that name in every shard's instance."""
+
+    name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+@dataclass(frozen=True)
+class GridPolicy:
+    name: str
+    partitions: int
+    min_sync: int = 0
+    max_sync: int = 0
+    max_async: int = 0
+    zones: tuple[str, ...] | None = None
+    maps: tuple[MapPolicy, ...] = ()
+    source: str = field(default="<policy>", compare=False)  # where it was read from, for messages
+
+    def __post_init__(self) -> None:
+        # The same checks as the file's, so that a policy built in code is as safe as one read.
+        _check(self.to_dict(), self.source)
+
+    @property
+    def shards_per_partition(self) -> int:
+        """Shards a fully placed partition has: the primary and every replica."""
+        return 1 + self.max_sync + self.max_async
+
+    @property
+    def map_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.maps)
+
+    def map(self, name: str) -> MapPolicy:
+        for m in self.maps:
+            if m.name == name:
+                return m
+        raise GridPolicyError(f"grid {self.name!r} has no map {name!r} (maps: {', '.join(self.map_names)}); "
+                              f"add [maps.{name}] to {self.source}", path=self.source, key=f"maps.{name}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy in the shape of the file (and of ``grid status --json``)."""
+        d: dict[str, Any] = {"name": self.name, "partitions": self.partitions, "min_sync": self.min_sync,
+                             "max_sync": self.max_sync, "max_async": self.max_async}
+        if self.zones is not None:
+            d["zones"] = list(self.zones)
+        d["maps"] = {m.name: {k: v for k, v in m.to_dict().items() if k != "name"} for m in self.maps}
+        return d
+
+
+def load_policy(path: str | Path) -> GridPolicy:
+    """Read and check ``path`` (a ``grid.toml``)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise GridPolicyError(f"cannot read grid policy {path}: {e.strerror or e}", path=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise GridPolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})", path=str(path)) from None
+    return parse_policy(text, source=str(path))
+
+
+def parse_policy(text: str, source: str = "<string>") -> GridPolicy:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise GridPolicyError(f"{source}: not valid TOML: {e}", path=source) from None
+    return policy_from_dict(data, source)
+
+
+def policy_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> GridPolicy:
+    """A policy from the file's shape (``to_dict``'s output reads back as the same policy)."""
+    _check(data, source)
+    zones = data.get("zones")
+    return GridPolicy(name=data["name"], partitions=data["partitions"], min_sync=data.get("min_sync", 0),
+                      max_sync=data.get("max_sync", 0), max_async=data.get("max_async", 0),
+                      zones=None if zones is None else tuple(zones),
+                      maps=tuple(MapPolicy(n) for n in data["maps"]), source=source)
+
+
+# -- the checks ----------------------------------------------------------------------------------------
+
+def _fail(source: str, key: str, why: str) -> None:
+    raise GridPolicyError(f"{source}: {key}: {why}", path=source, key=key)
+
+
+def _int(data: Mapping[str, Any], key: str, source: str, *, default: int | None, lo: int, hi: int) -> int:
+    if key not in data:
+        if default is None:
+            _fail(source, key, f"missing; it is required (an integer {lo}..{hi})")
+        return default
+    v = data[key]
+    if type(v) is not int:  # bool is an int to Python, not to a policy
+        _fail(source, key, f"must be an integer, got {type(v).__name__} {v!r}")
+    if not lo <= v <= hi:
+        _fail(source, key, f"must be {lo}..{hi}, got {v}" + (" (a count cannot be negative)" if v < 0 else ""))
+    return v
+
+
+def _check(data: Mapping[str, Any], source: str) -> None:
+    if not isinstance(data, Mapping):
+        _fail(source, "(top)", f"must be a table, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(TOP_KEYS))
+    if unknown:
+        _fail(source, unknown[0], f"unknown key (known: {', '.join(TOP_KEYS)})")
+    name = data.get("name")
+    if name is None:
+        _fail(source, "name", "missing; the grid needs a name (containers of another grid are refused by it)")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        _fail(source, "name", f"must be a name of letters, digits, '_', '.', '-' (1..64, not starting with a "
+                              f"digit), got {name!r}")
+    _int(data, "partitions", source, default=None, lo=1, hi=MAX_PARTITIONS)
+    min_sync = _int(data, "min_sync", source, default=0, lo=0, hi=MAX_REPLICAS)
+    max_sync = _int(data, "max_sync", source, default=0, lo=0, hi=MAX_REPLICAS)
+    _int(data, "max_async", source, default=0, lo=0, hi=MAX_REPLICAS)
+    if min_sync > max_sync:
+        _fail(source, "min_sync", f"min_sync = {min_sync} is more than max_sync = {max_sync}: no commit could "
+                                  f"ever gather {min_sync} votes; raise max_sync or lower min_sync")
+    zones = data.get("zones")
+    if zones is not None:
+        if not isinstance(zones, (list, tuple)) or not zones:
+            _fail(source, "zones", f"must be a non-empty list of zone names, got {zones!r}")
+        for z in zones:
+            if not isinstance(z, str) or not NAME_RE.fullmatch(z):
+                _fail(source, "zones", f"zone {z!r} is not a name of letters, digits, '_', '.', '-'")
+        if len(set(zones)) != len(zones):
+            _fail(source, "zones", f"lists a zone twice: {list(zones)}")
+        if len(zones) < 1 + min_sync:
+            _fail(source, "zones", f"{len(zones)} zone(s) cannot hold a primary and min_sync = {min_sync} "
+                                   f"synchronous replicas of one partition, each in its own zone")
+    maps = data.get("maps")
+    if maps is None:
+        _fail(source, "maps", "missing; add at least one map, e.g. [maps.accounts]")
+    if not isinstance(maps, Mapping) or not maps:
+        _fail(source, "maps", f"must be a table of at least one map ([maps.NAME]), got {maps!r}")
+    for mname, settings in maps.items():
+        key = f"maps.{mname}"
+        if not NAME_RE.fullmatch(mname):
+            _fail(source, key, f"map name {mname!r} is not a name of letters, digits, '_', '.', '-'")
+        if not isinstance(settings, Mapping):
+            _fail(source, key, f"must be a table ([{key}]), got {type(settings).__name__} {settings!r}")
+        for k in settings:
+            if k in RESERVED_MAP_KEYS:
+                _fail(source, f"{key}.{k}", RESERVED_MAP_KEYS[k])
+            if k not in MAP_KEYS:
+                _fail(source, f"{key}.{k}", "unknown key" + (f" (known: {', '.join(MAP_KEYS)})" if MAP_KEYS else
+                                                             " (a map takes no settings yet)"))
