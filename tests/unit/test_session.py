@@ -100,6 +100,19 @@ def refused(source: InstanceFile, s_seqno: int, receiver: InstanceFile, pos: Pos
     return got
 
 
+def test_a_source_started_for_another_instance_is_refused_before_any_remedy():
+    """The source's Hello names the secondary it was started for: a misaddressed receiver refuses
+    it first, before a rollback --autorollback would make (nothing of this instance changes)."""
+    a, b = primary("A"), primary("B")
+    promote(a, 5)  # B would otherwise need a rollback to follow A
+    got = ReceiverHandshake(hello_for(a, 10, secondary="C"), supplementary=False, autorollback=True).answer(
+        Position(b, 20))
+    assert isinstance(got, Refusal) and got.code is RefusalCode.WRONG_NAME, got
+    assert "started for secondary 'C', but this is instance 'B'" in got.message
+    assert isinstance(ReceiverHandshake(hello_for(a, 10, secondary="B"), supplementary=False).answer(
+        Position(primary("B"), 0)), Accept)
+
+
 def test_same_name_is_refused():
     a, twin = primary("A"), primary("A")
     r = refused(a, 10, twin, Position(twin, 0), autorollback=True)

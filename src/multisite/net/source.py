@@ -285,13 +285,15 @@ class SourceServer:
         conn = Connection(Role.SOURCE, compress_level=cfg.compress_level)
         self.state = "handshake"
         self._kicked = False  # a kick from here on ends this session: its Hello may predate the change
-        me = hello_for(self.db.info, self.db.seqno)
+        me = hello_for(self.db.info, self.db.seqno, secondary=self.cfg.secondary)  # the receiver checks it too
         writer.write(conn.send(me))
         await writer.drain()
         peer = await asyncio.wait_for(read_event(conn, reader), cfg.heartbeat_timeout_s)
         if isinstance(peer, Error):
             self.log.error("receiver %s:%d refused: %s: %s", cfg.host, cfg.port, peer.code, peer.message)
-            raise _Refused(f"{peer.code}: {peer.message}")
+            self._misaddressed = peer.code == RefusalCode.WRONG_NAME  # another instance answered there
+            where = f" (the receiver at {cfg.host}:{cfg.port})" if self._misaddressed else ""
+            raise _Refused(f"{peer.code}: {peer.message}{where}")
         assert isinstance(peer, Hello)
         refusal = (check_secondary_name(peer, cfg.secondary, source=me.name, address=f"{cfg.host}:{cfg.port}")
                    or check_peer(me, peer, i_am="source"))

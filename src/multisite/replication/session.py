@@ -118,6 +118,13 @@ class ReceiverHandshake:
         return me, check_peer(me, self.peer, i_am="receiver", si_source_group=group)
 
     def answer(self, pos: Position) -> Answer:
+        wanted = self.peer.flags.get("secondary")  # whom the source was started for (older sources: none)
+        if isinstance(wanted, str) and wanted != pos.info.name != self.peer.name:  # (a twin: SAME_NAME below)
+            # Before anything else: a misaddressed source must not make this instance roll back.
+            return Refusal(RefusalCode.WRONG_NAME,
+                           f"source {self.peer.name} was started for secondary {wanted!r}, but this is instance "
+                           f"{pos.info.name!r}: refused before any rollback or change here; start the source with "
+                           f"--secondary {pos.info.name}, or point it at {wanted}'s receiver")
         me, refusal = self.position_hello(pos)
         if refusal is None:
             self.hello = me
