@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/catchup.py                                   # the code it runs with, N = 1,000,000
     .venv/bin/python bench/catchup.py --n 100000 --runs 1               # a quick try
-    .venv/bin/python bench/catchup.py --tree before=/work/wt-base/src --tree after=src --json out.json
+    .venv/bin/python bench/catchup.py --tree before=../old-checkout/src --tree after=src --json out.json
 
 A Makefile target would be ``bench-catchup: ; .venv/bin/python bench/catchup.py $(ARGS)``.
 

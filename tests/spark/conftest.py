@@ -40,10 +40,6 @@ def commit(db, ops):
                 tx.zkill(region, key)
 
 
-def state_of(root) -> dict:
-    with multisite.open(root) as db:
-        return {(r, k): v for r in sorted(db.regions()) for k, v in db.items(r)}
-
 
 KNOWN = [
     [("set", "acct", ("a", 1), {"owner": "ann", "n": 1}), ("set", "log", (1,), "one")],

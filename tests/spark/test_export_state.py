@@ -7,7 +7,8 @@ import json
 import random
 
 import multisite
-from conftest import build, commit, state_of
+from conftest import build, commit
+from multisite.testing.builders import state_of
 from multisite import pipeline
 from multisite.keys import key_text
 

@@ -7,38 +7,13 @@ from __future__ import annotations
 import pytest
 
 import multisite
-from conftest import state_of
 from multisite import pipeline
 from multisite.errors import HistoryMismatch
 from multisite.journal.reader import iter_records
+from multisite.testing.builders import numbered, replica_of, rewrite_after, state_of
 
 
-def numbered(path, name, n, *, region="r", prefix="k"):
-    root = multisite.create(path, name=name, durability="none")
-    with multisite.open(root) as db:
-        db.create_region(region)
-        for i in range(1, n + 1):
-            db.set(region, (prefix, i), f"v{i}")
-    return root
 
-
-def replica_of(src, path, name, upto):
-    """A replica of ``src`` at ``upto``, filled as the Update Process fills it."""
-    root = multisite.create(path, name=name, durability="none")
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for rec in iter_records(src / "journal", 1, upto):
-            db.apply_record(rec)
-    return root
-
-
-def rewrite_after(root, seqno, upto, prefix="n"):
-    """Roll ``root`` back to ``seqno`` and commit other transactions up to ``upto``."""
-
-    with multisite.open(root) as db:
-        db.rollback(seqno)
-        for i in range(seqno + 1, upto + 1):
-            db.set("r", (prefix, i), f"other{i}")
 
 
 def test_fold_compares_history_records_of_a_seeded_replica(spark, tmp_path):

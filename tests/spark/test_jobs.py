@@ -7,7 +7,8 @@ import shutil
 
 import multisite
 import multisite.values
-from conftest import KNOWN, build, commit, state_of
+from conftest import KNOWN, build, commit
+from multisite.testing.builders import state_of
 from multisite import pipeline
 from multisite.journal.reader import iter_records
 

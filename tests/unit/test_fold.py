@@ -11,6 +11,7 @@ import multisite
 from multisite import pipeline
 from multisite.errors import ConfigError, HistoryMismatch
 from multisite.journal.reader import iter_records
+from multisite.testing.builders import numbered, replica_of, rewrite_after, state_of
 
 
 class NoSpark:
@@ -20,39 +21,9 @@ class NoSpark:
         raise AssertionError(f"Spark was used (.{name}) where the call should have stopped first")
 
 
-# The same small instances as tests/spark/test_fold_seed_cases.py builds (a tier's helpers are its own).
-
-def numbered(path, name, n, *, region="r", prefix="k"):
-    root = multisite.create(path, name=name, durability="none")
-    with multisite.open(root) as db:
-        db.create_region(region)
-        for i in range(1, n + 1):
-            db.set(region, (prefix, i), f"v{i}")
-    return root
 
 
-def replica_of(src, path, name, upto):
-    """A replica of ``src`` at ``upto``, filled as the Update Process fills it."""
-    root = multisite.create(path, name=name, durability="none")
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for rec in iter_records(src / "journal", 1, upto):
-            db.apply_record(rec)
-    return root
 
-
-def rewrite_after(root, seqno, upto, prefix="n"):
-    """Roll ``root`` back to ``seqno`` and commit other transactions up to ``upto``."""
-
-    with multisite.open(root) as db:
-        db.rollback(seqno)
-        for i in range(seqno + 1, upto + 1):
-            db.set("r", (prefix, i), f"other{i}")
-
-
-def state_of(root) -> dict:
-    with multisite.open(root) as db:
-        return {(r, k): v for r in sorted(db.regions()) for k, v in db.items(r)}
 
 
 def test_fold_to_below_the_replica_is_refused_before_reading(tmp_path):

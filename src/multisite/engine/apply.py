@@ -18,7 +18,6 @@ once, and one that would leave a gap is refused (JournalGap) with nothing applie
 from __future__ import annotations
 
 from ..errors import JournalGap, TransactionError
-from ..journal.durability import Durability
 from ..journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, FrameRun, Record, record_decoder
 from ..keys import encode_key
 from .commit import prepare
@@ -30,8 +29,7 @@ def apply_frames(core: Core, runs: list[FrameRun]) -> int:
     ``group`` mode, one fdatasync); returns the instance's seqno."""
     with core.lock:
         core.check_open()
-        snap = core.savepoint()
-        try:
+        with core.atomic():
             chunks = _apply_runs(core, runs)
             if chunks:
                 data = chunks[0][1] if len(chunks) == 1 else b"".join(c for _, c, _ in chunks)
@@ -41,14 +39,7 @@ def apply_frames(core: Core, runs: list[FrameRun]) -> int:
                         frames = [fr for seqno, fr in run.frames() if seqno >= first]
                         for listener in core.commit_listeners:
                             listener(first, frames)
-        except BaseException:
-            core.undo(snap)
-            raise
-        core.release()
-        if chunks and core.journal.durability is Durability.GROUP:
-            core.journal.sync()
-        core.maybe_flush()
-        return core.seqno
+        return core.received(bool(chunks))
 
 
 def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, FrameRun]]:
@@ -120,8 +111,7 @@ def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
     with core.lock:
         core.check_open()
         frames: list[tuple[int, bytes]] = []
-        snap = core.savepoint()
-        try:
+        with core.atomic():
             for rec in recs:
                 if si_stream is None:
                     pos, kw = core.seqno, {"stream": rec.stream, "stream_seqno": rec.stream_seqno}
@@ -140,11 +130,4 @@ def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
                 frames.append((seqno, data))
             if frames:
                 core.write(frames)
-        except BaseException:
-            core.undo(snap)
-            raise
-        core.release()
-        if frames and core.journal.durability is Durability.GROUP:
-            core.journal.sync()
-        core.maybe_flush()
-        return core.seqno
+        return core.received(bool(frames))
