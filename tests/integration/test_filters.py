@@ -4,6 +4,7 @@ link, failures that stop the link naming the seqno, and the rolling upgrade end 
 from __future__ import annotations
 
 import logging
+import time
 import re
 
 import msgspec
@@ -59,6 +60,39 @@ def test_a_broken_filter_process_fails_naming_the_seqno_and_is_killed(tmp_path, 
     with pytest.raises(ProcessLookupError):
         import os
         os.kill(pid, 0)
+
+
+def test_a_stale_batchs_failure_kills_only_its_own_process(tmp_path):
+    """A session that ended mid-batch leaves its worker thread in ``apply``; when that batch then
+    fails, the process of the next session (started meanwhile) must live on."""
+    import threading
+
+    f = Filter(FilterSpec.parse(filter_command("hang-after", "1"), timeout_s=1.0), "test filter", LOG, tmp_path / "err")
+    failed: list[BaseException] = []
+
+    def stale() -> None:
+        try:
+            f.apply(_run(1, 3))
+        except FilterError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=stale)
+    t.start()
+    deadline = time.monotonic() + 10
+    while f.pid is None:  # the stale batch's process is up
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    old = f._proc
+    f._proc = None  # the session ended (its kill is the next session's business)
+    new = f._start()  # the next session's process
+    t.join(20)
+    try:
+        assert failed and "no answer for seqno 2" in str(failed[0])
+        assert old.poll() is not None  # the stale batch's process was killed...
+        assert f._proc is new and new.poll() is None  # ...and the next session's was not
+    finally:
+        f.close()
+        old.kill()
 
 
 def test_a_filter_command_that_cannot_start_is_refused_at_start(cluster):

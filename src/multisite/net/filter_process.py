@@ -20,6 +20,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ class Filter:
         self._fn = load_function(spec.function) if spec.in_process else None
         self.filtered = 0  # transactions through this filter
         self.starts = 0  # external processes started
+        self._used = threading.local()  # per calling thread: the process its batch went to
 
     @property
     def pid(self) -> int | None:
@@ -55,10 +57,13 @@ class Filter:
         if self._fn is not None:
             out = filter_run(run, function_answerer(self._fn, self.label), self.label)
         else:
+            self._used.proc = None
             try:
                 out = filter_run(run, self._answer, self.label)
             except FilterError:
-                self.kill()
+                # Only the process this batch went to: a session that ended mid-batch leaves its
+                # worker thread running here, and the next session's process is not its to kill.
+                self._kill(self._used.proc)
                 raise
         self.filtered += len(out)
         return out
@@ -93,8 +98,9 @@ class Filter:
             proc = self._start()
         except ConfigError as e:
             raise FilterError(f"{e.message} (at seqno {first_seqno})") from None
+        self._used.proc = proc
         if proc.poll() is not None:  # it died since the last batch: a crash, not a fresh start
-            raise FilterError(self._died(first_seqno))
+            raise FilterError(self._died(proc, first_seqno))
         reader = self._reader
         reader.expect(first_seqno)
         data = memoryview(b"".join(encode_message(d, self.spec.fmt) for d in docs))
@@ -116,7 +122,7 @@ class Filter:
                         try:
                             sent += os.write(win, data[sent:sent + WRITE_CHUNK_BYTES])
                         except BrokenPipeError:
-                            raise FilterError(self._died(first_seqno + len(answers))) from None
+                            raise FilterError(self._died(proc, first_seqno + len(answers))) from None
                         except BlockingIOError:
                             continue
                         if sent == len(data):
@@ -127,7 +133,7 @@ class Filter:
                         except BlockingIOError:
                             continue
                         if not chunk:
-                            raise FilterError(self._died(first_seqno + len(answers)))
+                            raise FilterError(self._died(proc, first_seqno + len(answers)))
                         got = reader.feed(chunk)
                         if got:
                             answers += got
@@ -135,8 +141,7 @@ class Filter:
         # A surplus here is refused by ``filter_run``; one still on its way, by the next ``expect``.
         return answers
 
-    def _died(self, seqno: int) -> str:
-        proc = self._proc
+    def _died(self, proc: subprocess.Popen, seqno: int) -> str:
         try:
             code = proc.wait(CLOSE_TIMEOUT_S) if proc is not None else None
         except subprocess.TimeoutExpired:
@@ -152,9 +157,13 @@ class Filter:
 
     def kill(self) -> None:
         """SIGKILL the process (and anything it started); the next batch starts a new one."""
-        proc, self._proc = self._proc, None
+        self._kill(self._proc)
+
+    def _kill(self, proc: subprocess.Popen | None) -> None:
         if proc is None:
             return
+        if self._proc is proc:
+            self._proc = None
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
