@@ -231,3 +231,38 @@ def test_a_damaged_store_is_a_clear_error_and_a_store_moved_aside_is_rebuilt_fro
     store.rename(tmp_path / "store-aside")
     with multisite.open(root) as db:  # the lock was let go; the store is rebuilt from the journal
         assert (db.seqno, db.recovery.replayed, db.get("acct", ("k", 49))) == (50, 50, 49)
+
+
+def test_an_open_that_fails_half_way_leaves_no_file_open(tmp_path, monkeypatch):
+    """An open that fails after its journal and store were opened (here: finishing an interrupted
+    rollback) closes both, commits nothing to the store and releases the lock."""
+    import os
+
+    from multisite.engine import rollback as engine_rollback
+
+    root = multisite.create(tmp_path / "A", name="A")
+    with multisite.open(root) as db:
+        db.create_region("r")
+        db.set("r", ("k",), 1)
+
+    def opened() -> list[str]:
+        fds = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sorted(p for p in fds if p.startswith(str(root)))
+
+    before = opened()
+
+    def fails(core):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(engine_rollback, "finish_interrupted", fails)
+    with pytest.raises(OSError, match="disk gone"):
+        multisite.open(root)
+    assert opened() == before
+    monkeypatch.undo()
+    with multisite.open(root) as db:
+        assert db.get("r", ("k",)) == 1

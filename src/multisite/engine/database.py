@@ -25,7 +25,7 @@ from ..store.sqlite import RegionInfo, Store
 from ..values import decode_value, encode_value
 from . import apply, commit, rollback as _rollback
 from .group import GroupCommit
-from .recovery import recover
+from .recovery import abandon, recover
 from .rollback import RollbackReport
 from .transaction import ThreadState, Transaction
 
@@ -75,7 +75,11 @@ class Database:
             self._local = ThreadState()
             self._group = GroupCommit(self._core)
             self._grouped = self._core.journal.durability is Durability.GROUP  # fixed while open
-            done = _rollback.finish_interrupted(self._core)
+            try:
+                done = _rollback.finish_interrupted(self._core)
+            except BaseException:
+                abandon(self._core)
+                raise
             if done is not None:
                 self.recovery.notes.append(f"completed an interrupted rollback: {done.summary()}")
             self.open_seconds = time.perf_counter() - t0

@@ -55,10 +55,34 @@ def recover(lay: Layout, durability: str | Durability | None, segment_bytes: int
         raise JournalError(f"the store of {lay.root} is at seqno {store.applied_seqno} but its journal "
                            f"ends at {js.last_seqno}: journal files are missing; restore from a backup")
     tail = js.segments[-1]
-    journal = JournalWriter(lay.journal, index=tail.index, path=tail.path, last_seqno=js.last_seqno,
-                            durability=durability or info.durability,
-                            segment_bytes=segment_bytes or info.segment_bytes, size=js.tail_size)
+    try:
+        journal = JournalWriter(lay.journal, index=tail.index, path=tail.path, last_seqno=js.last_seqno,
+                                durability=durability or info.durability,
+                                segment_bytes=segment_bytes or info.segment_bytes, size=js.tail_size)
+    except BaseException:
+        store.abandon()
+        raise
     core = Core(lay, info, store, journal, js.last_seqno, store.stream_seqnos)
+    try:
+        _roll_forward_on_open(core, js, rep)
+    except BaseException:
+        abandon(core)
+        raise
+    return core, rep
+
+
+def abandon(core: Core) -> None:
+    """An open that failed after the journal and store were opened: close both, committing nothing
+    to the store (the journal holds it all; the next open replays it)."""
+    try:
+        core.journal.close()
+    except OSError:
+        pass
+    core.store.abandon()
+
+
+def _roll_forward_on_open(core: Core, js, rep: RecoveryReport) -> None:
+    store = core.store
     if store.applied_seqno < js.last_seqno:
         t1 = time.perf_counter()
         replay_from = store.applied_seqno + 1
@@ -70,7 +94,6 @@ def recover(lay: Layout, durability: str | Durability | None, segment_bytes: int
                 fsync_file(seg.path)
         store.flush()
         rep.replay_seconds = time.perf_counter() - t1
-    return core, rep
 
 
 def roll_forward(core: Core, first: int, last: int) -> int:

@@ -194,6 +194,10 @@ class Store:
             self.flush()
         self.conn.close()
 
+    def abandon(self) -> None:
+        """Close without committing (an open that failed half way): the journal has it all."""
+        self.conn.close()
+
     # -- regions ---------------------------------------------------------------------------------
     def create_region(self, name: str, replicated: bool, schema: str | None = None) -> RegionInfo:
         if self.lost is not None:
