@@ -139,6 +139,7 @@ def test_rollback_and_noresync_work_on_the_stream_of_the_group_that_needs_them(c
     assert lost_labels(s) == [["B2", "M2", "A3", "M3"]]
     lf = LostFile.read(lost_files(s)[0])
     assert lf.header["reason"].startswith("autorollback for P2") and lf.header["common_seqno"] == 1
+    assert lf.header["common_seqno_stream"] == 2  # the common point is a seqno of P2 (stream 2)
     assert lf.numbering == NUMBERING_SI and lf.stream_groups == {1: "g1", 2: "g2"}
     assert [(t["seqno"], t["stream"], t["stream_seqno"]) for t in lf.transactions] == \
         [(5, 2, 2), (6, 0, 2), (7, 1, 3), (8, 0, 3)]

@@ -143,3 +143,29 @@ def test_the_readme_replay_example(lost_path, tmp_path, changed_since):
         lost = multisite.LostFile.read(lost_path)
         assert replay(b, lost) == ([4, 5, 6] if changed_since else [5, 6])
         assert b.get("acct", ("a", 1)) == ("new on B" if changed_since else "lost")
+
+
+def test_zqgblmod_after_an_si_rollback_compares_the_originating_groups_numbering(tmp_path):
+    """An SI rollback's common seqno is one of the originating primary P's: asked of P, P's later
+    seqnos count; asked of the supplementary instance S itself, its stream's later stream seqnos do
+    (not its own local transactions, whose seqnos are another numbering)."""
+    p = multisite.create(tmp_path / "P", name="P", group="g1", durability="none")
+    with multisite.open(p) as pd:
+        pd.create_region("acct")
+        for i in range(1, 6):
+            pd.set("acct", ("k", i), i)  # P's seqnos 1..5
+    s = multisite.create(tmp_path / "S", name="S", group="g2", supplementary=True, durability="none")
+    with multisite.open(s) as sd:
+        sd.create_region("acct")
+        sd.set("acct", ("local",), "mine")  # S's own transaction: stream 0, local seqno 1
+        sd.apply_records(list(iter_records(p / "journal", 1, 5)), si_stream=1)  # stream 1, seqnos 1..5 of P
+    lost = multisite.LostFile.read(write_lost_file(  # what an SI rollback to P's seqno 3 would write
+        tmp_path, instance="S", group="g2", common_seqno=3, reason="t", records=list(iter_records(s / "journal", 5)),
+        si_streams={1: "g1"}, common_stream=1))
+    assert lost.header["common_seqno_stream"] == 1
+    assert [c["seqno"] for c in lost.changed_on(p, "acct", ("k", 4))] == [4]  # P's seqno 4 > 3
+    assert lost.changed_on(p, "acct", ("k", 2)) == []
+    on_s = lost.changed_on(s, "acct", ("k", 4))  # S's stream 1 record of P's seqno 4: S's local seqno 5
+    assert [c["seqno"] for c in on_s] == [5]
+    assert lost.changed_on(s, "acct", ("k", 3)) == []  # stream seqno 3: at the common point
+    assert lost.changed_on(s, "acct", ("local",)) == []  # S's own: not of the originating group

@@ -93,7 +93,9 @@ def lost_show(file: str, as_json: bool) -> None:
         return
     h = lf.header
     console.print(f"{lf.path.name}: {len(lf.transactions)} transaction(s) rolled off {h['instance']} "
-                  f"(seqnos {h['from_seqno']}..{h['to_seqno']}, common point {h['common_seqno']}; {h['reason']})")
+                  f"(seqnos {h['from_seqno']}..{h['to_seqno']}, common point {h['common_seqno']}"
+                  + (f" of stream {h['common_seqno_stream']}" if h.get("common_seqno_stream") else "")
+                  + f"; {h['reason']})")
     num, groups = lf.numbering or {}, lf.stream_groups
     si = num.get("seqno") == "local"
     if si:

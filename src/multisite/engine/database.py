@@ -247,11 +247,12 @@ class Database:
             core.store.touch()
             core.flush()
 
-    def rollback(self, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None
-                 ) -> RollbackReport:
+    def rollback(self, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None,
+                 common_stream: int | None = None) -> RollbackReport:
         """Take every transaction after ``to_seqno`` off this instance, into a lost-transaction file
         (see ``rollback``); a no-op if the instance is not ahead of it."""
-        return _rollback.rollback(self._core, to_seqno, reason=reason, common_seqno=common_seqno)
+        return _rollback.rollback(self._core, to_seqno, reason=reason, common_seqno=common_seqno,
+                                  common_stream=common_stream)
 
     def flush(self) -> None:
         """Harden the journal and commit the store now."""

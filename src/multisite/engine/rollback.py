@@ -54,15 +54,18 @@ class RollbackReport:
                 f"{self.to_seqno}, in {self.seconds:.2f} s ({rate:,.0f}/s); lost transactions in {self.lost_file}")
 
 
-def rollback(core: Core, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None
-             ) -> RollbackReport:
-    """Roll the instance back to ``to_seqno``. A no-op if it is not ahead of it."""
+def rollback(core: Core, to_seqno: int, *, reason: str = "rollback", common_seqno: int | None = None,
+             common_stream: int | None = None) -> RollbackReport:
+    """Roll the instance back to ``to_seqno``. A no-op if it is not ahead of it. ``common_seqno``
+    (default ``to_seqno``) goes into the lost file, in SI stream ``common_stream``'s numbering if given."""
     with core.lock:
         core.check_open()
-        return _rollback_locked(core, to_seqno, reason, to_seqno if common_seqno is None else common_seqno)
+        return _rollback_locked(core, to_seqno, reason, to_seqno if common_seqno is None else common_seqno,
+                                common_stream)
 
 
-def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int) -> RollbackReport:
+def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int, common_stream: int | None = None
+                     ) -> RollbackReport:
     t0 = time.perf_counter()
     start = core.seqno
     if to_seqno < 0:
@@ -93,7 +96,7 @@ def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int) -> Rol
         atomic_write(marker, json.dumps({"to_seqno": to_seqno, "lost_file": str(lost)}).encode())
     if not lost.exists():
         write_lost_file(lay.lost, instance=core.name, group=core.info.group, records=records, common_seqno=common,
-                        reason=reason, path=lost, si_streams=core.info.si_streams())
+                        reason=reason, path=lost, si_streams=core.info.si_streams(), common_stream=common_stream)
     _undo_store(core, records, to_seqno)
     _cut_journal(core, to_seqno)
     _trim_info(core, to_seqno)

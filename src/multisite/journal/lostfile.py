@@ -44,6 +44,7 @@ from ..fsutil import fsync_dir, write_all
 from ..keys import check_key
 from .extract import record_to_dict
 from .reader import iter_records
+from .segments import list_segments
 from .records import KILL, OP_NAMES, Record, decode_payload, encode_payload
 
 FORMAT = "multisite-lost/1"
@@ -71,10 +72,12 @@ def lost_file_path(lost_dir: Path, instance: str, first: int, last: int) -> Path
 
 
 def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[Record], common_seqno: int,
-                    reason: str, path: Path | None = None, si_streams: dict[int, str] | None = None) -> Path:
+                    reason: str, path: Path | None = None, si_streams: dict[int, str] | None = None,
+                    common_stream: int | None = None) -> Path:
     """Write the records (in commit order) crash-safely, to ``path`` or a new name; returns the path.
     ``si_streams`` (a supplementary instance's streams: number -> source group, maybe empty) says its
-    seqnos are local and its stream seqnos its sources'; None, a BC instance's."""
+    seqnos are local and its stream seqnos its sources'; None, a BC instance's. ``common_stream``: the
+    SI stream whose numbering ``common_seqno`` is in (None: this instance's own seqnos)."""
     first, last = records[0].seqno, records[-1].seqno
     if path is None:
         path = lost_file_path(lost_dir, instance, first, last)
@@ -82,7 +85,7 @@ def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[
     chunks: list[bytes] = []
     head = _line({"format": FORMAT, "instance": instance, "group": group, "from_seqno": first, "to_seqno": last,
                   "common_seqno": common_seqno, "reason": reason, "created": time.time(), "count": len(records),
-                  **_numbering(si_streams)})
+                  "common_seqno_stream": common_stream, **_numbering(si_streams)})
     chunks.append(head)
     for rec in records:
         d = record_to_dict(rec)
@@ -188,15 +191,25 @@ class LostFile:
         """GT.M's $ZQGBLMOD: the updates that the instance at ``instance_dir`` (the one that went on,
         usually the new primary) made to ``region``/``key`` after this file's common seqno, each as
         ``{"seqno", "op", "key"}``. None means no conflicting update can have happened there: a lost
-        update of that key can be applied again without overwriting a later one."""
+        update of that key can be applied again without overwriting a later one.
+
+        After an SI rollback the common seqno is one of the originating group's (the header's
+        ``common_seqno_stream``): on an instance of that group its seqnos compare, on a supplementary
+        instance (this one, its standby) the stream seqnos of that stream do."""
         k = list(check_key(key))
         if not isinstance(region, str):
             raise KeyTypeError(f"a region is a name (str), got {type(region).__name__} {region!r}")
         journal = Path(instance_dir) / "journal"
         if not journal.is_dir():
             raise ConfigError(f"{instance_dir} is not an instance directory (no journal/ in it)")
+        common, stream = self.header["common_seqno"], self.header.get("common_seqno_stream")
         out = []
-        for rec in iter_records(journal, self.header["common_seqno"] + 1):
+        infos = list_segments(journal)
+        oldest = infos[0].first_seqno if infos else 1
+        for rec in iter_records(journal, max(oldest, 1) if stream else common + 1, infos=infos):
+            if stream and not (rec.stream == stream and rec.stream_seqno > common  # a supplementary instance
+                               or rec.stream == 0 and rec.origin != self.header["instance"] and rec.seqno > common):
+                continue  # (the common point is a seqno of the originating group: its own instances' seqnos)
             for u in rec.updates:
                 uk = list(u.key)
                 if u.region == region and (uk == k or (u.op == KILL and k[: len(uk)] == uk)):

@@ -339,7 +339,7 @@ class InstanceServer:
         a seqno of ``stream``, the source's numbering). Runs in a worker thread; the receiver has
         emptied the receive pool and quiesced first."""
         to = common if stream is None else local_target_for_stream(self.db, stream, common)
-        return self.db.rollback(to, reason=reason, common_seqno=common)
+        return self.db.rollback(to, reason=reason, common_seqno=common, common_stream=stream)
 
     def kick_sources(self) -> None:
         for s in self.sources.values():

@@ -63,4 +63,4 @@ def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
     target = (refusal.common_seqno if stream is None
               else local_target_for_stream(db, stream, refusal.common_seqno))
     return db.rollback(target, reason=f"fetchresync from {primary.name} at {address}",
-                    common_seqno=refusal.common_seqno)
+                       common_seqno=refusal.common_seqno, common_stream=stream)
