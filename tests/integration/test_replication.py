@@ -366,3 +366,28 @@ def test_a_supplementary_receiver_confirms_in_the_sources_seqnos(cluster):
     while time.monotonic() < deadline:
         assert source_status(a, m)["last_confirmed"] == 3, "confirmed past what A has"
         time.sleep(0.1)
+
+
+def test_the_source_learns_of_each_applied_batch_at_once_not_at_the_next_heartbeat(cluster):
+    """Backlog and lag are true: the receiver confirms each batch the Update Process applied, so the
+    source's backlog reaches 0 within milliseconds, with heartbeats 5 s apart (and the receiver's
+    progress answers, for slow links, turned down to one every 30 s)."""
+    import time
+
+    a, b = cluster.instance("A"), cluster.instance("B")
+    b.start_receiver(progress_interval_s=30.0)
+    cluster.link(a, b, heartbeat_interval_s=5.0, heartbeat_timeout_s=30.0)
+    workload(a, 5)  # the session is up and confirmed once
+    cluster.wait_caught_up(a, b)
+    wait_until(lambda: source_status(a, b)["backlog"] == 0, what="the first confirmation")
+    seen = []
+    for _ in range(3):
+        last = workload(a, 20)
+        t0 = time.monotonic()
+        st = wait_until(lambda: (s := source_status(a, b))["last_confirmed"] == last and s, timeout_s=4.0,
+                        what="the confirmation of the last batch, before any heartbeat")
+        seen.append(time.monotonic() - t0)
+        assert st["backlog"] == 0 and st["lag_s"] == 0.0
+    assert max(seen) < 1.0, seen  # each well inside the 5 s between heartbeats
+    cluster.stop_all()
+    assert_same_data(a.root, b.root)

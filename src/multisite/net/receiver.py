@@ -44,6 +44,7 @@ from .tls import TLSConfig
 
 
 READER_LIMIT_BYTES = 64 * 1024  # asyncio's default for start_server
+CONFIRM_COALESCE_S = 0.002  # applied batches confirmed to the source within this, one answer for all
 
 
 class _PausedAtConnect(asyncio.StreamReaderProtocol):
@@ -104,6 +105,7 @@ class ReceiverServer:
         self.start_seqno = self.db.seqno
         self._stats_task: asyncio.Task | None = None
         self._restart = asyncio.Event()
+        self._confirm_pending = False  # an answer confirming applied batches is on its way
         self._restart_why = ""
         self.filter: Filter | None = None
         if cfg.filter is not None:
@@ -121,6 +123,7 @@ class ReceiverServer:
         self.pool.on_drained = lambda: self._loop.call_soon_threadsafe(self._maybe_xon)
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
                                                                      "the update process found a gap")
+        self.update.on_applied = lambda: self._loop.call_soon_threadsafe(self._confirm_applied)
         self._stats_task = self._loop.create_task(self._stats_loop())
         self.log.info("receiver server listening on %s:%d%s%s", self.cfg.host, self.port, " (TLS)" if ctx else "",
                       f", in-filter {self.cfg.filter.text}" if self.cfg.filter else "")
@@ -409,6 +412,26 @@ class ReceiverServer:
     def _request_restart(self, why: str) -> None:
         self._restart_why = why
         self._restart.set()
+
+    def _confirm_applied(self) -> None:
+        """After the Update Process applied a batch: confirm it to the source at once (an unsolicited
+        answer, ``seq`` 0), so that its backlog, lag and slot are true now and not at the next
+        heartbeat. Answers of a busy stream are gathered into one every CONFIRM_COALESCE_S."""
+        if self._confirm_pending or self._conn is None or self._writer is None:
+            return
+        self._confirm_pending = True
+
+        def send() -> None:
+            self._confirm_pending = False
+            if self._conn is None or self._writer is None:
+                return
+            try:
+                self._writer.write(self._conn.send(HeartbeatAck(0, 0.0, self._applied_seqno(),
+                                                                 self.pool.received_seqno)))
+            except MultisiteError:
+                pass
+
+        self._loop.call_later(CONFIRM_COALESCE_S, send)
 
     def _maybe_xon(self) -> None:
         if self._flow.xon(self.pool.bytes, connected=self._conn is not None and self._writer is not None):

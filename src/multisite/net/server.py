@@ -272,7 +272,8 @@ class InstanceServer:
                                  noresync: bool = False, receive_pool_bytes: int = 64 * 1024 * 1024,
                                  stats_interval_s: float = 5.0, update: bool = True, filter: str | None = None,
                                  filter_format: str = "json",
-                                 filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S) -> dict:
+                                 filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S,
+                                 progress_interval_s: float = 0.5) -> dict:
         if self.receiver is not None:
             raise ServerError(f"the receiver server of {self.db.name} is already running on "
                               f"{self.receiver.cfg.host}:{self.receiver.port}")
@@ -283,7 +284,7 @@ class InstanceServer:
         cfg = ReceiverConfig(host, port, tls=TLSConfig(**tls) if tls else None, autorollback=autorollback,
                              noresync=noresync, receive_pool_high_bytes=receive_pool_bytes,
                              receive_pool_low_bytes=receive_pool_bytes // 4, stats_interval_s=stats_interval_s,
-                             filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
+                             progress_interval_s=progress_interval_s, filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
         self.update.stats_interval_s = stats_interval_s
         rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,

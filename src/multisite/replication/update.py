@@ -45,6 +45,7 @@ class UpdateProcess:
         self.start_seqno = 0
         self.error: str | None = None
         self.on_gap = None  # called when the stream has a gap: the receiver must restart the connection
+        self.on_applied = None  # called after each applied batch: the receiver confirms it to the source
         self.si_stream: int | None = None  # SI: apply under this stream with local seqnos
 
     @property
@@ -83,6 +84,8 @@ class UpdateProcess:
                             continue  # the receiver restarted the stream; these will come again
                         self._apply(items)
                         self.applied += self.db.seqno - at
+                    if self.on_applied:
+                        self.on_applied()
                     if full_since is not None:
                         self.log.info("update process: room again after %.1f s; applying from seqno %d",
                                       time.monotonic() - full_since, at + 1)
