@@ -195,7 +195,7 @@ def test_restart_from_the_state_file_keeps_the_placement():
     for n in ("c1", "c2", "c3"):
         assert again.register(reg(n), 100.5) is None
     beat(again, 101.0, "c1", "c2", "c3")
-    assert again.tick(101.0) == [] and again.placement.partitions == cat.placement.partitions
+    assert again.tick(101.0) == [] and again.placement == cat.placement  # the version too: nothing moved
 
 
 def test_restart_with_another_grid_or_partition_count_is_refused():
@@ -217,3 +217,12 @@ def test_a_lost_container_that_returns_takes_shards_again():
     assert cat.assignments_for(victim).shards
     check_rules(cat)
     assert cat.status(3.0)["under_replicated"] == []
+
+
+def test_a_container_lost_before_a_restart_stays_lost_after_it():
+    cat = three()
+    beat(cat, 2.5, "c1", "c2")
+    cat.tick(2.5)
+    again = Catalog(POLICY, now=10.0, heartbeat_timeout_s=TIMEOUT, state=json.loads(json.dumps(cat.state_dict())))
+    assert again.placement == cat.placement  # no shard placed on c3 for the length of its grace
+    assert {m["name"]: m["up"] for m in again.status(10.0)["containers"]} == {"c1": True, "c2": True, "c3": False}

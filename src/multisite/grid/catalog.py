@@ -14,12 +14,15 @@ How it works:
   currency, and only then; its result is the placement in force and goes into the state file.
 - **Currency** (which synchronous replicas hold every committed transaction) comes, in this increment,
   from the heartbeats: each container reports each open shard's seqno, and a synchronous replica is
-  current while its seqno is at least its primary's last reported one. Replication between shards is
+  current while its seqno is at least its primary's last reported one (a seqno not yet reported since
+  a restart leaves the currency as it was: unknown is not behind). Replication between shards is
   not wired yet, so nothing commits through the grid and this is exact; once it is, the primary's own
   vote bookkeeping (``voting.SyncReplicas``) must report currency instead (DESIGN.md, "next").
-- After a restart the catalog reloads the placement and the members; every member counts as heard
-  at the restart, so a container gets one full ``heartbeat_timeout_s`` to reconnect before it is lost,
-  and the placement is unchanged if they all come back.
+- After a restart the catalog reloads the placement and the members with their up/down state (a
+  container lost before the restart stays lost: placing shards on it again would move the grid for
+  nothing); every member up before counts as heard at the restart, so it gets one full
+  ``heartbeat_timeout_s`` to reconnect before it is lost, and the placement is unchanged if they all
+  come back.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ class Catalog:
         """What survives a restart: the grid's name and partition count, the placement, the members."""
         return {"format": STATE_FORMAT, "grid": self.policy.name, "partitions": self.policy.partitions,
                 "placement": self.placement.to_dict(),
-                "members": [{"name": m.name, "zone": m.zone, "address": m.address, "capacity": m.capacity}
+                "members": [{"name": m.name, "zone": m.zone, "address": m.address, "capacity": m.capacity,
+                             "up": m.up}
                             for m in sorted(self.members.values(), key=lambda m: m.name)]}
 
     def _restore(self, state: Mapping[str, Any], now: float) -> None:
@@ -89,9 +93,12 @@ class Catalog:
                               f"for its life")
         self.placement = Placement.from_dict(state["placement"])
         for m in state.get("members", []):
-            self.members[m["name"]] = Member(m["name"], m["zone"], m["address"], m["capacity"], last_heard=now)
+            self.members[m["name"]] = Member(m["name"], m["zone"], m["address"], m["capacity"], last_heard=now,
+                                             up=m.get("up", True))
+        up = sum(m.up for m in self.members.values())
         self._log.append(f"reloaded placement version {self.placement.version} and {len(self.members)} "
-                         f"container(s); each has {self.heartbeat_timeout_s:g} s to reconnect")
+                         f"container(s), {up} up before the restart: each of those has {self.heartbeat_timeout_s:g} s "
+                         f"to reconnect")
 
     # -- events --------------------------------------------------------------------------------------
     def register(self, msg: Register, now: float) -> Refused | None:
@@ -175,7 +182,9 @@ class Catalog:
             for r in s.sync_replicas:
                 m = self.members.get(r)
                 r_seq = m.seqnos.get(i) if m and m.up and m.seqnos is not None else None
-                current = p_seq is not None and r_seq is not None and r_seq >= p_seq
+                if p_seq is None or r_seq is None:
+                    continue  # not heard since a restart or a role change: unknown is not behind
+                current = r_seq >= p_seq
                 if current != (r in s.current):
                     pl = pl.with_current(i, r, current)
                     self._log.append(f"partition {i}: sync replica {r} is {'now' if current else 'no longer'} "
