@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from multisite.errors import ServerError
+from multisite.cli.main import cli
+from multisite.errors import ServerError, WrongGrid
+from multisite.instance.layout import INSTANCE_FILE
 from multisite.net import control
 from multisite.net.grid_process import catalog_status, start_catalog, start_container, stop_process
 
@@ -107,8 +110,7 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
         assert len(p["sync"]) == 1 and len(p["async"]) == 1 and None not in shards
         assert len(set(shards)) == 3, p
         for c in shards:  # each shard is an instance on its container's disk
-            assert (grid.root / c / f"orders-p{p['partition']}" / "instance.json").exists() or \
-                   (grid.root / c / f"orders-p{p['partition']}").is_dir()
+            assert (grid.root / c / f"orders-p{p['partition']}" / INSTANCE_FILE).is_file()
     assert {c["name"]: c["up"] for c in st["containers"]} == {"c1": True, "c2": True, "c3": True}
     assert max(c["primaries"] for c in st["containers"]) <= 4  # primaries evened out, not all on c1
 
@@ -153,6 +155,21 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
     assert "reloaded placement version" in (grid.root / "catalog" / "log" / "catalog.log").read_text()
 
     # a container of another grid is refused, with the reason, and takes no part
-    with pytest.raises(ServerError, match="WRONG_GRID.*belongs to grid 'billing'.*serves grid 'orders'"):
+    with pytest.raises(WrongGrid, match="WRONG_GRID.*belongs to grid 'billing'.*serves grid 'orders'"):
         grid.start_container("stranger", grid="billing")
     assert "stranger" not in {c["name"] for c in grid.status()["containers"]}
+
+    # the same through the command line: the status as a table and as JSON, the refusal as one line
+    r = CliRunner().invoke(cli, ["grid", "status", "--catalog", grid.address])
+    assert r.exit_code == 0, r.output
+    assert "placement" in r.output and "down" in r.output and "under-replicated" in r.output
+    r = CliRunner().invoke(cli, ["grid", "status", "--catalog", grid.address, "--json"])
+    assert json.loads(r.output)["partitions"] == st3["partitions"]
+    r = CliRunner().invoke(cli, ["container", "start", "--catalog", grid.address, "--dir", str(grid.root / "s2"),
+                                 "--listen", "127.0.0.1:0", "--grid", "billing"])
+    assert r.exit_code == 1 and "error: WRONG_GRID: " in r.output, r.output
+
+
+def test_grid_status_of_no_catalog_is_one_clear_line(tmp_path):
+    r = CliRunner().invoke(cli, ["grid", "status", "--catalog", "127.0.0.1:1"])
+    assert r.exit_code == 1 and "error: SERVER: cannot reach the catalog at 127.0.0.1:1" in r.output

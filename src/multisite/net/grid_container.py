@@ -41,6 +41,7 @@ from .tls import parse_hostport
 RECONNECT_S = 0.5
 CONNECT_TIMEOUT_S = 5.0
 IDENTITY_FILE = "container.json"
+REFUSED_FILE = "refused.json"  # under run/: the catalog's last refusal
 
 
 def shard_dir(root: Path, grid: str, partition: int) -> Path:
@@ -155,6 +156,9 @@ class ContainerServer:
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
+                    # for `container start`, which reports it as the error it is
+                    atomic_write(self.root / "run" / REFUSED_FILE,
+                                 json.dumps({"code": msg.code, "message": msg.message}).encode())
                     return
                 if isinstance(msg, Assignments):
                     if not self.registered:
@@ -170,10 +174,13 @@ class ContainerServer:
                 beats.cancel()
 
     async def _beat(self, writer: asyncio.StreamWriter, wire: GridWire) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            writer.write(wire.send(self.heartbeat()))
-            await writer.drain()
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                writer.write(wire.send(self.heartbeat()))
+                await writer.drain()
+        except (ConnectionError, OSError, ProtocolError):
+            pass  # the reading side sees the end of the connection and reconnects
 
     # -- the listening side and control -----------------------------------------------------------
     async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, ServerError, WrongGrid
 from ..grid.policy import load_policy
 from ..grid.wire import NEED_DATA, GridWire, Refused, Side, Status, StatusRequest
 from . import control
+from .grid_container import REFUSED_FILE
 from .process import _exited
 from .tls import parse_hostport
 
@@ -89,8 +90,14 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
     args += ["--zone", zone] if zone else []
     args += ["--name", name] if name else []
     args += ["--grid", grid] if grid else []
+    refused_file = root / "run" / REFUSED_FILE
+    refused_file.unlink(missing_ok=True)
     proc = _spawn(root, "multisite.net.grid_container", args, "container")
-    _wait_ready(proc, root, "container")
+    try:
+        _wait_ready(proc, root, "container")
+    except ServerError:
+        _raise_refused(refused_file, catalog, root)  # refused before its control socket answered
+        raise
     deadline = time.monotonic() + REGISTER_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
@@ -101,9 +108,17 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
             return st
         if proc.poll() is not None or (st and st["refused"]):
             proc.wait(timeout=10)
-            raise ServerError(f"the container in {root} was refused by the catalog {catalog}: {_tail(root, 'container')}")
+            _raise_refused(refused_file, catalog, root)
+            raise ServerError(f"the container in {root} exited (status {proc.returncode}): {_tail(root, 'container')}")
         time.sleep(0.05)
     return st or {"registered": False}
+
+
+def _raise_refused(refused_file: Path, catalog: str, root: Path) -> None:
+    if refused_file.exists():
+        r = json.loads(refused_file.read_text())
+        cls = WrongGrid if r["code"] == WrongGrid.code else ServerError
+        raise cls(f"the catalog {catalog} refused the container in {root}: {r['code']}: {r['message']}")
 
 
 def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
