@@ -169,6 +169,12 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
                                  "--listen", "127.0.0.1:0", "--grid", "billing"])
     assert r.exit_code == 1 and "error: WRONG_GRID: " in r.output, r.output
 
+    # the killed container comes back (same directory, same name): it takes shards again, reopening its data
+    assert grid.start_container(victim)["registered"]
+    st4 = wait_for("the grid fully placed again", lambda: (s := settled(grid)) and not s["under_replicated"] and s)
+    assert all(c["up"] for c in st4["containers"])
+    assert any(victim in p["async"] for p in st4["partitions"])
+
 
 def test_grid_status_of_no_catalog_is_one_clear_line(tmp_path):
     r = CliRunner().invoke(cli, ["grid", "status", "--catalog", "127.0.0.1:1"])

@@ -27,8 +27,9 @@ How it works:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import ConfigError
 from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, plan

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from enum import Enum, StrEnum
-from typing import Optional, Union
+from typing import Union
 
 import msgspec
 
@@ -35,7 +35,7 @@ class Register(msgspec.Struct, array_like=True, tag=1):
     version: int
     grid: str
     container: str
-    zone: Optional[str]
+    zone: str | None
     address: str
     capacity: int
 
@@ -187,4 +187,3 @@ class GridWire:
             self.state = State.ERROR
             raise RemoteProtocolError(f"the peer closed in the middle of a frame ({len(self._buf)} bytes left)")
         self.state = State.CLOSED
-        return None

@@ -25,10 +25,10 @@ import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
-from ..engine import Database, create, open as open_db
+from ..engine import Database, create
+from ..engine import open as open_db
 from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
@@ -124,7 +124,7 @@ class ContainerServer:
         while not self._stop.is_set():
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 self.log.debug("catalog %s not reachable: %s", self.catalog, e)
                 await asyncio.sleep(RECONNECT_S)
                 continue

@@ -155,7 +155,7 @@ def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:
                 if isinstance(ev, Refused):
                     raise ServerError(f"the catalog at {catalog} refused: {ev.code}: {ev.message}")
                 raise ServerError(f"the catalog at {catalog} closed the connection without a status")
-    except socket.timeout:
+    except TimeoutError:
         raise ServerError(f"the catalog at {catalog} did not answer within {timeout:.0f} s") from None
     except OSError as e:
         raise ServerError(f"cannot reach the catalog at {catalog}: {e.strerror or e}; is it started "
