@@ -179,3 +179,15 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
 def test_grid_status_of_no_catalog_is_one_clear_line(tmp_path):
     r = CliRunner().invoke(cli, ["grid", "status", "--catalog", "127.0.0.1:1"])
     assert r.exit_code == 1 and "error: SERVER: cannot reach the catalog at 127.0.0.1:1" in r.output
+
+
+def test_a_catalog_refuses_to_start_on_a_damaged_or_foreign_state(tmp_path):
+    g = Grid(tmp_path)
+    (tmp_path / "catalog").mkdir()
+    (tmp_path / "catalog" / "catalog.json").write_text("{not json")
+    with pytest.raises(ServerError, match="is not the catalog's state"):
+        g.start_catalog()
+    (tmp_path / "catalog" / "catalog.json").write_text(json.dumps(
+        {"format": 1, "grid": "billing", "partitions": 8, "placement": {}, "members": []}))
+    with pytest.raises(ServerError, match="state is of grid 'billing', the policy names grid 'orders'"):
+        g.start_catalog()

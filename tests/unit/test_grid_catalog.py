@@ -226,3 +226,14 @@ def test_a_container_lost_before_a_restart_stays_lost_after_it():
     again = Catalog(POLICY, now=10.0, heartbeat_timeout_s=TIMEOUT, state=json.loads(json.dumps(cat.state_dict())))
     assert again.placement == cat.placement  # no shard placed on c3 for the length of its grace
     assert {m["name"]: m["up"] for m in again.status(10.0)["containers"]} == {"c1": True, "c2": True, "c3": False}
+
+
+def test_a_container_outside_the_policys_zones_takes_no_shards_and_status_says_why():
+    pol = GridPolicy("orders", 2, min_sync=1, max_sync=1, zones=("a", "b"), maps=(MapPolicy("m"),))
+    cat = Catalog(pol, now=0.0)
+    cat.register(reg("c1", zone="a"), 0.0)
+    cat.register(reg("c2", zone="b"), 0.0)
+    cat.register(reg("c3", zone="z"), 0.0)
+    st = cat.status(0.0)
+    assert st["ignored"] == [{"container": "c3", "why": "zone 'z' is not one of the policy's zones (a, b)"}]
+    assert cat.assignments_for("c3").shards == {} and st["under_replicated"] == []

@@ -52,7 +52,11 @@ class CatalogServer:
         self.log = logging.getLogger("multisite.catalog")
         policy = load_policy(grid)
         state_path = root / STATE_FILE
-        state = json.loads(state_path.read_bytes()) if state_path.exists() else None
+        try:
+            state = json.loads(state_path.read_bytes()) if state_path.exists() else None
+        except ValueError as e:  # atomic_write never leaves a torn file: this one was edited or damaged
+            raise ConfigError(f"{state_path} is not the catalog's state (not JSON: {e}); restore it from a "
+                              f"backup, or move it away to place the grid anew") from None
         self.catalog = Catalog(policy, now=time.monotonic(), heartbeat_timeout_s=heartbeat_timeout_s, state=state)
         self.conns: dict[str, tuple[asyncio.StreamWriter, GridWire]] = {}
         self.sent: dict[str, tuple] = {}

@@ -75,29 +75,34 @@ class ContainerServer:
 
     # -- assignments ------------------------------------------------------------------------------
     def apply(self, a: Assignments) -> None:
-        """Open every assigned shard (creating it the first time), close those no longer assigned."""
+        """Open every assigned shard (creating it the first time), close those no longer assigned.
+
+        Runs in a worker thread while heartbeats read ``self.shards`` on the event loop: it builds the
+        new table aside and swaps it in whole, closing dropped shards only after the swap."""
         if not self.grid:
             self.grid = a.grid
         if self.grid != a.grid:
             raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
         self._remember()
-        for p in sorted(set(self.shards) - set(a.shards)):
-            role, db = self.shards.pop(p)
-            db.close()
-            self.log.info("closed shard p%d (was %s): no longer assigned here", p, role)
+        shards = dict(self.shards)
+        dropped = [(p, *shards.pop(p)) for p in sorted(set(shards) - set(a.shards))]
         for p, role in sorted(a.shards.items()):
-            if p in self.shards:
-                if self.shards[p][0] != role:
-                    self.log.info("shard p%d: %s -> %s", p, self.shards[p][0], role)
-                    self.shards[p] = (role, self.shards[p][1])
+            if p in shards:
+                if shards[p][0] != role:
+                    self.log.info("shard p%d: %s -> %s", p, shards[p][0], role)
+                    shards[p] = (role, shards[p][1])
                 continue
             d = shard_dir(self.root, a.grid, p)
             made = not d.exists()
             if made:
                 create(d, f"{a.grid}-p{p}", group=a.grid)
-            self.shards[p] = (role, open_db(d))
+            shards[p] = (role, open_db(d))
             self.log.info("%s shard p%d as %s at seqno %d (%s)", "created" if made else "opened", p, role,
-                          self.shards[p][1].seqno, d)
+                          shards[p][1].seqno, d)
+        self.shards = shards
+        for p, role, db in dropped:
+            db.close()
+            self.log.info("closed shard p%d (was %s): no longer assigned here", p, role)
         self.applied_version = a.epoch
         self.interval_s = a.heartbeat_interval_s
 
