@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from multisite.errors import LocalProtocolError, RemoteProtocolError
 from multisite.grid.catalog import Catalog
@@ -237,3 +239,21 @@ def test_a_container_outside_the_policys_zones_takes_no_shards_and_status_says_w
     st = cat.status(0.0)
     assert st["ignored"] == [{"container": "c3", "why": "zone 'z' is not one of the policy's zones (a, b)"}]
     assert cat.assignments_for("c3").shards == {} and st["under_replicated"] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(hst.binary(max_size=64), hst.integers(min_value=1, max_value=8))
+def test_fuzz_any_bytes_give_messages_need_data_or_a_remote_protocol_error(junk, chunk):
+    c = GridWire(Side.CATALOG)
+    data = GridWire(Side.MEMBER).send(reg("c1")) + junk
+    try:
+        for i in range(0, len(data), chunk):
+            c.receive_data(data[i:i + chunk])
+            while (ev := c.next_event()) is not NEED_DATA:
+                assert ev is None or isinstance(ev, (Register, Heartbeat))
+                if ev is None:
+                    break
+        c.receive_data(b"")
+        c.next_event()
+    except RemoteProtocolError:
+        assert c.state is State.ERROR
