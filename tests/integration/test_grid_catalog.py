@@ -17,7 +17,7 @@ from multisite.cli.main import cli
 from multisite.errors import ServerError, WrongGrid
 from multisite.instance.layout import INSTANCE_FILE
 from multisite.net import control
-from multisite.net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from multisite.net.grid_process import catalog_routes, catalog_status, start_catalog, start_container, stop_process
 
 HEARTBEAT_TIMEOUT_S = 1.0
 GRID_TOML = """
@@ -142,6 +142,12 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
     assert f"container {victim} lost" in log and "promote partition" in log
     st2 = wait_for("the survivors to apply the new placement", lambda: settled(grid))
     survivor = st2["partitions"][lost_primaries[0]]["primary"]
+    routes = catalog_routes(grid.address)  # what a client will ask: the new primary's address, a new epoch
+    addresses = {c["name"]: c["address"] for c in st2["containers"]}
+    assert routes.version == st2["version"]
+    for p in st2["partitions"]:
+        r = routes.route(p["partition"])
+        assert r.primary == addresses[p["primary"]] and r.epoch == p["epoch"]
     cst = control.call(grid.root / survivor, "status")
     assert cst["shards"][str(lost_primaries[0])]["role"] == "primary"
 

@@ -13,7 +13,7 @@ from multisite.errors import LocalProtocolError, RemoteProtocolError
 from multisite.grid.catalog import Catalog
 from multisite.grid.policy import GridPolicy, MapPolicy
 from multisite.grid.wire import (GRID_WIRE_VERSION, NEED_DATA, Assignments, GridWire, Heartbeat, Refused, RefusedCode,
-                                 Register, Side, State, Status, StatusRequest)
+                                 Register, RouteRequest, Routes, Side, State, Status, StatusRequest)
 
 POLICY = GridPolicy("orders", 8, min_sync=1, max_sync=1, max_async=1, maps=(MapPolicy("m"),))
 TIMEOUT = 2.0
@@ -257,3 +257,23 @@ def test_fuzz_any_bytes_give_messages_need_data_or_a_remote_protocol_error(junk,
         c.next_event()
     except RemoteProtocolError:
         assert c.state is State.ERROR
+
+
+def test_the_route_table_gives_primaries_by_address_and_none_while_down():
+    cat = Catalog(POLICY, now=0.0, heartbeat_timeout_s=TIMEOUT)
+    for n in ("c1", "c2"):
+        cat.register(Register(GRID_WIRE_VERSION, "orders", n, None, f"10.0.0.{n[1]}:7000", 1024), 0.0)
+    t = cat.route_table()
+    assert t.grid == "orders" and t.version == cat.placement.version and t.partitions == 8
+    assert {t.primary_for(i) for i in range(8)} <= {"10.0.0.1:7000", "10.0.0.2:7000"}
+    assert cat.status(0.0)["routes"] == t.to_dict()
+    cat.heartbeat(Heartbeat("c2", 0, {}), 2.5)
+    cat.tick(2.5)  # c1 lost; c2's sync replicas were never reported current: no promotion
+    t2 = cat.route_table()
+    assert all(t2.primary_for(i) is None for i in range(8) if cat.placement.partitions[i].primary == "c1")
+
+
+def test_route_exchange_on_the_wire():
+    m, c = pair()
+    assert deliver(m, c, RouteRequest()) == RouteRequest()
+    assert deliver(c, m, Routes("{}")).json == "{}" and m.state is State.DONE

@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import ConfigError
 from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, plan
 from .policy import NAME_RE, GridPolicy
+from .routing import RouteTable, table_from_routes
 from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register
 
 HEARTBEAT_TIMEOUT_S_DEFAULT = 3.0
@@ -204,6 +205,15 @@ class Catalog:
         return Assignments(self.policy.name, self.placement.version, shards,
                            heartbeat_interval_s(self.heartbeat_timeout_s))
 
+    def route_table(self) -> RouteTable:
+        """Each partition's primary by address (None while its container is down: a client waits, then
+        asks again), at the placement's version; epochs tell a client a route changed."""
+        def address(c: str | None) -> str | None:
+            m = self.members.get(c) if c else None
+            return m.address if m is not None and m.up else None
+        return table_from_routes(self.policy.name, self.placement.version,
+                                 [(address(p), e) for p, e in self.placement.routes()])
+
     def drain_log(self) -> list[str]:
         out, self._log = self._log, []
         return out
@@ -226,5 +236,6 @@ class Catalog:
                       for m in sorted(self.members.values(), key=lambda m: m.name)]
         return {"grid": self.policy.name, "policy": self.policy.to_dict(), "version": self.placement.version,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s, "partitions": parts, "containers": containers,
+                "routes": self.route_table().to_dict(),
                 "under_replicated": [sf.to_dict() for sf in self.last_plan.shortfalls],
                 "ignored": [{"container": c, "why": w} for c, w in self.last_plan.ignored]}

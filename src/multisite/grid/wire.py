@@ -8,7 +8,7 @@ A container opens a TCP connection to the catalog and sends ``Register``; the ca
 ``Assignments`` (and again whenever the placement changes) or ``Refused`` and closes. The container
 then sends a ``Heartbeat`` every ``heartbeat_interval_s`` (the catalog says how often in each
 ``Assignments``). ``grid status`` opens a connection, sends ``StatusRequest`` and reads one
-``Status``. Who may send what, in which state, is the table ``TRANSITIONS``; anything else, or a
+``Status``; a client sends ``RouteRequest`` and reads one ``Routes``. Who may send what, in which state, is the table ``TRANSITIONS``; anything else, or a
 malformed or oversized frame, raises ``RemoteProtocolError`` / ``LocalProtocolError`` and the wire
 stays in ``ERROR`` for good.
 """
@@ -82,7 +82,18 @@ class Status(msgspec.Struct, array_like=True, tag=6):
     json: str
 
 
-Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status]
+class RouteRequest(msgspec.Struct, array_like=True, tag=7):
+    """A client → catalog: where is each partition's primary?"""
+
+
+class Routes(msgspec.Struct, array_like=True, tag=8):
+    """Catalog → client: the route table as JSON text (``RouteTable.to_dict``: partition → primary's
+    address and epoch, at placement ``version``)."""
+
+    json: str
+
+
+Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status, RouteRequest, Routes]
 MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__args__}  # type: ignore[attr-defined]
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
@@ -107,10 +118,12 @@ C, M = Side.CATALOG, Side.MEMBER
 TRANSITIONS: dict[tuple[Side, State, type], State] = {
     (M, State.IDLE, Register): State.REGISTERED,
     (M, State.IDLE, StatusRequest): State.ASKED,
+    (M, State.IDLE, RouteRequest): State.ASKED,
     (C, State.REGISTERED, Assignments): State.REGISTERED,
     (M, State.REGISTERED, Heartbeat): State.REGISTERED,
     (C, State.REGISTERED, Refused): State.DONE,
     (C, State.ASKED, Status): State.DONE,
+    (C, State.ASKED, Routes): State.DONE,
     (C, State.ASKED, Refused): State.DONE,
 }
 

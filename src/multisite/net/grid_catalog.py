@@ -26,7 +26,8 @@ from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..grid.policy import load_policy
-from ..grid.wire import NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, Side, Status, StatusRequest
+from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, RouteRequest, Routes,
+                         Side, Status, StatusRequest)
 from .control import control_address
 from .tls import parse_hostport
 
@@ -95,6 +96,9 @@ class CatalogServer:
             first = await read_message(reader, wire)
             if isinstance(first, StatusRequest):
                 writer.write(wire.send(Status(json.dumps(self.catalog.status(time.monotonic())))))
+                return
+            if isinstance(first, RouteRequest):
+                writer.write(wire.send(Routes(json.dumps(self.catalog.route_table().to_dict()))))
                 return
             if not isinstance(first, Register):
                 return

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, ServerError, WrongGrid
 from ..grid.policy import load_policy
-from ..grid.wire import NEED_DATA, GridWire, Refused, Side, Status, StatusRequest
+from ..grid.routing import RouteTable
+from ..grid.wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
 from . import control
 from .grid_container import REFUSED_FILE
 from .process import _exited
@@ -140,22 +141,31 @@ def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
 
 def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:
     """Ask the catalog at ``catalog`` (HOST:PORT) its status over the grid wire."""
+    return json.loads(_ask(catalog, StatusRequest(), Status, timeout).json)
+
+
+def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> RouteTable:
+    """The catalog's route table: each partition's primary address (None while it is down) and epoch."""
+    return RouteTable.from_dict(json.loads(_ask(catalog, RouteRequest(), Routes, timeout).json))
+
+
+def _ask(catalog: str, request, reply_type: type, timeout: float):
     host, port = parse_hostport(catalog)
     wire = GridWire(Side.MEMBER)
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(wire.send(StatusRequest()))
+            s.sendall(wire.send(request))
             while True:
                 ev = wire.next_event()
                 if ev is NEED_DATA:
                     wire.receive_data(s.recv(65536))
                     continue
-                if isinstance(ev, Status):
-                    return json.loads(ev.json)
+                if isinstance(ev, reply_type):
+                    return ev
                 if isinstance(ev, Refused):
                     raise ServerError(f"the catalog at {catalog} refused: {ev.code}: {ev.message}")
-                raise ServerError(f"the catalog at {catalog} closed the connection without a status")
-    except TimeoutError:
+                raise ServerError(f"the catalog at {catalog} closed the connection without an answer")
+    except socket.timeout:
         raise ServerError(f"the catalog at {catalog} did not answer within {timeout:.0f} s") from None
     except OSError as e:
         raise ServerError(f"cannot reach the catalog at {catalog}: {e.strerror or e}; is it started "
