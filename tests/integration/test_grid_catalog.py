@@ -150,6 +150,8 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
         assert r.primary == addresses[p["primary"]] and r.epoch == p["epoch"]
     cst = control.call(grid.root / survivor, "status")
     assert cst["shards"][str(lost_primaries[0])]["role"] == "primary"
+    over_tcp = catalog_status(addresses[survivor])  # a container answers a StatusRequest on its --listen
+    assert over_tcp["name"] == survivor and over_tcp["shards"] == cst["shards"]
 
     # the catalog restarts: the same placement, the killed container still down
     stop_process(grid.root / "catalog", "catalog")
