@@ -187,6 +187,13 @@ class GridPolicyError(ConfigError):
         self.key = key
 
 
+class WrongGrid(MultisiteError):
+    """A container and a catalog belong to different grids: the catalog refused the container's
+    registration (the message names both grids)."""
+
+    code = "WRONG_GRID"
+
+
 class WrongPartition(MultisiteError):
     """A key or a request belongs to another partition of the grid than the one it was sent to (a grid
     transaction updates the keys of one partition only)."""

@@ -24,7 +24,9 @@ ARCHITECTURE = SRC.parent.parent / "docs" / "architecture.md"
 PROTOCOL_MAY_IMPORT = {"errors", "keys", "values", "journal.records", "protocol"}
 PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess"}
 # Sans-IO modules outside protocol/, and what each may import besides PROTOCOL_MAY_IMPORT.
-SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"}}
+SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"},
+                     ("grid", "wire"): set(),
+                     ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"}}
 
 
 def _layers() -> dict[str, int]:

@@ -1,8 +1,9 @@
 """The grid: partitioned shards with synchronous and asynchronous replicas (see DESIGN.md).
 
-Sans-IO so far: the deployment policy, routing of keys to partitions, placement of shards on
-containers, and the synchronous replicas' commit vote. The catalog, container and client processes
-that drive them come next.
+Sans-IO: the deployment policy, routing of keys to partitions, placement of shards on containers,
+the synchronous replicas' commit vote, the catalog's decisions (``catalog``) and the catalog ⇄
+container wire (``wire``). The catalog and container processes that drive them live in ``net``
+(``grid_catalog``, ``grid_container``); the grid client comes next.
 """
 
 from .placement import Container, Move, MoveKind, Placement, Plan, Role, Shards, Shortfall, plan

@@ -1,0 +1,139 @@
+"""``multisite catalog start|stop``, ``multisite container start|stop``, ``multisite grid status``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT
+from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from .output import console, print_json, table
+
+
+@click.group()
+def catalog() -> None:
+    """Run a grid's catalog: the placement service that puts shards on containers.
+
+    Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
+    """
+
+
+@catalog.command("start")
+@click.option("--grid", "grid", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The grid's policy (grid.toml: name, partitions, min_sync, max_sync, max_async, zones, maps).")
+@click.option("--dir", "dir", required=True, type=click.Path(file_okay=False),
+              help="Where the catalog keeps its placement (catalog.json) and logs; created if missing.")
+@click.option("--listen", required=True, help="HOST:PORT where containers and `grid status` reach the catalog.")
+@click.option("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT, show_default=True,
+              help="Seconds without a heartbeat after which a container is lost and its shards placed elsewhere.")
+def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float) -> None:
+    """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir.
+
+    Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
+    """
+    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout)
+    console.print(f"catalog of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
+                  f"log {info['log']}")
+
+
+@catalog.command("stop")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+def catalog_stop(dir: str) -> None:
+    """Stop the catalog running in DIR (its placement stays in DIR for the next start).
+
+    Example: multisite catalog stop /data/catalog
+    """
+    pid = stop_process(Path(dir), "catalog")
+    console.print(f"catalog pid {pid} stopped")
+
+
+@click.group()
+def container() -> None:
+    """Run a grid container: one process hosting many shards, each an instance under its --dir.
+
+    Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:7201
+    """
+
+
+@container.command("start")
+@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalog.")
+@click.option("--dir", "dir", required=True, type=click.Path(file_okay=False),
+              help="Where the container keeps its shards (DIR/<grid>-p<partition>) and logs; created if missing.")
+@click.option("--listen", required=True, help="HOST:PORT the container is known by (port 0: any free port).")
+@click.option("--zone", default=None, help="The container's zone (with zones in the policy, no two shards of a "
+                                           "partition share one).")
+@click.option("--name", default=None, help="The container's name in the grid (default: its listen address).")
+@click.option("--grid", "grid", default=None,
+              help="Insist on this grid: a catalog of another grid refuses the container (default: the grid of "
+                   "the first catalog that accepted it).")
+def container_start(catalog_addr: str, dir: str, listen: str, zone: str | None, name: str | None,
+                    grid: str | None) -> None:
+    """Start a container; returns once the catalog has accepted it and sent its assignments.
+
+    Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:0 --zone a
+    """
+    st = start_container(Path(dir), catalog_addr, listen, zone, name, grid)
+    if not st.get("registered"):
+        console.print(f"container started in {dir}, still waiting for the catalog {catalog_addr}")
+        return
+    console.print(f"container {st['name']} of grid {st['grid']} started: pid {st['pid']}, "
+                  f"{len(st['shards'])} shard(s) at placement version {st['applied_version']}")
+
+
+@container.command("stop")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+def container_stop(dir: str) -> None:
+    """Stop the container running in DIR (its shards stay in DIR; the catalog loses it after the timeout).
+
+    Example: multisite container stop /data/c1
+    """
+    pid = stop_process(Path(dir), "container")
+    console.print(f"container pid {pid} stopped")
+
+
+@click.group()
+def grid() -> None:
+    """Look at a grid through its catalog.
+
+    Example: multisite grid status --catalog 127.0.0.1:7100
+    """
+
+
+@grid.command("status")
+@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalog.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def grid_status(catalog_addr: str, as_json: bool) -> None:
+    """Placement (partition → primary, sync and async containers), containers, under-replicated partitions.
+
+    Example: multisite grid status --catalog 127.0.0.1:7100 --json
+    """
+    st = catalog_status(catalog_addr)
+    if as_json:
+        print_json(st)
+        return
+    pol = st["policy"]
+    console.print(f"grid {st['grid']}: {pol['partitions']} partitions, min_sync {pol['min_sync']}, max_sync "
+                  f"{pol['max_sync']}, max_async {pol['max_async']}; placement version {st['version']}")
+    table("placement", ["partition", "primary", "sync (* current)", "async", "epoch", "seqnos"],
+          [(p["partition"], p["primary"] or "-",
+            ", ".join(c + ("*" if c in p["current"] else "") for c in p["sync"]) or "-",
+            ", ".join(p["async"]) or "-", p["epoch"],
+            " ".join(f"{c}={s}" for c, s in sorted(p["seqnos"].items())) or "-") for p in st["partitions"]])
+    table("containers", ["name", "state", "zone", "address", "last heartbeat", "shards", "primaries"],
+          [(c["name"], "up" if c["up"] else "down", c["zone"] or "-", c["address"],
+            f"{c['last_heartbeat_age_s']:.1f} s ago", c["shards"], c["primaries"]) for c in st["containers"]])
+    if st["under_replicated"]:
+        table("under-replicated", ["partition", "role", "placed/wanted", "blocks commits", "why"],
+              [(u["partition"], u["role"], f"{u['placed']}/{u['wanted']}", "yes" if u["blocks_commits"] else "no",
+                u["reason"]) for u in st["under_replicated"]])
+    else:
+        console.print("every partition is fully placed")
+    for i in st["ignored"]:
+        console.print(f"container {i['container']} takes no shards: {i['why']}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(catalog)
+    cli.add_command(container)
+    cli.add_command(grid)

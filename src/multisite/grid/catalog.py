@@ -1,0 +1,241 @@
+"""The catalog's decisions, sans-IO: who is a member, who is up, when to plan, what each container holds.
+
+The catalog process (``net/grid_catalog.py``) owns the sockets, the clock and the state file; it feeds
+this object what happened (a ``Register``, a ``Heartbeat``, the time passing) with ``now`` from its
+clock, and after each call persists ``state_dict()`` when it changed, pushes ``assignments_for`` to
+every connected container whose shards changed, and logs ``drain_log()``. Nothing here reads a clock.
+
+How it works:
+
+- A container is **up** from its registration until ``heartbeat_timeout_s`` passes without a word from
+  it (a register or a heartbeat); then it is **lost** and ``plan`` runs without it (promotion, replicas
+  placed elsewhere). A lost container that registers again is up again and ``plan`` places shards on it.
+- ``plan`` (``placement.plan``) runs on every join, loss and change of a synchronous replica's
+  currency, and only then; its result is the placement in force and goes into the state file.
+- **Currency** (which synchronous replicas hold every committed transaction) comes, in this increment,
+  from the heartbeats: each container reports each open shard's seqno, and a synchronous replica is
+  current while its seqno is at least its primary's last reported one (a seqno not yet reported since
+  a restart leaves the currency as it was: unknown is not behind). Replication between shards is
+  not wired yet, so nothing commits through the grid and this is exact; once it is, the primary's own
+  vote bookkeeping (``voting.SyncReplicas``) must report currency instead (DESIGN.md, "next").
+- After a restart the catalog reloads the placement and the members with their up/down state (a
+  container lost before the restart stays lost: placing shards on it again would move the grid for
+  nothing); every member up before counts as heard at the restart, so it gets one full
+  ``heartbeat_timeout_s`` to reconnect before it is lost, and the placement is unchanged if they all
+  come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, plan
+from .policy import NAME_RE, GridPolicy
+from .routing import RouteTable, table_from_routes
+from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register
+
+HEARTBEAT_TIMEOUT_S_DEFAULT = 3.0
+STATE_FORMAT = 1
+
+
+def heartbeat_interval_s(timeout_s: float) -> float:
+    """How often containers heartbeat: four chances within the timeout."""
+    return max(0.05, timeout_s / 4)
+
+
+@dataclass
+class Member:
+    name: str
+    zone: str | None
+    address: str
+    capacity: int = CAPACITY_SHARDS_DEFAULT
+    last_heard: float = 0.0
+    up: bool = True
+    applied_version: int = -1
+    seqnos: dict[int, int] | None = None
+
+    def container(self) -> Container:
+        return Container(self.name, self.zone, self.capacity)
+
+
+class Catalog:
+    def __init__(self, policy: GridPolicy, *, now: float, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S_DEFAULT,
+                 state: Mapping[str, Any] | None = None) -> None:
+        if not heartbeat_timeout_s > 0:
+            raise ConfigError(f"heartbeat_timeout_s must be more than 0, got {heartbeat_timeout_s}")
+        self.policy = policy
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.members: dict[str, Member] = {}
+        self.placement = Placement.empty(policy.partitions)
+        self._log: list[str] = []
+        if state is not None:
+            self._restore(state, now)
+        self.last_plan: Plan = self._plan("start" if state is None else "restart")
+
+    # -- state file ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What survives a restart: the grid's name and partition count, the placement, the members."""
+        return {"format": STATE_FORMAT, "grid": self.policy.name, "partitions": self.policy.partitions,
+                "placement": self.placement.to_dict(),
+                "members": [{"name": m.name, "zone": m.zone, "address": m.address, "capacity": m.capacity,
+                             "up": m.up}
+                            for m in sorted(self.members.values(), key=lambda m: m.name)]}
+
+    def _restore(self, state: Mapping[str, Any], now: float) -> None:
+        if state.get("grid") != self.policy.name:
+            raise ConfigError(f"the catalog's state is of grid {state.get('grid')!r}, the policy names grid "
+                              f"{self.policy.name!r}: start the catalog with that grid's policy, or use another "
+                              f"directory for a new grid")
+        if state.get("partitions") != self.policy.partitions:
+            raise ConfigError(f"grid {self.policy.name!r} was placed with {state.get('partitions')} partitions, "
+                              f"the policy now says {self.policy.partitions}: a grid's partition count is fixed "
+                              f"for its life")
+        self.placement = Placement.from_dict(state["placement"])
+        for m in state.get("members", []):
+            self.members[m["name"]] = Member(m["name"], m["zone"], m["address"], m["capacity"], last_heard=now,
+                                             up=m.get("up", True))
+        up = sum(m.up for m in self.members.values())
+        self._log.append(f"reloaded placement version {self.placement.version} and {len(self.members)} "
+                         f"container(s), {up} up before the restart: each of those has {self.heartbeat_timeout_s:g} s "
+                         f"to reconnect")
+
+    # -- events --------------------------------------------------------------------------------------
+    def register(self, msg: Register, now: float) -> Refused | None:
+        """A container's Register: ``None`` when accepted (it is up; the placement may have changed)."""
+        if msg.version != GRID_WIRE_VERSION:
+            return Refused(RefusedCode.VERSION, f"grid wire version {msg.version}; this catalog speaks "
+                                                f"{GRID_WIRE_VERSION}")
+        if msg.grid and msg.grid != self.policy.name:
+            return Refused(RefusedCode.WRONG_GRID,
+                           f"container {msg.container!r} belongs to grid {msg.grid!r}; this catalog serves grid "
+                           f"{self.policy.name!r}: point it at its own grid's catalog (or give it a new --dir)")
+        if not NAME_RE.fullmatch(msg.container or "") and ":" not in (msg.container or ""):
+            return Refused(RefusedCode.BAD_REQUEST, f"container name {msg.container!r} is not a name or HOST:PORT")
+        if msg.capacity < 0:
+            return Refused(RefusedCode.BAD_REQUEST, f"capacity {msg.capacity} is negative")
+        old = self.members.get(msg.container)
+        if old is not None and old.up and old.address != msg.address and now - old.last_heard <= self.heartbeat_timeout_s:
+            return Refused(RefusedCode.NAME_IN_USE,
+                           f"a container named {msg.container!r} at {old.address} is up; this one is at {msg.address}: "
+                           f"give it another --name, or stop the other (it is lost {self.heartbeat_timeout_s:g} s "
+                           f"after its last heartbeat)")
+        joined = old is None or not old.up or (old.zone, old.capacity) != (msg.zone, msg.capacity)
+        m = Member(msg.container, msg.zone, msg.address, msg.capacity, last_heard=now)
+        if old is not None:
+            m.seqnos = old.seqnos if old.up else None
+        self.members[m.name] = m
+        self._log.append(f"container {m.name} registered (zone {m.zone or '-'}, address {m.address})"
+                         + ("" if old is None else " again"))
+        if joined:
+            self._replan(f"{m.name} joined")
+        return None
+
+    def heartbeat(self, msg: Heartbeat, now: float) -> Refused | None:
+        m = self.members.get(msg.container)
+        if m is None or not m.up:
+            return Refused(RefusedCode.NOT_REGISTERED,
+                           f"container {msg.container!r} is not registered (or was lost): register again")
+        m.last_heard = now
+        m.applied_version = msg.applied_version
+        m.seqnos = dict(msg.seqnos)
+        self._update_currency(f"heartbeat of {m.name}")
+        return None
+
+    def tick(self, now: float) -> list[str]:
+        """Time passed: the containers lost (silent for more than ``heartbeat_timeout_s``) now."""
+        lost = [m.name for m in self.members.values()
+                if m.up and now - m.last_heard > self.heartbeat_timeout_s]
+        for name in lost:
+            m = self.members[name]
+            m.up, m.seqnos = False, None
+            self._log.append(f"container {name} lost: no heartbeat for {now - m.last_heard:.1f} s "
+                             f"(timeout {self.heartbeat_timeout_s:g} s)")
+        if lost:
+            self._replan(f"{', '.join(lost)} lost")
+        return lost
+
+    # -- decisions -----------------------------------------------------------------------------------
+    def _plan(self, why: str) -> Plan:
+        p = plan(self.policy, [m.container() for m in self.members.values() if m.up], self.placement)
+        for mv in p.moves:
+            self._log.append(f"{why}: {mv.kind.value} partition {mv.partition} {mv.role.value} on {mv.container}"
+                             + (f" (from {mv.source})" if mv.source else "")
+                             + (" MAY LOSE COMMITS" if mv.may_lose_commits else ""))
+        self.placement = p.placement
+        return p
+
+    def _replan(self, why: str) -> None:
+        before = self.placement.version
+        self.last_plan = self._plan(why)
+        if self.placement.version != before:
+            self._log.append(f"placement version {self.placement.version}: {len(self.last_plan.moves)} move(s), "
+                             f"{len(self.last_plan.under_replicated())} partition(s) under-replicated")
+        # A promotion makes replicas not current; seqnos already heard may make them current again.
+        self._update_currency(why, replan=False)
+
+    def _update_currency(self, why: str, *, replan: bool = True) -> None:
+        pl = self.placement
+        for i, s in enumerate(pl.partitions):
+            prim = self.members.get(s.primary) if s.primary else None
+            p_seq = prim.seqnos.get(i) if prim and prim.up and prim.seqnos is not None else None
+            for r in s.sync_replicas:
+                m = self.members.get(r)
+                r_seq = m.seqnos.get(i) if m and m.up and m.seqnos is not None else None
+                if p_seq is None or r_seq is None:
+                    continue  # not heard since a restart or a role change: unknown is not behind
+                current = r_seq >= p_seq
+                if current != (r in s.current):
+                    pl = pl.with_current(i, r, current)
+                    self._log.append(f"partition {i}: sync replica {r} is {'now' if current else 'no longer'} "
+                                     f"current (seqno {r_seq}, primary {s.primary} at {p_seq})")
+        if pl is not self.placement:
+            self.placement = pl
+            if replan:
+                self._replan(f"currency ({why})")
+            else:
+                self.last_plan = self._plan(why)
+
+    # -- what the I/O layer reads -------------------------------------------------------------------
+    def assignments_for(self, name: str) -> Assignments:
+        shards = {i: s.role_of(name).value for i, s in enumerate(self.placement.partitions)
+                  if s.role_of(name) is not None}
+        return Assignments(self.policy.name, self.placement.version, shards,
+                           heartbeat_interval_s(self.heartbeat_timeout_s))
+
+    def route_table(self) -> RouteTable:
+        """Each partition's primary by address (None while its container is down: a client waits, then
+        asks again), at the placement's version; epochs tell a client a route changed."""
+        def address(c: str | None) -> str | None:
+            m = self.members.get(c) if c else None
+            return m.address if m is not None and m.up else None
+        return table_from_routes(self.policy.name, self.placement.version,
+                                 [(address(p), e) for p, e in self.placement.routes()])
+
+    def drain_log(self) -> list[str]:
+        out, self._log = self._log, []
+        return out
+
+    def status(self, now: float) -> dict[str, Any]:
+        """The shape of ``grid status --json`` (stable: fields are added, never renamed)."""
+        parts = []
+        for i, s in enumerate(self.placement.partitions):
+            seqnos = {c: self.members[c].seqnos.get(i) for c in s.containers()
+                      if c in self.members and self.members[c].seqnos and i in self.members[c].seqnos}
+            parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos})
+        counts = self.placement.shard_counts()
+        prim = {s.primary: 0 for s in self.placement.partitions}
+        for s in self.placement.partitions:
+            prim[s.primary] += 1
+        containers = [{"name": m.name, "zone": m.zone, "address": m.address, "up": m.up,
+                       "last_heartbeat_age_s": round(now - m.last_heard, 3), "shards": counts.get(m.name, 0),
+                       "primaries": prim.get(m.name, 0), "applied_version": m.applied_version,
+                       "capacity": m.capacity}
+                      for m in sorted(self.members.values(), key=lambda m: m.name)]
+        return {"grid": self.policy.name, "policy": self.policy.to_dict(), "version": self.placement.version,
+                "heartbeat_timeout_s": self.heartbeat_timeout_s, "partitions": parts, "containers": containers,
+                "routes": self.route_table().to_dict(),
+                "under_replicated": [sf.to_dict() for sf in self.last_plan.shortfalls],
+                "ignored": [{"container": c, "why": w} for c, w in self.last_plan.ignored]}

@@ -1,0 +1,202 @@
+"""The catalog ⇄ container wire, sans-IO: bytes in, messages out (the shape of ``protocol/``).
+
+Every message is one frame, as in ``protocol/messages.py``::
+
+    u32 length (of what follows) | u8 type | msgpack body (the struct, array-like)
+
+A container opens a TCP connection to the catalog and sends ``Register``; the catalog answers
+``Assignments`` (and again whenever the placement changes) or ``Refused`` and closes. The container
+then sends a ``Heartbeat`` every ``heartbeat_interval_s`` (the catalog says how often in each
+``Assignments``). ``grid status`` opens a connection, sends ``StatusRequest`` and reads one
+``Status``; a client sends ``RouteRequest`` and reads one ``Routes``. Who may send what, in which state, is the table ``TRANSITIONS``; anything else, or a
+malformed or oversized frame, raises ``RemoteProtocolError`` / ``LocalProtocolError`` and the wire
+stays in ``ERROR`` for good.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import Enum, StrEnum
+from typing import Union
+
+import msgspec
+
+from ..errors import LocalProtocolError, RemoteProtocolError
+
+GRID_WIRE_VERSION = 1
+FRAME_PREFIX = struct.Struct("<IB")
+MAX_GRID_FRAME_BYTES = 4 * 1024 * 1024  # an Assignments of MAX_PARTITIONS shards, or a big Status, fits
+
+
+class Register(msgspec.Struct, array_like=True, tag=1):
+    """Container → catalog, first: who I am. ``grid`` is the grid the container belongs to ("" for
+    a new container, which joins whichever grid the catalog serves)."""
+
+    version: int
+    grid: str
+    container: str
+    zone: str | None
+    address: str
+    capacity: int
+
+
+class Heartbeat(msgspec.Struct, array_like=True, tag=2):
+    """Container → catalog: alive; the placement version it has applied; each open shard's seqno."""
+
+    container: str
+    applied_version: int
+    seqnos: dict[int, int] = {}
+
+
+class Assignments(msgspec.Struct, array_like=True, tag=3):
+    """Catalog → container: the shards it holds at placement ``epoch`` (partition → role)."""
+
+    grid: str
+    epoch: int
+    shards: dict[int, str]
+    heartbeat_interval_s: float
+
+
+class RefusedCode(StrEnum):
+    WRONG_GRID = "WRONG_GRID"
+    NAME_IN_USE = "NAME_IN_USE"
+    NOT_REGISTERED = "NOT_REGISTERED"
+    BAD_REQUEST = "BAD_REQUEST"
+    VERSION = "VERSION"
+
+
+class Refused(msgspec.Struct, array_like=True, tag=4):
+    """Catalog → container: no, and why; the catalog closes after it."""
+
+    code: str
+    message: str
+
+
+class StatusRequest(msgspec.Struct, array_like=True, tag=5):
+    pass
+
+
+class Status(msgspec.Struct, array_like=True, tag=6):
+    """Catalog (or container) → asker: the status as JSON text (the shape of ``grid status --json``)."""
+
+    json: str
+
+
+class RouteRequest(msgspec.Struct, array_like=True, tag=7):
+    """A client → catalog: where is each partition's primary?"""
+
+
+class Routes(msgspec.Struct, array_like=True, tag=8):
+    """Catalog → client: the route table as JSON text (``RouteTable.to_dict``: partition → primary's
+    address and epoch, at placement ``version``)."""
+
+    json: str
+
+
+Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status, RouteRequest, Routes]
+MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__args__}  # type: ignore[attr-defined]
+_encoder = msgspec.msgpack.Encoder()
+_decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
+
+
+class Side(Enum):
+    CATALOG = "catalog"  # the listening end
+    MEMBER = "member"  # a container, or a status asker
+
+
+class State(Enum):
+    IDLE = "idle"
+    REGISTERED = "registered"  # member sent Register (catalog: received it); heartbeats and assignments flow
+    ASKED = "asked"  # a StatusRequest is out; one Status answers it
+    DONE = "done"  # a Refused or a Status ended the exchange
+    CLOSED = "closed"
+    ERROR = "error"
+
+
+C, M = Side.CATALOG, Side.MEMBER
+# (who sends, state, message type) -> next state; both ends use the same table.
+TRANSITIONS: dict[tuple[Side, State, type], State] = {
+    (M, State.IDLE, Register): State.REGISTERED,
+    (M, State.IDLE, StatusRequest): State.ASKED,
+    (M, State.IDLE, RouteRequest): State.ASKED,
+    (C, State.REGISTERED, Assignments): State.REGISTERED,
+    (M, State.REGISTERED, Heartbeat): State.REGISTERED,
+    (C, State.REGISTERED, Refused): State.DONE,
+    (C, State.ASKED, Status): State.DONE,
+    (C, State.ASKED, Routes): State.DONE,
+    (C, State.ASKED, Refused): State.DONE,
+}
+
+NEED_DATA = object()
+
+
+class GridWire:
+    """One end of a catalog connection. ``side`` is the end this object is."""
+
+    def __init__(self, side: Side, *, max_frame_bytes: int = MAX_GRID_FRAME_BYTES) -> None:
+        self.side = side
+        self.peer = C if side is M else M
+        self.state = State.IDLE
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._eof = False
+
+    def _step(self, sender: Side, msg: object, err: type) -> None:
+        if self.state is State.ERROR:
+            raise err(f"the grid connection is broken; {type(msg).__name__} cannot be "
+                      f"{'sent' if err is LocalProtocolError else 'received'}")
+        nxt = TRANSITIONS.get((sender, self.state, type(msg)))
+        if nxt is None:
+            allowed, was = self._allowed(sender), self.state
+            self.state = State.ERROR
+            raise err(f"{sender.value} may not send {type(msg).__name__} in state {was.value}: "
+                      f"the grid wire allows {allowed} there")
+        self.state = nxt
+
+    def _allowed(self, sender: Side) -> str:
+        names = [t.__name__ for (s, st, t) in TRANSITIONS if s is sender and st is self.state]
+        return ", ".join(names) or "nothing more"
+
+    def send(self, msg: Message) -> bytes:
+        self._step(self.side, msg, LocalProtocolError)
+        body = _encoder.encode(msg)
+        return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the peer; ``b""`` means the peer closed."""
+        if data:
+            self._buf += data
+        else:
+            self._eof = True
+
+    def next_event(self) -> Message | object:
+        """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("the grid connection is broken")
+        if len(self._buf) < FRAME_PREFIX.size:
+            return self._end() if self._eof else NEED_DATA
+        length, t = FRAME_PREFIX.unpack_from(self._buf)
+        if length < 1 or length > self.max_frame_bytes:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"grid frame of {length} bytes (at most {self.max_frame_bytes}): "
+                                      f"not a multisite grid peer, or a broken one")
+        if len(self._buf) < 4 + length:
+            return self._end() if self._eof else NEED_DATA
+        body = bytes(self._buf[FRAME_PREFIX.size:4 + length])
+        del self._buf[:4 + length]
+        if t not in _decoders:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"unknown grid message type {t}")
+        try:
+            msg = _decoders[t].decode(body)
+        except msgspec.DecodeError as e:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"malformed grid message of type {t}: {e}") from None
+        self._step(self.peer, msg, RemoteProtocolError)
+        return msg
+
+    def _end(self) -> None:
+        if self._buf:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"the peer closed in the middle of a frame ({len(self._buf)} bytes left)")
+        self.state = State.CLOSED

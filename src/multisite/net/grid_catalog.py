@@ -1,0 +1,231 @@
+"""The catalog process (``python -m multisite.net.grid_catalog DIR --grid grid.toml --listen HOST:PORT``).
+
+Thin asyncio around ``grid.catalog.Catalog``: it accepts TCP connections from containers (and from
+``grid status``), feeds each message and the passing time to the Catalog with ``time.monotonic()``,
+and after each event writes the state file when it changed (``fsutil.atomic_write``: a crash leaves
+the old or the new placement, never a torn one), pushes ``Assignments`` to every connected container
+whose shards changed, and logs the Catalog's log lines. Every decision is the Catalog's.
+
+DIR holds ``catalog.json`` (the state), ``log/catalog.log`` and ``run/catalog.json`` (pid, address).
+The control socket (``net/control.py``, named after DIR) answers ``ping``, ``status`` and ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, MultisiteError, ProtocolError
+from ..fsutil import atomic_write
+from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
+from ..grid.policy import load_policy
+from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, RouteRequest, Routes,
+                         Side, Status, StatusRequest)
+from .control import control_address
+from .tls import parse_hostport
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+TICK_S = 0.1  # how often the catalog looks for silent containers
+READ_BYTES = 65536
+STATE_FILE = "catalog.json"
+
+
+async def read_message(reader: asyncio.StreamReader, wire: GridWire):
+    """The next message from the peer, or None once it closed."""
+    while True:
+        ev = wire.next_event()
+        if ev is not NEED_DATA:
+            return ev
+        wire.receive_data(await reader.read(READ_BYTES))
+
+
+class CatalogServer:
+    def __init__(self, root: Path, grid: Path, listen: str, heartbeat_timeout_s: float) -> None:
+        self.root = root
+        self.listen = listen
+        self.log = logging.getLogger("multisite.catalog")
+        policy = load_policy(grid)
+        state_path = root / STATE_FILE
+        try:
+            state = json.loads(state_path.read_bytes()) if state_path.exists() else None
+        except ValueError as e:  # atomic_write never leaves a torn file: this one was edited or damaged
+            raise ConfigError(f"{state_path} is not the catalog's state (not JSON: {e}); restore it from a "
+                              f"backup, or move it away to place the grid anew") from None
+        self.catalog = Catalog(policy, now=time.monotonic(), heartbeat_timeout_s=heartbeat_timeout_s, state=state)
+        self.conns: dict[str, tuple[asyncio.StreamWriter, GridWire]] = {}
+        self.sent: dict[str, tuple] = {}
+        self._saved = state
+        self._stop = asyncio.Event()
+        self.port = 0
+
+    # -- after every event: persist, push, log ----------------------------------------------------
+    def settle(self) -> None:
+        for line in self.catalog.drain_log():
+            self.log.info("%s", line)
+        st = self.catalog.state_dict()
+        if st != self._saved:
+            atomic_write(self.root / STATE_FILE, json.dumps(st, indent=1).encode())
+            self._saved = st
+        for name, (writer, wire) in list(self.conns.items()):
+            a = self.catalog.assignments_for(name)
+            key = (a.epoch, tuple(sorted(a.shards.items())))
+            if self.sent.get(name) == key:
+                continue
+            self.sent[name] = key
+            try:
+                writer.write(wire.send(a))
+            except (OSError, ProtocolError) as e:
+                self.log.warning("cannot send assignments to %s: %s", name, e)
+                continue
+            self.log.info("assignments to %s at version %d: %s", name, a.epoch,
+                          ", ".join(f"p{p} {r}" for p, r in sorted(a.shards.items())) or "none")
+
+    # -- connections ------------------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        wire = GridWire(Side.CATALOG)
+        peer = writer.get_extra_info("peername")
+        name = None
+        try:
+            first = await read_message(reader, wire)
+            if isinstance(first, StatusRequest):
+                writer.write(wire.send(Status(json.dumps(self.catalog.status(time.monotonic())))))
+                return
+            if isinstance(first, RouteRequest):
+                writer.write(wire.send(Routes(json.dumps(self.catalog.route_table().to_dict()))))
+                return
+            if not isinstance(first, Register):
+                return
+            refused = self.catalog.register(first, time.monotonic())
+            if refused is not None:
+                self.log.warning("refused container %s from %s: %s: %s", first.container, peer, refused.code,
+                                 refused.message)
+                writer.write(wire.send(refused))
+                return
+            name = first.container
+            old = self.conns.pop(name, None)
+            if old is not None:
+                old[0].close()
+            self.conns[name] = (writer, wire)
+            self.sent.pop(name, None)
+            self.settle()
+            while True:
+                msg = await read_message(reader, wire)
+                if msg is None:
+                    self.log.info("container %s closed its connection", name)
+                    return
+                if isinstance(msg, Heartbeat):
+                    if msg.container != name:
+                        refused = Refused(RefusedCode.BAD_REQUEST, f"heartbeat for {msg.container!r} on the "
+                                                                   f"connection of {name!r}")
+                    else:
+                        refused = self.catalog.heartbeat(msg, time.monotonic())
+                    if refused is not None:
+                        writer.write(wire.send(refused))
+                        return
+                    self.settle()
+        except ProtocolError as e:
+            self.log.warning("grid connection from %s (%s) broken: %s", peer, name or "?", e)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            if name is not None and self.conns.get(name, (None,))[0] is writer:
+                del self.conns[name]
+                self.sent.pop(name, None)
+            try:
+                await writer.drain()
+                writer.close()
+            except OSError:
+                pass
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            if self.catalog.tick(time.monotonic()):
+                self.settle()
+
+    # -- control ----------------------------------------------------------------------------------
+    async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            req = json.loads(await reader.readline())
+            op = req["op"]
+            if op == "ping":
+                reply = {"ok": True, "result": {"pid": os.getpid()}}
+            elif op == "status":
+                reply = {"ok": True, "result": self.catalog.status(time.monotonic())}
+            elif op == "shutdown":
+                self._stop.set()
+                reply = {"ok": True, "result": {"pid": os.getpid()}}
+            else:
+                reply = {"ok": False, "code": ConfigError.code, "error": f"unknown control operation {op!r}"}
+        except (ValueError, KeyError) as e:
+            reply = {"ok": False, "code": ConfigError.code, "error": f"bad control request: {e}"}
+        writer.write((json.dumps(reply) + "\n").encode())
+        try:
+            await writer.drain()
+            writer.close()
+        except OSError:
+            pass
+
+    async def run(self) -> None:
+        host, port = parse_hostport(self.listen)
+        try:
+            srv = await asyncio.start_server(self.handle, host, port)
+        except OSError as e:
+            raise ConfigError(f"the catalog cannot listen on {self.listen}: {e.strerror or e}") from None
+        self.port = srv.sockets[0].getsockname()[1]
+        self.settle()  # the restart's log lines, and the state file of a new catalog
+        pol = self.catalog.policy
+        self.log.info("catalog of grid %s (%d partitions, min_sync %d, max_sync %d, max_async %d) listening on "
+                      "%s:%d, heartbeat timeout %g s", pol.name, pol.partitions, pol.min_sync, pol.max_sync,
+                      pol.max_async, host, self.port, self.catalog.heartbeat_timeout_s)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        tick = asyncio.create_task(self.ticker())
+        info = {"pid": os.getpid(), "listen": f"{host}:{self.port}", "grid": pol.name,
+                "log": str(self.root / "log" / "catalog.log")}
+        (self.root / "run" / "catalog.json").write_text(json.dumps(info))
+        ctl = await asyncio.start_unix_server(self.control, path=control_address(self.root))
+        try:
+            await self._stop.wait()
+        finally:
+            tick.cancel()
+            ctl.close()
+            srv.close()
+            for w, _ in self.conns.values():
+                w.close()
+            (self.root / "run" / "catalog.json").unlink(missing_ok=True)
+            self.log.info("catalog stopped at placement version %d", self.catalog.placement.version)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="multisite-catalog")
+    ap.add_argument("dir")
+    ap.add_argument("--grid", required=True)
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT)
+    a = ap.parse_args(argv)
+    root = Path(a.dir).absolute()
+    for sub in ("log", "run"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    h = logging.FileHandler(root / "log" / "catalog.log")
+    h.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger("multisite").addHandler(h)
+    logging.getLogger("multisite").setLevel(logging.INFO)
+    try:
+        asyncio.run(CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout).run())
+    except MultisiteError as e:
+        logging.getLogger("multisite").error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

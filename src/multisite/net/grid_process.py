@@ -1,0 +1,172 @@
+"""Starting and stopping the grid's catalog and container processes, and asking a catalog its status.
+
+Like ``process.py`` for the instance server: each process runs in a new session (a terminal's
+signals do not reach it), logs under its DIR, and is ready once its control socket (named after DIR)
+answers with its own pid. A container is ready once the catalog has accepted it; a container the
+catalog refuses exits, and ``start_container`` raises with the refusal from its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, ServerError, WrongGrid
+from ..grid.policy import load_policy
+from ..grid.routing import RouteTable
+from ..grid.wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
+from . import control
+from .grid_container import REFUSED_FILE
+from .process import _exited
+from .tls import parse_hostport
+
+START_TIMEOUT_S = 30.0
+REGISTER_TIMEOUT_S = 15.0  # a container waits this long for the catalog before start returns without it
+STATUS_TIMEOUT_S = 10.0
+
+
+def _spawn(root: Path, module: str, args: list[str], what: str) -> subprocess.Popen:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "log").mkdir(exist_ok=True)
+    if _running(root):
+        raise ServerError(f"a {what} is already running in {root}")
+    out = open(root / "log" / f"{what}.out", "ab")
+    return subprocess.Popen([sys.executable, "-m", module, str(root), *args], stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _running(root: Path) -> bool:
+    return control.is_running(root)
+
+
+def _tail(root: Path, what: str) -> str:
+    lines = []
+    for f in (f"{what}.out", f"{what}.log"):
+        p = root / "log" / f
+        if p.exists():
+            lines += [ln for ln in p.read_text(errors="replace").splitlines() if "error" in ln.lower()]
+    return lines[-1] if lines else "(no error in its log)"
+
+
+def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(f"the {what} in {root} exited at start (status {proc.returncode}): {_tail(root, what)}")
+        if _running(root):
+            info = json.loads((root / "run" / f"{what}.json").read_text())
+            if info.get("pid") == proc.pid:
+                return info
+        time.sleep(0.05)
+    proc.kill()
+    raise ServerError(f"the {what} in {root} did not answer within {START_TIMEOUT_S:.0f} s")
+
+
+def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float) -> dict:
+    """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root``; returns its run info."""
+    parse_hostport(listen)
+    if not heartbeat_timeout_s > 0:
+        raise ConfigError(f"--heartbeat-timeout takes seconds, more than 0, got {heartbeat_timeout_s}")
+    load_policy(grid)  # a wrong policy is an error here, with its key, not only in the catalog's log
+    proc = _spawn(Path(root).absolute(), "multisite.net.grid_catalog",
+                  ["--grid", str(Path(grid).absolute()), "--listen", listen,
+                   "--heartbeat-timeout", str(heartbeat_timeout_s)], "catalog")
+    return _wait_ready(proc, Path(root).absolute(), "catalog")
+
+
+def start_container(root: Path, catalog: str, listen: str, zone: str | None = None, name: str | None = None,
+                    grid: str | None = None) -> dict:
+    """Spawn a container; returns its status once the catalog accepted it (``registered`` False if the
+    catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying)."""
+    parse_hostport(catalog)
+    parse_hostport(listen)
+    root = Path(root).absolute()
+    args = ["--catalog", catalog, "--listen", listen]
+    args += ["--zone", zone] if zone else []
+    args += ["--name", name] if name else []
+    args += ["--grid", grid] if grid else []
+    refused_file = root / "run" / REFUSED_FILE
+    refused_file.unlink(missing_ok=True)
+    proc = _spawn(root, "multisite.net.grid_container", args, "container")
+    try:
+        _wait_ready(proc, root, "container")
+    except ServerError:
+        _raise_refused(refused_file, catalog, root)  # refused before its control socket answered
+        raise
+    deadline = time.monotonic() + REGISTER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            st = control.call(root, "status", timeout=5)
+        except ServerError:
+            st = None
+        if st and st["registered"]:
+            return st
+        if proc.poll() is not None or (st and st["refused"]):
+            proc.wait(timeout=10)
+            _raise_refused(refused_file, catalog, root)
+            raise ServerError(f"the container in {root} exited (status {proc.returncode}): {_tail(root, 'container')}")
+        time.sleep(0.05)
+    return st or {"registered": False}
+
+
+def _raise_refused(refused_file: Path, catalog: str, root: Path) -> None:
+    if refused_file.exists():
+        r = json.loads(refused_file.read_text())
+        cls = WrongGrid if r["code"] == WrongGrid.code else ServerError
+        raise cls(f"the catalog {catalog} refused the container in {root}: {r['code']}: {r['message']}")
+
+
+def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
+    """Stop the catalog or container running in ``root``; returns its pid."""
+    root = Path(root).absolute()
+    try:
+        pid = control.call(root, "ping", timeout=5)["pid"]
+    except ServerError:
+        raise ServerError(f"no {what} is running in {root}; start one with `multisite {what} start`") from None
+    control.call(root, "shutdown", timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return pid
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:
+    """Ask the catalog at ``catalog`` (HOST:PORT) its status over the grid wire."""
+    return json.loads(_ask(catalog, StatusRequest(), Status, timeout).json)
+
+
+def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> RouteTable:
+    """The catalog's route table: each partition's primary address (None while it is down) and epoch."""
+    return RouteTable.from_dict(json.loads(_ask(catalog, RouteRequest(), Routes, timeout).json))
+
+
+def _ask(catalog: str, request, reply_type: type, timeout: float):
+    host, port = parse_hostport(catalog)
+    wire = GridWire(Side.MEMBER)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(wire.send(request))
+            while True:
+                ev = wire.next_event()
+                if ev is NEED_DATA:
+                    wire.receive_data(s.recv(65536))
+                    continue
+                if isinstance(ev, reply_type):
+                    return ev
+                if isinstance(ev, Refused):
+                    raise ServerError(f"the catalog at {catalog} refused: {ev.code}: {ev.message}")
+                raise ServerError(f"the catalog at {catalog} closed the connection without an answer")
+    except socket.timeout:
+        raise ServerError(f"the catalog at {catalog} did not answer within {timeout:.0f} s") from None
+    except OSError as e:
+        raise ServerError(f"cannot reach the catalog at {catalog}: {e.strerror or e}; is it started "
+                          f"(`multisite catalog start`)?") from None
