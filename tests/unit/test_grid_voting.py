@@ -212,3 +212,15 @@ def test_assign_keeps_the_state_of_replicas_that_stay():
     s.fell_behind("nobody")
     assert s.to_dict() == {"min_sync": 1, "current": [], "behind": ["r1", "r3"], "committed_seqno": 0,
                            "in_flight": []}
+
+
+def test_a_vote_that_comes_after_an_early_rollback_is_late_not_an_error():
+    # min_sync = 2 of 3: two ROLLBACK votes decide at once; the third voter's answer, still on its way,
+    # is a late vote on a decided transaction (the design's table), not a protocol failure
+    v = CommitVote(1, ["r1", "r2", "r3"], min_sync=2, now=0.0, timeout_s=1.0)
+    v.vote("r1", NO, 0.1)
+    d = v.vote("r2", NO, 0.2)
+    assert d is not None and not d.commit
+    assert v.vote("r3", YES, 0.3) is None
+    assert v.state is State.ROLLED_BACK and v.decision is d and v.late == {"r3": YES}
+    assert v.tick(5.0) is None  # still usable: no LocalProtocolError

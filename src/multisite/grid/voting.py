@@ -154,7 +154,8 @@ class CommitVote:
                               f"{earlier.value}")
             self._step(Event.REPEAT)
             return None
-        if replica in self.timed_out:
+        if replica in self.timed_out or self.state is not State.COLLECTING:
+            # timed out, or the vote was decided without it (early rollback): late, the decision stands
             self.late[replica] = vote
             self._step(Event.LATE)
             return None
