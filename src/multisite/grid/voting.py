@@ -220,6 +220,7 @@ class SyncReplicas:
         self.current: set[str] = set()
         self.behind: set[str] = set(replicas)  # a new replica has copied nothing yet
         self.in_flight: dict[int, CommitVote] = {}
+        self._seqno: dict[int, int] = {}  # txn -> the primary's seqno of the transaction voted on
         self._next_txn = 1
 
     @property
@@ -233,10 +234,14 @@ class SyncReplicas:
         self.current &= want
         self.behind = (self.behind & want) | (want - self.current)
 
-    def begin(self, now: float) -> CommitVote:
-        """A vote on a new transaction among the current replicas."""
+    def begin(self, now: float, seqno: int | None = None) -> CommitVote:
+        """A vote on a new transaction among the current replicas. ``seqno``: the transaction's seqno on
+        the primary; with it, a COMMIT decision raises ``committed_seqno`` at once, so that no replica
+        can be counted current between the decision and the caller's ``committed`` without holding it."""
         txn = self._next_txn
         self._next_txn += 1
+        if seqno is not None:
+            self._seqno[txn] = seqno
         v = CommitVote(txn, self.current, self.min_sync, now, self.vote_timeout_s)
         if v.decided:
             self._settle(v)
@@ -272,6 +277,9 @@ class SyncReplicas:
 
     def _settle(self, v: CommitVote) -> None:
         self.in_flight.pop(v.txn, None)
+        seqno = self._seqno.pop(v.txn, None)
+        if seqno is not None and v.decision.commit:
+            self.committed(seqno)
         for r in v.decision.behind:
             self.fell_behind(r)
 
