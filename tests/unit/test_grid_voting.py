@@ -240,3 +240,10 @@ def test_a_replica_cannot_become_current_between_a_commit_decision_and_the_prima
     v = s.begin(1.0, seqno=12)  # a rollback does not raise it
     s.vote(v.txn, "r1", NO, 1.1)
     assert s.committed_seqno == 11
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), float("nan")])
+def test_a_vote_that_could_never_time_out_is_refused(timeout_s):
+    # inf: with a silent voter the vote never decides and the commit hangs; nan: every voter times out at once
+    with pytest.raises(errors.ConfigError):
+        CommitVote(1, ["r1"], min_sync=1, now=0.0, timeout_s=timeout_s)

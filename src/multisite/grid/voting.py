@@ -23,6 +23,7 @@ to ERROR for good, and ERROR means rollback: nothing was committed, nothing will
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
@@ -108,8 +109,9 @@ class CommitVote:
 
     def __init__(self, txn: int, voters: Iterable[str], min_sync: int, now: float,
                  timeout_s: float = VOTE_TIMEOUT_S_DEFAULT):
-        if min_sync < 0 or timeout_s <= 0:
-            raise ConfigError(f"min_sync must be >= 0 and timeout_s > 0, got {min_sync} and {timeout_s}")
+        # inf: a silent voter would never time out and the commit would hang; nan: it times out at once
+        if min_sync < 0 or not 0 < timeout_s < math.inf:
+            raise ConfigError(f"min_sync must be >= 0 and timeout_s finite and > 0, got {min_sync} and {timeout_s}")
         self.txn = txn
         self.voters = tuple(sorted(set(voters)))
         self.min_sync = min_sync
