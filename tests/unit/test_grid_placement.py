@@ -270,3 +270,16 @@ def test_a_join_or_a_loss_moves_few_shards(partitions, max_sync, max_async, n):
     after = plan(pol, cs[1:], base).placement
     changed = len(_assignments(base) ^ _assignments(after))
     assert changed <= 3 * on_lost + n
+
+
+def test_a_lowered_max_sync_or_max_async_drops_the_extra_replicas_keeping_current_ones():
+    # grid.toml edited (max_sync 2 -> 1, max_async 1 -> 0) and the catalog restarted: the placement in
+    # force has more replicas than the policy allows; a primary would still wait on both sync replicas
+    pol = _policy(partitions=1, min_sync=1, max_sync=1, max_async=0)
+    cs = [Container(f"c{i}") for i in range(4)]
+    pl = Placement((Shards("c0", ("c1", "c2"), ("c3",), frozenset({"c2"}), epoch=1),))
+    p = plan(pol, cs, pl)
+    s = p.placement.partitions[0]
+    assert s.sync_replicas == ("c2",) and s.current == {"c2"} and s.async_replicas == ()
+    assert {(m.kind, m.container) for m in p.moves} == {(MoveKind.DROP, "c1"), (MoveKind.DROP, "c3")}
+    _check_rules(pol, cs, p.placement)

@@ -243,6 +243,16 @@ class _Planner:
                 self.load[c] += 1
                 out.append(c)
         p.current = set(s.current) & set(p.sync)
+        # More replicas than the policy allows (max_sync or max_async lowered in grid.toml): drop the
+        # extras, keeping current synchronous replicas first (they are the ones a promotion may use).
+        pol = self.policy
+        for role, names, want in ((Role.SYNC, p.sync, pol.max_sync), (Role.ASYNC, p.asyn, pol.max_async)):
+            keep = sorted(names, key=lambda c: c not in p.current)[:want]  # stable: in their order otherwise
+            for c in [c for c in names if c not in keep]:
+                names.remove(c)
+                p.current.discard(c)
+                self.load[c] -= 1
+                self.moves.append(Move(MoveKind.DROP, i, c, role))
         return p
 
     # -- 2. promote -----------------------------------------------------------------------------------
