@@ -97,10 +97,12 @@ class Placement:
     def empty(cls, partitions: int) -> Placement:
         return cls(tuple(Shards() for _ in range(partitions)))
 
-    def with_current(self, partition: int, container: str, current: bool) -> Placement:
-        """A synchronous replica reported caught up (or fell behind): the catalog's record of it."""
+    def with_current(self, partition: int, container: str, current: bool, *, epoch: int) -> Placement:
+        """A synchronous replica reported caught up (or fell behind) by the partition's primary of
+        ``epoch``: the catalog's record of it. A "caught up" from an earlier epoch is ignored: it was
+        caught up with a primary since replaced, not with the one now taking commits."""
         s = self.partitions[partition]
-        if container not in s.sync_replicas:
+        if container not in s.sync_replicas or (current and epoch != s.epoch):
             return self
         cur = s.current | {container} if current else s.current - {container}
         if cur == s.current:
