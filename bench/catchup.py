@@ -169,6 +169,7 @@ def multisite_run(t: Tree, primary: Path, target: int, work: Path, sec_dur: str,
     a, b = run / "A", run / "B"
     shutil.copytree(primary, a)
     started: list[Path] = []
+    proc = None
     try:
         t.ms("instance", "create", b, "--name", "B", "--durability", sec_dur)
         for root in (a, b):
@@ -213,6 +214,9 @@ def multisite_run(t: Tree, primary: Path, target: int, work: Path, sec_dur: str,
                     stats += [f"{name}/{f.name}: {ln.strip()}" for ln in f.read_text(errors="replace").splitlines()]
         return MsRun(seconds, cli_s, first_s or seconds, stats)
     finally:
+        if proc is not None and proc.poll() is None:  # a failed or timed-out run: the CLI must not outlive it
+            proc.kill()
+            proc.wait(10)
         for root in started:
             t.ms("server", "stop", root, "--timeout", "2", check=False)
         shutil.rmtree(run, ignore_errors=True)

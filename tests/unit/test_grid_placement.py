@@ -21,7 +21,7 @@ def _policy(partitions=8, min_sync=1, max_sync=1, max_async=1, zones=None) -> Gr
 def _all_current(pl: Placement) -> Placement:
     for i, s in enumerate(pl.partitions):
         for r in s.sync_replicas:
-            pl = pl.with_current(i, r, True)
+            pl = pl.with_current(i, r, True, epoch=s.epoch)
     return pl
 
 
@@ -149,7 +149,9 @@ def test_placement_round_trips_through_dicts():
     d = p.to_dict()
     assert d["moves"][0] == {"kind": "place", "partition": 0, "container": "c1", "role": "primary", "source": None,
                              "may_lose_commits": False}
-    assert pl.with_current(0, "nobody", True) is pl and pl.with_current(0, pl.partitions[0].sync_replicas[0], True) is pl
+    s0 = pl.partitions[0]
+    assert pl.with_current(0, "nobody", True, epoch=s0.epoch) is pl
+    assert pl.with_current(0, s0.sync_replicas[0], True, epoch=s0.epoch) is pl
 
 
 # -- by Hypothesis -------------------------------------------------------------------------------------
@@ -217,7 +219,7 @@ def test_a_promotion_picks_a_current_synchronous_replica_when_one_exists(grid, d
     for i, s in enumerate(pl.partitions):
         for r in s.sync_replicas:
             if data.draw(st.booleans()):
-                pl = pl.with_current(i, r, True)
+                pl = pl.with_current(i, r, True, epoch=s.epoch)
     if not cs:
         return
     lost = data.draw(st.sampled_from(cs))
@@ -270,3 +272,31 @@ def test_a_join_or_a_loss_moves_few_shards(partitions, max_sync, max_async, n):
     after = plan(pol, cs[1:], base).placement
     changed = len(_assignments(base) ^ _assignments(after))
     assert changed <= 3 * on_lost + n
+
+
+def test_a_lowered_max_sync_or_max_async_drops_the_extra_replicas_keeping_current_ones():
+    # grid.toml edited (max_sync 2 -> 1, max_async 1 -> 0) and the catalog restarted: the placement in
+    # force has more replicas than the policy allows; a primary would still wait on both sync replicas
+    pol = _policy(partitions=1, min_sync=1, max_sync=1, max_async=0)
+    cs = [Container(f"c{i}") for i in range(4)]
+    pl = Placement((Shards("c0", ("c1", "c2"), ("c3",), frozenset({"c2"}), epoch=1),))
+    p = plan(pol, cs, pl)
+    s = p.placement.partitions[0]
+    assert s.sync_replicas == ("c2",) and s.current == {"c2"} and s.async_replicas == ()
+    assert {(m.kind, m.container) for m in p.moves} == {(MoveKind.DROP, "c1"), (MoveKind.DROP, "c3")}
+    _check_rules(pol, cs, p.placement)
+
+
+def test_a_caught_up_report_from_a_replaced_primary_does_not_make_a_replica_current():
+    # c0 (epoch 4) reports c2 caught up, then dies; its report reaches the catalog after c1 was promoted
+    # (epoch 5). c2 holds nothing of c1's commits: counting it current would let the next failover
+    # promote it and lose what c1 acknowledged with other replicas' votes.
+    pol = _policy(partitions=1, min_sync=1, max_sync=2, max_async=0)
+    pl = Placement((Shards("c0", ("c1", "c2"), (), frozenset({"c1"}), epoch=4),))
+    after = plan(pol, [Container("c1"), Container("c2"), Container("c3")], pl).placement
+    s = after.partitions[0]
+    assert s.primary == "c1" and s.epoch == 5 and s.current == frozenset()
+    assert after.with_current(0, "c2", True, epoch=4) is after
+    assert after.with_current(0, "c2", True, epoch=5).partitions[0].current == {"c2"}
+    marked = after.with_current(0, "c2", True, epoch=5)
+    assert marked.with_current(0, "c2", False, epoch=4).partitions[0].current == frozenset()  # behind: always taken

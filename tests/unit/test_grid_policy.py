@@ -137,3 +137,11 @@ def test_a_policy_built_in_code_is_checked_as_the_file_is():
         GridPolicy(name="g", partitions=2, min_sync=1, max_sync=0, maps=(MapPolicy("m"),))
     with pytest.raises(GridPolicyError, match="maps"):
         GridPolicy(name="g", partitions=2)
+
+
+def test_a_policy_built_in_code_cannot_hide_a_mistake_from_the_checks():
+    with pytest.raises(GridPolicyError, match="map twice"):
+        GridPolicy(name="g", partitions=2, maps=(MapPolicy("m"), MapPolicy("m")))
+    # "ab" would pass as zones ["a", "b"], then ``"ab" in policy.zones`` lets a container of zone "ab" in
+    with pytest.raises(GridPolicyError, match="zones"):
+        GridPolicy(name="g", partitions=2, zones="ab", maps=(MapPolicy("m"),))

@@ -212,3 +212,38 @@ def test_assign_keeps_the_state_of_replicas_that_stay():
     s.fell_behind("nobody")
     assert s.to_dict() == {"min_sync": 1, "current": [], "behind": ["r1", "r3"], "committed_seqno": 0,
                            "in_flight": []}
+
+
+def test_a_vote_that_comes_after_an_early_rollback_is_late_not_an_error():
+    # min_sync = 2 of 3: two ROLLBACK votes decide at once; the third voter's answer, still on its way,
+    # is a late vote on a decided transaction (the design's table), not a protocol failure
+    v = CommitVote(1, ["r1", "r2", "r3"], min_sync=2, now=0.0, timeout_s=1.0)
+    v.vote("r1", NO, 0.1)
+    d = v.vote("r2", NO, 0.2)
+    assert d is not None and not d.commit
+    assert v.vote("r3", YES, 0.3) is None
+    assert v.state is State.ROLLED_BACK and v.decision is d and v.late == {"r3": YES}
+    assert v.tick(5.0) is None  # still usable: no LocalProtocolError
+
+
+def test_a_replica_cannot_become_current_between_a_commit_decision_and_the_primarys_commit():
+    # The decision settles the vote (nothing in flight) before the primary has committed and called
+    # committed(): a behind replica reporting the old seqno in that window must not count as current,
+    # or it would be promoted without a transaction the primary is about to acknowledge.
+    s = SyncReplicas(1, ["r1", "r2"], committed_seqno=10)
+    _caught_up(s, "r1")
+    v = s.begin(0.0, seqno=11)
+    assert s.vote(v.txn, "r1", YES, 0.1).commit
+    assert not s.in_flight
+    assert not s.caught_up("r2", 10)  # lacks seqno 11, which was just voted committed
+    assert s.caught_up("r2", 11) and s.current == {"r1", "r2"}
+    v = s.begin(1.0, seqno=12)  # a rollback does not raise it
+    s.vote(v.txn, "r1", NO, 1.1)
+    assert s.committed_seqno == 11
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), float("nan")])
+def test_a_vote_that_could_never_time_out_is_refused(timeout_s):
+    # inf: with a silent voter the vote never decides and the commit hangs; nan: every voter times out at once
+    with pytest.raises(errors.ConfigError):
+        CommitVote(1, ["r1"], min_sync=1, now=0.0, timeout_s=timeout_s)

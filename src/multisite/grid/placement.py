@@ -97,10 +97,12 @@ class Placement:
     def empty(cls, partitions: int) -> Placement:
         return cls(tuple(Shards() for _ in range(partitions)))
 
-    def with_current(self, partition: int, container: str, current: bool) -> Placement:
-        """A synchronous replica reported caught up (or fell behind): the catalog's record of it."""
+    def with_current(self, partition: int, container: str, current: bool, *, epoch: int) -> Placement:
+        """A synchronous replica reported caught up (or fell behind) by the partition's primary of
+        ``epoch``: the catalog's record of it. A "caught up" from an earlier epoch is ignored: it was
+        caught up with a primary since replaced, not with the one now taking commits."""
         s = self.partitions[partition]
-        if container not in s.sync_replicas:
+        if container not in s.sync_replicas or (current and epoch != s.epoch):
             return self
         cur = s.current | {container} if current else s.current - {container}
         if cur == s.current:
@@ -243,6 +245,16 @@ class _Planner:
                 self.load[c] += 1
                 out.append(c)
         p.current = set(s.current) & set(p.sync)
+        # More replicas than the policy allows (max_sync or max_async lowered in grid.toml): drop the
+        # extras, keeping current synchronous replicas first (they are the ones a promotion may use).
+        pol = self.policy
+        for role, names, want in ((Role.SYNC, p.sync, pol.max_sync), (Role.ASYNC, p.asyn, pol.max_async)):
+            keep = sorted(names, key=lambda c: c not in p.current)[:want]  # stable: in their order otherwise
+            for c in [c for c in names if c not in keep]:
+                names.remove(c)
+                p.current.discard(c)
+                self.load[c] -= 1
+                self.moves.append(Move(MoveKind.DROP, i, c, role))
         return p
 
     # -- 2. promote -----------------------------------------------------------------------------------

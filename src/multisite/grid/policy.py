@@ -57,7 +57,15 @@ class GridPolicy:
     source: str = field(default="<policy>", compare=False)  # where it was read from, for messages
 
     def __post_init__(self) -> None:
-        # The same checks as the file's, so that a policy built in code is as safe as one read.
+        # The same checks as the file's, so that a policy built in code is as safe as one read. to_dict
+        # is a dict of maps and a list of zones: what it would hide (a map twice, zones as one string,
+        # read by ``in`` as substrings) is checked here first.
+        names = [m.name for m in self.maps]
+        if len(set(names)) != len(names):
+            _fail(self.source, "maps", f"lists a map twice: {names}")
+        if self.zones is not None and not isinstance(self.zones, tuple):
+            _fail(self.source, "zones", f"must be a tuple of zone names, got {type(self.zones).__name__} "
+                                        f"{self.zones!r}")
         _check(self.to_dict(), self.source)
 
     @property

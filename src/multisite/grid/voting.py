@@ -23,6 +23,7 @@ to ERROR for good, and ERROR means rollback: nothing was committed, nothing will
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
@@ -108,8 +109,9 @@ class CommitVote:
 
     def __init__(self, txn: int, voters: Iterable[str], min_sync: int, now: float,
                  timeout_s: float = VOTE_TIMEOUT_S_DEFAULT):
-        if min_sync < 0 or timeout_s <= 0:
-            raise ConfigError(f"min_sync must be >= 0 and timeout_s > 0, got {min_sync} and {timeout_s}")
+        # inf: a silent voter would never time out and the commit would hang; nan: it times out at once
+        if min_sync < 0 or not 0 < timeout_s < math.inf:
+            raise ConfigError(f"min_sync must be >= 0 and timeout_s finite and > 0, got {min_sync} and {timeout_s}")
         self.txn = txn
         self.voters = tuple(sorted(set(voters)))
         self.min_sync = min_sync
@@ -154,7 +156,8 @@ class CommitVote:
                               f"{earlier.value}")
             self._step(Event.REPEAT)
             return None
-        if replica in self.timed_out:
+        if replica in self.timed_out or self.state is not State.COLLECTING:
+            # timed out, or the vote was decided without it (early rollback): late, the decision stands
             self.late[replica] = vote
             self._step(Event.LATE)
             return None
@@ -219,6 +222,7 @@ class SyncReplicas:
         self.current: set[str] = set()
         self.behind: set[str] = set(replicas)  # a new replica has copied nothing yet
         self.in_flight: dict[int, CommitVote] = {}
+        self._seqno: dict[int, int] = {}  # txn -> the primary's seqno of the transaction voted on
         self._next_txn = 1
 
     @property
@@ -232,10 +236,14 @@ class SyncReplicas:
         self.current &= want
         self.behind = (self.behind & want) | (want - self.current)
 
-    def begin(self, now: float) -> CommitVote:
-        """A vote on a new transaction among the current replicas."""
+    def begin(self, now: float, seqno: int | None = None) -> CommitVote:
+        """A vote on a new transaction among the current replicas. ``seqno``: the transaction's seqno on
+        the primary; with it, a COMMIT decision raises ``committed_seqno`` at once, so that no replica
+        can be counted current between the decision and the caller's ``committed`` without holding it."""
         txn = self._next_txn
         self._next_txn += 1
+        if seqno is not None:
+            self._seqno[txn] = seqno
         v = CommitVote(txn, self.current, self.min_sync, now, self.vote_timeout_s)
         if v.decided:
             self._settle(v)
@@ -271,6 +279,9 @@ class SyncReplicas:
 
     def _settle(self, v: CommitVote) -> None:
         self.in_flight.pop(v.txn, None)
+        seqno = self._seqno.pop(v.txn, None)
+        if seqno is not None and v.decision.commit:
+            self.committed(seqno)
         for r in v.decision.behind:
             self.fell_behind(r)
 
