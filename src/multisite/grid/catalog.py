@@ -188,7 +188,7 @@ class Catalog:
                     continue  # not heard since a restart or a role change: unknown is not behind
                 current = r_seq >= p_seq
                 if current != (r in s.current):
-                    pl = pl.with_current(i, r, current)
+                    pl = pl.with_current(i, r, current, epoch=s.epoch)  # judged now, for this primary
                     self._log.append(f"partition {i}: sync replica {r} is {'now' if current else 'no longer'} "
                                      f"current (seqno {r_seq}, primary {s.primary} at {p_seq})")
         if pl is not self.placement:
