@@ -9,11 +9,13 @@ there is no path-length limit and nothing to clean up after a crash). One reques
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import errors
 from ..errors import MultisiteError, ServerError
@@ -61,6 +63,31 @@ def call(root: Path, op: str, timeout: float = CONTROL_TIMEOUT_S, **args: Any) -
     err = cls.__new__(cls)
     MultisiteError.__init__(err, reply.get("error", "unknown error"))
     raise err
+
+
+async def answer_simple(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: Callable[[], dict],
+                        stop: asyncio.Event) -> None:
+    """One request on the control socket of a process that only pings, reports and stops (the grid's
+    catalog and containers): ``ping``, ``status`` (``status()``) and ``shutdown`` (sets ``stop``)."""
+    try:
+        op = json.loads(await reader.readline())["op"]
+        if op == "ping":
+            reply = {"ok": True, "result": {"pid": os.getpid()}}
+        elif op == "status":
+            reply = {"ok": True, "result": status()}
+        elif op == "shutdown":
+            stop.set()
+            reply = {"ok": True, "result": {"pid": os.getpid()}}
+        else:
+            reply = {"ok": False, "code": errors.ConfigError.code, "error": f"unknown control operation {op!r}"}
+    except (ValueError, KeyError, TypeError) as e:
+        reply = {"ok": False, "code": errors.ConfigError.code, "error": f"bad control request: {e}"}
+    writer.write((json.dumps(reply) + "\n").encode())
+    try:
+        await writer.drain()
+        writer.close()
+    except OSError:
+        pass
 
 
 def _error_class(code: str) -> type[MultisiteError]:

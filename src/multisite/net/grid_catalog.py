@@ -28,7 +28,7 @@ from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..grid.policy import load_policy
 from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, RouteRequest, Routes,
                          Side, Status, StatusRequest)
-from .control import control_address
+from .control import answer_simple, control_address
 from .tls import parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -152,26 +152,7 @@ class CatalogServer:
 
     # -- control ----------------------------------------------------------------------------------
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            req = json.loads(await reader.readline())
-            op = req["op"]
-            if op == "ping":
-                reply = {"ok": True, "result": {"pid": os.getpid()}}
-            elif op == "status":
-                reply = {"ok": True, "result": self.catalog.status(time.monotonic())}
-            elif op == "shutdown":
-                self._stop.set()
-                reply = {"ok": True, "result": {"pid": os.getpid()}}
-            else:
-                reply = {"ok": False, "code": ConfigError.code, "error": f"unknown control operation {op!r}"}
-        except (ValueError, KeyError) as e:
-            reply = {"ok": False, "code": ConfigError.code, "error": f"bad control request: {e}"}
-        writer.write((json.dumps(reply) + "\n").encode())
-        try:
-            await writer.drain()
-            writer.close()
-        except OSError:
-            pass
+        await answer_simple(reader, writer, lambda: self.catalog.status(time.monotonic()), self._stop)
 
     async def run(self) -> None:
         host, port = parse_hostport(self.listen)

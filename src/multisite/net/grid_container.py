@@ -34,7 +34,7 @@ from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, Refused, Register, Side, Status,
                          StatusRequest)
-from .control import control_address
+from .control import answer_simple, control_address
 from .grid_catalog import LOG_FORMAT, read_message
 from .tls import parse_hostport
 
@@ -199,25 +199,7 @@ class ContainerServer:
         writer.close()
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            op = json.loads(await reader.readline())["op"]
-            if op == "ping":
-                reply = {"ok": True, "result": {"pid": os.getpid()}}
-            elif op == "status":
-                reply = {"ok": True, "result": self.status()}
-            elif op == "shutdown":
-                self._stop.set()
-                reply = {"ok": True, "result": {"pid": os.getpid()}}
-            else:
-                reply = {"ok": False, "code": ConfigError.code, "error": f"unknown control operation {op!r}"}
-        except (ValueError, KeyError) as e:
-            reply = {"ok": False, "code": ConfigError.code, "error": f"bad control request: {e}"}
-        writer.write((json.dumps(reply) + "\n").encode())
-        try:
-            await writer.drain()
-            writer.close()
-        except OSError:
-            pass
+        await answer_simple(reader, writer, self.status, self._stop)
 
     async def run(self) -> None:
         host, port = parse_hostport(self.listen)
