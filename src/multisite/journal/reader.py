@@ -23,6 +23,27 @@ def segments_from(infos: list[SegmentInfo], from_seqno: int) -> list[SegmentInfo
     return infos[i:]
 
 
+def _chosen(journal_dir: Path, from_seqno: int, infos: list[SegmentInfo] | None) -> list[SegmentInfo]:
+    """The segments to read from ``from_seqno`` on; JournalGap if it was pruned."""
+    if infos is None:
+        infos = list_segments(journal_dir)
+    if infos and from_seqno < infos[0].first_seqno:
+        raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
+                         f"segment starts at {infos[0].first_seqno}); it was pruned")
+    return segments_from(infos, from_seqno) if infos else []
+
+
+def _past_end(info: SegmentInfo, off: int, seqno: int, end: int) -> JournalCorrupt:
+    return JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {seqno} is past {end}, where the "
+                          f"next segment takes over", path=str(info.path), offset=off)
+
+
+def _cut_short(info: SegmentInfo, last: int, end: int, size: int) -> JournalCorrupt:
+    return JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment starts at "
+                          f"{end + 1}: records {last + 1}..{end} are missing (the sealed segment was cut short); "
+                          f"restore it from a backup", path=str(info.path), offset=size)
+
+
 def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
                 infos: list[SegmentInfo] | None = None, *, whole: bool = False,
                 tail_checked: bool = False) -> Iterator[tuple[int, bytes]]:
@@ -31,12 +52,7 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
     ``tail_checked``: the newest segment's CRCs were just verified (see ``SegmentView.frames``)."""
     if infos is None:
         infos = list_segments(journal_dir)
-    if not infos:
-        return
-    if from_seqno < infos[0].first_seqno:
-        raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
-                         f"segment starts at {infos[0].first_seqno}); it was pruned")
-    chosen = segments_from(infos, from_seqno)
+    chosen = _chosen(journal_dir, from_seqno, infos)
     for k, info in enumerate(chosen):
         if to_seqno is not None and info.first_seqno > to_seqno:
             return
@@ -49,19 +65,14 @@ def iter_frames(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = N
             for off, hdr in view.frames(tail=not sealed, checked=tail_checked and info is infos[-1]):
                 last = hdr.seqno
                 if end is not None and last > end:
-                    raise JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {last} is past "
-                                         f"{end}, where the next segment takes over", path=str(info.path),
-                                         offset=off)
+                    raise _past_end(info, off, last, end)
                 if hdr.seqno < from_seqno:
                     continue
                 if to_seqno is not None and hdr.seqno > to_seqno:
                     return
                 yield hdr.seqno, view.frame_bytes(off, hdr) if whole else view.payload(off, hdr)
             if end is not None and last != end:
-                raise JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment "
-                                     f"starts at {end + 1}: records {last + 1}..{end} are missing (the sealed "
-                                     f"segment was cut short); restore it from a backup", path=str(info.path),
-                                     offset=view.size)
+                raise _cut_short(info, last, end, view.size)
 
 
 def iter_runs(journal_dir: Path, from_seqno: int, max_bytes: int, to_seqno: int | None = None
@@ -91,13 +102,7 @@ def iter_runs(journal_dir: Path, from_seqno: int, max_bytes: int, to_seqno: int 
 def _frame_spans(journal_dir: Path, from_seqno: int) -> Iterator[tuple[int | None, int, int, SegmentView]]:
     """``(seqno, offset, end, view)`` of each frame from ``from_seqno``, checked, then
     ``(None, 0, 0, view)`` at the end of each segment, its view still open."""
-    infos = list_segments(journal_dir)
-    if not infos:
-        return
-    if from_seqno < infos[0].first_seqno:
-        raise JournalGap(f"seqno {from_seqno} is no longer in the journal at {journal_dir} (the oldest "
-                         f"segment starts at {infos[0].first_seqno}); it was pruned")
-    chosen = segments_from(infos, from_seqno)
+    chosen = _chosen(journal_dir, from_seqno, None)
     for k, info in enumerate(chosen):
         sealed = k + 1 < len(chosen)
         end_seqno = chosen[k + 1].first_seqno - 1 if sealed else None
@@ -106,16 +111,11 @@ def _frame_spans(journal_dir: Path, from_seqno: int) -> Iterator[tuple[int | Non
             for off, hdr in view.frames(tail=not sealed):
                 last = hdr.seqno
                 if end_seqno is not None and last > end_seqno:
-                    raise JournalCorrupt(f"journal segment {info.path} offset {off}: seqno {last} is past "
-                                         f"{end_seqno}, where the next segment takes over", path=str(info.path),
-                                         offset=off)
+                    raise _past_end(info, off, last, end_seqno)
                 if last >= from_seqno:
                     yield last, off, off + hdr.total, view
             if end_seqno is not None and last != end_seqno:
-                raise JournalCorrupt(f"journal segment {info.path} ends at seqno {last} but the next segment "
-                                     f"starts at {end_seqno + 1}: records {last + 1}..{end_seqno} are missing "
-                                     f"(the sealed segment was cut short); restore it from a backup",
-                                     path=str(info.path), offset=view.size)
+                raise _cut_short(info, last, end_seqno, view.size)
             yield None, 0, 0, view
 
 
