@@ -18,17 +18,17 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, MultisiteError, ProtocolError
+from ..errors import ConfigError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..grid.policy import load_policy
 from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, RouteRequest, Routes,
                          Side, Status, StatusRequest)
 from .control import answer_simple, control_address
+from .process import run_logged
 from .tls import parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -194,18 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
-    for sub in ("log", "run"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    h = logging.FileHandler(root / "log" / "catalog.log")
-    h.setFormatter(logging.Formatter(LOG_FORMAT))
-    logging.getLogger("multisite").addHandler(h)
-    logging.getLogger("multisite").setLevel(logging.INFO)
-    try:
-        asyncio.run(CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout).run())
-    except MultisiteError as e:
-        logging.getLogger("multisite").error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_logged(root, "catalog.log", LOG_FORMAT,
+               lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout).run())
 
 
 if __name__ == "__main__":

@@ -24,17 +24,17 @@ import json
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 
 from ..engine import Database, create
 from ..engine import open as open_db
-from ..errors import ConfigError, MultisiteError, ProtocolError
+from ..errors import ConfigError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, Refused, Register, Side, Status,
                          StatusRequest)
 from .control import answer_simple, control_address
+from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
 from .tls import parse_hostport
 
@@ -244,18 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--capacity", type=int, default=CAPACITY_SHARDS_DEFAULT)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
-    for sub in ("log", "run"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    h = logging.FileHandler(root / "log" / "container.log")
-    h.setFormatter(logging.Formatter(LOG_FORMAT))
-    logging.getLogger("multisite").addHandler(h)
-    logging.getLogger("multisite").setLevel(logging.INFO)
-    try:
-        asyncio.run(ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity).run())
-    except MultisiteError as e:
-        logging.getLogger("multisite").error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_logged(root, "container.log", LOG_FORMAT,
+               lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity).run())
 
 
 if __name__ == "__main__":

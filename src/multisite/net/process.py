@@ -7,7 +7,9 @@ ready once its control socket answers with its own pid.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import math
 import os
 import signal
@@ -15,8 +17,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, MultisiteError, ServerError
 from ..instance.layout import Layout
 from . import control
 from .affinity import parse_cpus
@@ -86,3 +89,22 @@ def _exited(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def run_logged(root: Path, log_name: str, log_format: str, server: Callable[[], Coroutine[Any, Any, None]],
+               *, exit_code: int = 2) -> None:
+    """The body of a grid process's ``main``: make ``root``'s log/ and run/, send the multisite log to
+    ``log/<log_name>``, run ``server()`` until it ends; a MultisiteError is logged, printed as
+    ``error: ...`` and ends the process with ``exit_code``."""
+    for sub in ("log", "run"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    h = logging.FileHandler(root / "log" / log_name)
+    h.setFormatter(logging.Formatter(log_format))
+    logging.getLogger("multisite").addHandler(h)
+    logging.getLogger("multisite").setLevel(logging.INFO)
+    try:
+        asyncio.run(server())
+    except MultisiteError as e:
+        logging.getLogger("multisite").error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(exit_code)
