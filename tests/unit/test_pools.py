@@ -23,7 +23,7 @@ def filled(capacity: int, first: int, last: int, size: int = 30) -> JournalPool:
     p = JournalPool(capacity)
     p.reset(first - 1)
     for s in range(first, last + 1):
-        p.append(s, fr(s, size))
+        p.extend(s, [fr(s, size)])
     return p
 
 
@@ -59,7 +59,7 @@ def test_journal_pool_read_honours_max_bytes_but_returns_at_least_one_frame():
 
 def test_a_frame_larger_than_the_pool_is_still_kept_alone():
     p = filled(100, 1, 3)
-    p.append(4, fr(4, 500))
+    p.extend(4, [fr(4, 500)])
     assert (p.first_seqno, p.last_seqno, p.bytes) == (4, 4, 500)
     assert p.read(4, 1 << 20) == [fr(4, 500)]
     assert p.read(3, 1 << 20) is None
@@ -72,13 +72,13 @@ def test_journal_pool_reset_starts_empty_after_a_seqno():
     assert p.read(51, 1 << 20) == []
     assert p.read(50, 1 << 20) is None  # not held: read it from the files
     assert p.read(10, 1 << 20) is None
-    p.append(51, fr(51))
+    p.extend(51, [fr(51)])
     assert p.read(51, 1 << 20) == [fr(51)]
 
 
 def test_a_discontinuity_rollback_restarts_the_pool():
     p = filled(1000, 1, 10)
-    p.append(6, fr(6, 31))  # after a rollback to 5 the next commit is 6 again
+    p.extend(6, [fr(6, 31)])  # after a rollback to 5 the next commit is 6 again
     assert (p.first_seqno, p.last_seqno) == (6, 6)
     assert p.read(5, 1 << 20) is None
     assert p.read(6, 1 << 20) == [fr(6, 31)]  # the new 6, never the old one
@@ -110,7 +110,7 @@ def test_journal_pool_model(capacity, sizes, start, probe, max_bytes):
     p.reset(start)
     frames = {start + 1 + i: fr(start + 1 + i, max(n, 8)) for i, n in enumerate(sizes)}
     for s, f in frames.items():
-        p.append(s, f)
+        p.extend(s, [f])
     last = start + len(sizes)
     kept, total = [], 0
     for s in range(last, start, -1):
@@ -136,7 +136,7 @@ def test_wait_beyond_wakes_on_an_append_from_another_thread():
     async def main() -> float:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        loop.call_soon(lambda: threading.Thread(target=p.append, args=(6, fr(6))).start())
+        loop.call_soon(lambda: threading.Thread(target=p.extend, args=(6, [fr(6)])).start())
         await p.wait_beyond(5, timeout=30)
         return time.monotonic() - t0
 

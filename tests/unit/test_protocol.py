@@ -29,8 +29,7 @@ from multisite.errors import LocalProtocolError, ProtocolError, RemoteProtocolEr
 from multisite.journal.records import FRAME_HEADER_SIZE, SET, Record, Update, encode_record, parse_header
 from multisite.protocol.client import FrameBuffer
 from multisite.protocol.client import encode as client_encode
-from multisite.protocol.connection import (NEED_DATA, RECV, SEND, TRANSITIONS, Connection, Role, State,
-                                           split_frames)
+from multisite.protocol.connection import NEED_DATA, RECV, SEND, TRANSITIONS, Connection, Role, State
 from multisite.protocol.messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MESSAGE_TYPES,
                                          PROTOCOL_VERSION, Error, Heartbeat, HeartbeatAck, Hello, HistoryEntry,
                                          Start, TxnBatch, Xoff, Xon, RefusalCode, decode_body, encode_message,
@@ -161,7 +160,7 @@ def test_full_handshake_and_stream_in_memory():
     sent = [batch(5, 3), Heartbeat(1, 1.5, 10), batch(8, 1), batch(9, 2)]
     got = deliver(b"".join(src.send(m) for m in sent), rcv)
     assert got == sent
-    assert [s for s, _ in split_frames(got[0].frames)] == [5, 6, 7]
+    assert [s for s, _ in got[0].run().frames()] == [5, 6, 7]
     assert rcv.next_seqno == 11
 
     back = [HeartbeatAck(1, 1.5, 8, 10), Xoff(10), Xon(11)]
@@ -211,9 +210,11 @@ def test_the_documented_error_codes_are_the_enum():
     assert documented == {c.value for c in RefusalCode}
 
 
-def test_split_frames_yields_each_journal_frame():
+def test_a_checked_batch_knows_where_each_journal_frame_ends():
     b = batch(7, 4)
-    parts = list(split_frames(b.frames))
+    src, rcv = handshake(src_seqno=10, rcv_seqno=6)
+    rcv.receive_data(src.send(b))
+    parts = list(rcv.next_event().run().frames())
     assert [s for s, _ in parts] == [7, 8, 9, 10]
     assert b"".join(f for _, f in parts) == b.frames
     assert all(parse_header(f).seqno == s for s, f in parts)
@@ -551,9 +552,18 @@ corruptions = st.one_of(
 )
 
 
+def _split(data: bytes):
+    """``(seqno, frame)`` of each frame of intact bytes, by their headers (independent of the code under test)."""
+    off = 0
+    while off < len(data):
+        hdr = parse_header(data, off)
+        yield hdr.seqno, data[off:off + hdr.total]
+        off += hdr.total
+
+
 def corrupt(frames: bytes, how: tuple[str, int, int]) -> bytes:
     kind, pos, arg = how
-    parts = [f for _, f in split_frames(frames)]
+    parts = [f for _, f in _split(frames)]
     if kind == "flip":
         p = pos % len(frames)
         return frames[:p] + bytes([frames[p] ^ arg]) + frames[p + 1:]

@@ -21,7 +21,7 @@ def test_file_reads_see_records_written_after_the_reader_reached_the_end(tmp_pat
             db.set("r", (i,), "x" * 40)
         pool = JournalPool(1)  # keeps only the newest frame
         pool.reset(db.seqno)
-        db.commit_listeners.append(pool.append)
+        db.commit_listeners.append(pool.extend)
         src = SourceServer(SimpleNamespace(db=db, pool=pool), SourceConfig("B", "127.0.0.1", 1),
                            logging.getLogger("test-source-files"))
         run = src._read_files(1)

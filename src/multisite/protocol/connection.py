@@ -21,7 +21,7 @@ import msgspec
 import zstandard
 
 from ..errors import LocalProtocolError, RemoteProtocolError
-from ..journal.records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES, FrameRun, parse_header
+from ..journal.records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES, FrameRun
 from .messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION, Error,
                        Heartbeat, HeartbeatAck, Hello, Message, Start, TxnBatch, Xoff, Xon, decode_body,
                        encode_message)
@@ -242,12 +242,3 @@ class CheckedTxnBatch(TxnBatch):
     def run(self) -> FrameRun:
         """The batch's frames as the engine applies them."""
         return FrameRun(self.first_seqno, self.frames, self.ends)
-
-
-def split_frames(data: bytes):
-    """Yield ``(seqno, frame bytes)`` from a checked batch."""
-    off = 0
-    while off < len(data):
-        hdr = parse_header(data, off)
-        yield hdr.seqno, data[off : off + hdr.total]
-        off += hdr.total

@@ -39,9 +39,6 @@ class JournalPool:
             self.last_seqno = last_seqno
             self.first_seqno = last_seqno + 1
 
-    def append(self, seqno: int, frame: bytes) -> None:
-        self.extend(seqno, [frame])
-
     def extend(self, first_seqno: int, frames: list[bytes]) -> None:
         """Commit listener: the frames of seqnos ``first_seqno``.. (consecutive), called under the
         commit lock, in seqno order."""
