@@ -18,9 +18,9 @@ from multisite.replication.history import (check_peer, check_secondary_name, com
                                         to_records)
 
 
-def primary(name: str, group: str = "default") -> InstanceFile:
+def primary(name: str, group: str = "default", *, supplementary: bool = False) -> InstanceFile:
     """A new instance, as ``multisite.create`` makes it: one originating record from seqno 1."""
-    f = InstanceFile(name=name, group=group)
+    f = InstanceFile(name=name, group=group, supplementary=supplementary)
     f.add_history(1, name, "originating")
     return f
 

@@ -20,24 +20,10 @@ from multisite.replication.session import (CONNECT_BACKOFF_MIN_S, REFUSED_BACKOF
                                            ReceiverHandshake, RollBack, SessionEnd, SourceBackoff,
                                            adopted_history, busy)
 
-
-# -- instances, as test_history builds them ------------------------------------------------------------
-
-def primary(name: str, group: str = "default", *, supplementary: bool = False) -> InstanceFile:
-    f = InstanceFile(name=name, group=group, supplementary=supplementary)
-    f.add_history(1, name, "originating")
-    return f
+from .test_history import primary, promote, receives
 
 
-def receives(secondary: InstanceFile, source: InstanceFile) -> None:
-    secondary.history = to_records(to_entries(source.history), upstream=source.name)
-    secondary.role = "secondary"
-
-
-def promote(f: InstanceFile, at_seqno: int) -> None:
-    f.role = "primary"
-    f.add_history(at_seqno + 1, f.name, "originating")
-
+# -- instances, built as test_history builds them -------------------------------------------------------
 
 def start_for(source: InstanceFile, source_seqno: int, hello: Hello, common: int = 0) -> Start:
     """The Start a source sends after the receiver's Hello (``net.source``: from its seqno + 1)."""
