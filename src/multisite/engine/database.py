@@ -23,7 +23,7 @@ from ..journal.writer import DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES, JournalWr
 from ..keys import check_key, decode_key, encode_key
 from ..store.sqlite import RegionInfo, Store
 from ..values import decode_value, encode_value
-from . import apply, commit, rollback as _rollback
+from . import apply, commit, prepared, rollback as _rollback
 from .group import GroupCommit
 from .recovery import abandon, recover
 from .rollback import RollbackReport
@@ -221,6 +221,11 @@ class Database:
         """Commit ``(opcode, region, key, encoded value or None)`` updates atomically, as one
         transaction, by the instance's durability; the seqno (0 if nothing replicated was touched)."""
         return self._group.commit(ops) if self._grouped else commit.commit(self._core, ops)
+
+    def prepare(self, txns: list[list[tuple[int, str, tuple, bytes | None]]]) -> prepared.Prepared:
+        """The first half of a voted commit (a grid primary): apply ``txns`` and frame them, keeping
+        the commit lock until the returned batch is ``commit()``-ed or ``abort()``-ed (see ``prepared``)."""
+        return prepared.prepare_batch(self._core, txns)
 
     # -- replication -----------------------------------------------------------------------------
     def apply_frames(self, runs: list[FrameRun]) -> int:

@@ -24,15 +24,22 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
+
+from concurrent.futures import ThreadPoolExecutor
 
 from ..engine import Database, create
 from ..engine import open as open_db
-from ..errors import ConfigError, ProtocolError
+from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
-from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, Refused, Register, Side, Status,
-                         StatusRequest)
+from ..grid.routing import check_in_partition
+from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
+from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, Register, Side,
+                         Status, StatusRequest, View)
+from ..keys import encode_key
+from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
@@ -66,45 +73,59 @@ class ContainerServer:
         if name and known.get("name") and name != known["name"]:
             raise ConfigError(f"container {root} is named {known['name']!r}, not {name!r}: use another --dir")
         self.name = name or known.get("name")
-        self.shards: dict[int, tuple[str, Database]] = {}  # partition -> (role, open instance)
+        self.shards: dict[int, Shard] = {}
         self.applied_version = -1
         self.registered = False
         self.refused: Refused | None = None
         self.interval_s = 0.5
+        self.timeout_s = 3.0
+        self.last_answer = 0.0  # monotonic time of the catalog's last answer: the lease on primaries
         self._stop = asyncio.Event()
+        self._link: tuple[asyncio.StreamWriter, GridWire] | None = None
+        self._acks: dict[int, asyncio.Future] = {}
+        self._next_ack = 1
+        self._assign_lock = asyncio.Lock()
+        self._report_task: asyncio.Task | None = None
+        self._partitions = 0
 
     # -- assignments ------------------------------------------------------------------------------
-    def apply(self, a: Assignments) -> None:
-        """Open every assigned shard (creating it the first time), close those no longer assigned.
+    async def apply(self, a: Assignments) -> None:
+        """Take each assigned shard in its role (creating its instance the first time), stop those no
+        longer assigned (their data stays), and hand role changes over: a primary that becomes a
+        replica finishes its batch in hand first."""
+        async with self._assign_lock:
+            if not self.grid:
+                self.grid = a.grid
+            if self.grid != a.grid:
+                raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
+            self._remember()
+            loop = asyncio.get_running_loop()
+            for p in sorted(set(self.shards) - set(a.shards)):
+                sh = self.shards.pop(p)
+                await sh.stop()
+                await loop.run_in_executor(sh.executor, sh.db.close)
+                sh.executor.shutdown(wait=False)
+                self.log.info("closed shard p%d (was %s): no longer assigned here", p, sh.role)
+            for p, role in sorted(a.shards.items()):
+                view = a.views.get(p) or View(a.epoch, None, None, [], [], 0)
+                sh = self.shards.get(p)
+                if sh is None:
+                    sh = await loop.run_in_executor(None, self._open, a.grid, p, role)
+                    self.shards[p] = sh
+                await sh.take(role, view)
+            self.applied_version = a.epoch
+            self.interval_s = a.heartbeat_interval_s
+            self.timeout_s = a.heartbeat_timeout_s
+            self._partitions = a.partitions
 
-        Runs in a worker thread while heartbeats read ``self.shards`` on the event loop: it builds the
-        new table aside and swaps it in whole, closing dropped shards only after the swap."""
-        if not self.grid:
-            self.grid = a.grid
-        if self.grid != a.grid:
-            raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
-        self._remember()
-        shards = dict(self.shards)
-        dropped = [(p, *shards.pop(p)) for p in sorted(set(shards) - set(a.shards))]
-        for p, role in sorted(a.shards.items()):
-            if p in shards:
-                if shards[p][0] != role:
-                    self.log.info("shard p%d: %s -> %s", p, shards[p][0], role)
-                    shards[p] = (role, shards[p][1])
-                continue
-            d = shard_dir(self.root, a.grid, p)
-            made = not d.exists()
-            if made:
-                create(d, f"{a.grid}-p{p}", group=a.grid)
-            shards[p] = (role, open_db(d))
-            self.log.info("%s shard p%d as %s at seqno %d (%s)", "created" if made else "opened", p, role,
-                          shards[p][1].seqno, d)
-        self.shards = shards
-        for p, role, db in dropped:
-            db.close()
-            self.log.info("closed shard p%d (was %s): no longer assigned here", p, role)
-        self.applied_version = a.epoch
-        self.interval_s = a.heartbeat_interval_s
+    def _open(self, grid: str, p: int, role: str) -> "Shard":
+        d = shard_dir(self.root, grid, p)
+        made = not d.exists()
+        if made:
+            create(d, f"{grid}-p{p}", group=grid, durability="group")
+        db = open_db(d)
+        self.log.info("%s shard p%d at seqno %d (%s)", "created" if made else "opened", p, db.seqno, d)
+        return Shard(self, p, d, db)
 
     def _remember(self) -> None:
         ident = {"name": self.name, "grid": self.grid}
@@ -112,16 +133,64 @@ class ContainerServer:
         if not path.exists() or json.loads(path.read_bytes()) != ident:
             atomic_write(path, json.dumps(ident).encode())
 
-    def heartbeat(self) -> Heartbeat:
-        return Heartbeat(self.name, self.applied_version, {p: db.seqno for p, (_, db) in self.shards.items()})
+    # -- what shards ask of the container ---------------------------------------------------------
+    def lease_ok(self) -> bool:
+        """A primary commits only while the catalog answered within 3/4 of the heartbeat timeout:
+        past the timeout the catalog may have promoted another primary."""
+        return self.registered and time.monotonic() - self.last_answer < 0.75 * self.timeout_s
+
+    def currency(self) -> dict[int, tuple[int, list[str]]]:
+        return {p: (sh.primary.epoch, sorted(sh.primary.sync.current)) for p, sh in self.shards.items()
+                if sh.primary is not None}
+
+    async def report_currency(self) -> None:
+        """Send the primaries' current sets and wait until the catalog recorded them."""
+        while True:
+            if self._link is not None:
+                writer, wire = self._link
+                ack = self._next_ack
+                self._next_ack += 1
+                fut = asyncio.get_running_loop().create_future()
+                self._acks[ack] = fut
+                try:
+                    beat = self.heartbeat(ack)
+                    writer.write(wire.send(beat))
+                    await asyncio.wait_for(fut, self.timeout_s)
+                    for p, (epoch, names) in beat.currency.items():
+                        sh = self.shards.get(p)
+                        if sh is not None and sh.primary is not None and sh.primary.epoch == epoch:
+                            sh.primary.reported = frozenset(names)
+                    return
+                except (TimeoutError, OSError, ProtocolError):
+                    pass
+                finally:
+                    self._acks.pop(ack, None)
+            await asyncio.sleep(RECONNECT_S)
+
+    def report_currency_soon(self) -> None:
+        """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
+        if self._report_task is None or self._report_task.done():
+            self._report_task = asyncio.create_task(self.report_currency())
+
+    def shard_closed(self, p: int) -> None:
+        pass
+
+    def shard_reopened(self, p: int, db: Database) -> None:
+        sh = self.shards.get(p)
+        if sh is not None:
+            sh.db = db
+
+    def heartbeat(self, ack: int = 0) -> Heartbeat:
+        return Heartbeat(self.name, self.applied_version, {p: sh.db.seqno for p, sh in self.shards.items()},
+                         self.currency(), ack)
 
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
                 "registered": self.registered, "applied_version": self.applied_version, "pid": os.getpid(),
+                "lease_ok": self.lease_ok(),
                 "refused": None if self.refused is None else {"code": self.refused.code,
                                                                "message": self.refused.message},
-                "shards": {str(p): {"role": r, "seqno": db.seqno, "dir": str(shard_dir(self.root, self.grid, p))}
-                           for p, (r, db) in sorted(self.shards.items())}}
+                "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())}}
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
@@ -141,6 +210,7 @@ class ContainerServer:
                 self.log.info("catalog connection lost: %s", e)
             finally:
                 self.registered = False
+                self._link = None
                 writer.close()
             if self.refused is not None:
                 self._stop.set()
@@ -158,6 +228,7 @@ class ContainerServer:
                 if msg is None:
                     self.log.info("the catalog closed the connection")
                     return
+                self.last_answer = time.monotonic()
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
@@ -165,12 +236,17 @@ class ContainerServer:
                     atomic_write(self.root / "run" / REFUSED_FILE,
                                  json.dumps({"code": msg.code, "message": msg.message}).encode())
                     return
-                if isinstance(msg, Assignments):
+                if isinstance(msg, HeartbeatAck):
+                    fut = self._acks.get(msg.ack)
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+                elif isinstance(msg, Assignments):
                     if not self.registered:
                         self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name,
                                       msg.grid)
-                    await asyncio.get_running_loop().run_in_executor(None, self.apply, msg)
+                    await self.apply(msg)
                     self.registered = True
+                    self._link = (writer, wire)
                     writer.write(wire.send(self.heartbeat()))  # the new shards' seqnos, at once
                     if beats is None:
                         beats = asyncio.create_task(self._beat(writer, wire))
@@ -189,14 +265,99 @@ class ContainerServer:
 
     # -- the listening side and control -----------------------------------------------------------
     async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        wire = GridWire(Side.CATALOG)
+        """One connection to ``--listen``: ``grid status`` (a StatusRequest), a grid client (Open) or a
+        replica shard (Subscribe), told apart by the first frame's type."""
         try:
-            if isinstance(await read_message(reader, wire), StatusRequest):
-                writer.write(wire.send(Status(json.dumps(self.status()))))
+            head = await reader.readexactly(5)
+            if head[4] in FIRST_TYPES:
+                wire = DataWire(server=True)
+                wire.receive_data(head)
+                first = await read_into(reader, wire)
+                if isinstance(first, Open):
+                    await self._client(first, reader, writer, wire)
+                elif isinstance(first, Subscribe):
+                    await self._subscriber(first, reader, writer, wire)
+                return
+            gw = GridWire(Side.CATALOG)
+            gw.receive_data(head)
+            if isinstance(await read_message(reader, gw), StatusRequest):
+                writer.write(gw.send(Status(json.dumps(self.status()))))
                 await writer.drain()
-        except (ProtocolError, OSError):
-            pass
-        writer.close()
+        except (ProtocolError, OSError, asyncio.IncompleteReadError) as e:
+            self.log.debug("connection on %s ended: %s", self.address, e)
+        finally:
+            writer.close()
+
+    async def _subscriber(self, sub: Subscribe, reader, writer, wire: DataWire) -> None:
+        sh = self.shards.get(sub.partition)
+        if sub.grid != self.grid:
+            writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the "
+                                                               f"replica of grid {sub.grid!r}")))
+        elif sh is None or sh.primary is None:
+            writer.write(encode(Failed(0, FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
+                                                                f"{sub.partition}")))
+        else:
+            await sh.primary.serve(sub, reader, writer, wire)
+        await writer.drain()
+
+    async def _client(self, hello: Open, reader, writer, wire: DataWire) -> None:
+        if hello.grid and hello.grid != self.grid:
+            writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the client "
+                                                               f"asked for grid {hello.grid!r}")))
+            return
+        writer.write(encode(Opened(self.name)))
+        loop = asyncio.get_running_loop()
+        parts = self.partitions
+
+        def answer(rid: int, fut: asyncio.Future) -> None:
+            if fut.cancelled():
+                return
+            e = fut.exception()
+            if e is None:
+                res = fut.result()
+                msg = Done(rid, res) if isinstance(res, int) else Done(rid, 0, res)
+            elif isinstance(e, ShardRefusal):
+                msg = Failed(rid, e.code, e.message, e.detail)
+            else:
+                msg = Failed(rid, FailCode.TRANSACTION, str(e))
+            if not writer.is_closing():
+                writer.write(encode(msg))
+
+        while True:
+            msg = await read_into(reader, wire)
+            if msg is None:
+                return
+            if isinstance(msg, Commit):
+                kind = "commit"
+            elif isinstance(msg, Read):
+                kind = "read"
+            else:
+                writer.write(encode(Failed(0, FailCode.BAD_REQUEST, f"{type(msg).__name__} on a client connection")))
+                return
+            fut = loop.create_future()
+            fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
+            sh = self.shards.get(msg.partition)
+            if sh is None or sh.primary is None or sh.primary.stopping:
+                fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
+                                               f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))
+                continue
+            try:
+                if kind == "commit":
+                    ops = [(op, region, tuple(key), vb) for op, region, key, vb in msg.ops]
+                    for _, _, key, _ in ops:
+                        check_in_partition(key, msg.partition, parts)
+                    sh.primary.submit(Request("commit", fut, ops=ops))
+                else:
+                    check_in_partition(tuple(msg.key), msg.partition, parts)
+                    sh.primary.submit(Request("read", fut, region=msg.region, key=encode_key(tuple(msg.key))))
+            except MultisiteError as e:
+                fut.set_exception(ShardRefusal(e.code, str(e), {}))
+            if writer.transport.get_write_buffer_size() > 1 << 20:
+                await writer.drain()
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await answer_simple(reader, writer, self.status, self._stop)
@@ -225,12 +386,72 @@ class ContainerServer:
             link.cancel()
             ctl.close()
             srv.close()
-            for _, db in self.shards.values():
-                db.close()
+            for sh in self.shards.values():
+                await sh.stop()
+                await loop.run_in_executor(sh.executor, sh.db.close)
             (self.root / "run" / "container.json").unlink(missing_ok=True)
             self.log.info("container %s stopped", self.name)
         if self.refused is not None:
             raise ConfigError(f"refused by the catalog {self.catalog}: {self.refused.code}: {self.refused.message}")
+
+
+class Shard:
+    """One shard hosted here: its instance, its worker thread, and its role's machinery."""
+
+    def __init__(self, host: ContainerServer, partition: int, path: Path, db: Database) -> None:
+        self.host, self.partition, self.path, self.db = host, partition, path, db
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-p{partition}")
+        self.role = ""
+        self.view = View(0, None, None, [], [], 0)
+        self.primary: PrimaryShard | None = None
+        self.replica: ReplicaShard | None = None
+
+    async def take(self, role: str, view: View) -> None:
+        loop = asyncio.get_running_loop()
+        was, self.role, old_view, self.view = self.role, role, self.view, view
+        if role == "primary":
+            if self.primary is not None:
+                self.primary.update(view)
+                return
+            await self.stop()
+            if self.db.role != "primary":
+                await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
+            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor)
+            self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
+                               was or "new", self.db.seqno)
+            return
+        if self.replica is not None and (was, old_view.epoch, old_view.primary_address) == (
+                role, view.epoch, view.primary_address):
+            self.replica.view = view
+            return
+        await self.stop()
+        if self.db.role == "primary":
+            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("secondary"))
+        self.replica = ReplicaShard(self.host, self.partition, self.path, self.db, view, role, self.executor)
+        self.host.log.info("shard p%d is a %s replica of %s at epoch %d (was %s), seqno %d", self.partition, role,
+                           view.primary, view.epoch, was or "new", self.db.seqno)
+
+    async def stop(self) -> None:
+        if self.primary is not None:
+            await self.primary.stop()
+            self.primary = None
+        if self.replica is not None:
+            self.db = await self.replica.stop()
+            self.replica = None
+
+    def status(self) -> dict:
+        out = {"role": self.role, "seqno": self.db.seqno, "epoch": self.view.epoch, "dir": str(self.path)}
+        if self.primary is not None:
+            out.update(self.primary.status())
+        if self.replica is not None:
+            out.update(self.replica.status())
+        return out
+
+
+def _set_role(role: str):
+    def fn(info) -> None:
+        info.role = role
+    return fn
 
 
 def main(argv: list[str] | None = None) -> None:

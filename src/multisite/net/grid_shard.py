@@ -1,0 +1,627 @@
+"""A container's shards at work: a primary takes commits and ships them, a replica follows its primary.
+
+**Primary** (``PrimaryShard``). One task per partition takes the requests queued by client
+connections in batches. A batch of commits is prepared by the engine (``Database.prepare``: applied
+and framed, not journaled, the commit lock held), its frames go to every *current* synchronous
+replica as one ``Frames`` with a vote id, and the votes decide (``voting.SyncReplicas``): the primary
+journals and hardens the batch only when at least ``min_sync`` replicas journaled it durably and voted
+to commit; otherwise it undoes it (no trace) and each client gets ``VOTED_ROLLBACK`` with the counts.
+Before it answers a batch that left a replica out (it voted no, timed out, or its link broke) the
+primary reports its current set to the catalog and waits for the catalog's answer, so that the
+catalog never promotes a replica that misses an acknowledged commit (grid/DESIGN.md). After the
+commit the frames go to the other live replicas (asynchronous ones, and synchronous ones still
+catching up): the primary never waits for them.
+
+A replica subscribes (``shipping.start_point`` decides how it starts: catch up from the journal
+files, cut back, or a checkpoint copy); once it has every committed frame it is live, and a
+synchronous one counts as current again at the next batch boundary.
+
+**Replica** (``ReplicaShard``). Connects to its primary (the address in the catalog's ``View``),
+subscribes with its seqno and the digests of its last frames, and applies what comes: frames
+(``Database.apply_frames``: journaled byte for byte, hardened before a vote), outcomes of votes (a
+rollback cuts its journal back into a lost-transaction file), checkpoints (a new instance in place
+of the old). It reconnects every ``RECONNECT_S`` until the container gives the shard another role.
+
+Each shard has one worker thread for its engine calls (``Database`` is used from that thread only,
+so a prepared batch's lock is taken and released there, and reads wait behind a batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import shutil
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..engine import Database
+from ..engine import open as open_db
+from ..engine.checkpoint import install_state, read_state
+from ..errors import MultisiteError, ProtocolError, RemoteProtocolError
+from ..fsutil import atomic_write
+from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
+                               Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
+from ..grid.shipping import TAIL_FRAMES, StartKind, digest, start_point
+from ..grid.voting import Decision, SyncReplicas, Vote
+from ..grid.wire import View
+from ..journal.reader import iter_runs
+from ..journal.records import FrameRun
+from ..journal.segments import list_segments
+from .tls import parse_hostport
+
+RECONNECT_S = 0.3
+CATCH_UP_RUN_BYTES = 1 << 20
+LIVE_BUFFER_LIMIT = 32 << 20  # a live replica further behind than this in the socket buffer catches up from files
+VOTE_TIMEOUT_S = 2.0
+CHECKPOINT_ROWS = 5000
+SHARD_STATE = "grid-shard.json"  # a checkpoint-installed replica's seqno and digest (its tail before any frame)
+MAX_BATCH = 4096
+
+log = logging.getLogger("multisite.container")
+
+
+async def read_into(reader: asyncio.StreamReader, wire: DataWire):
+    """The next message, or None at the end of the connection."""
+    while True:
+        msg = wire.next_event()
+        if msg is not None:
+            return msg
+        data = await reader.read(1 << 18)
+        if not data:
+            if wire.pending():
+                raise RemoteProtocolError(f"the peer closed in the middle of a frame ({wire.pending()} bytes left)")
+            return None
+        wire.receive_data(data)
+
+
+def _joined(frames: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
+    ends, pos = [], 0
+    for _, f in frames:
+        pos += len(f)
+        ends.append(pos)
+    return b"".join(f for _, f in frames), ends
+
+
+def journal_first(db: Database) -> int:
+    segs = list_segments(db.layout.journal)
+    return segs[0].first_seqno if segs else db.seqno + 1
+
+
+def frame_digests(db: Database, lo: int, hi: int) -> dict[int, bytes]:
+    """Digests of the journal's frames ``lo..hi`` that the journal files hold."""
+    out: dict[int, bytes] = {}
+    lo = max(lo, journal_first(db))
+    if hi < lo:
+        return out
+    for run in iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi):
+        for seqno, fr in run.frames():
+            out[seqno] = digest(fr)
+    return out
+
+
+class Request:
+    __slots__ = ("kind", "ops", "region", "key", "future")
+
+    def __init__(self, kind: str, future: asyncio.Future, ops=None, region=None, key=None):
+        self.kind, self.future, self.ops, self.region, self.key = kind, future, ops, region, key
+
+
+class Link:
+    """A replica's subscription, on its primary."""
+
+    def __init__(self, name: str, role: str, writer: asyncio.StreamWriter):
+        self.name, self.role, self.writer = name, role, writer
+        self.live = False  # gets each committed batch as it commits (else: catching up from files)
+        self.acked = 0  # the replica's last Progress
+        self.sent = 0  # the last seqno sent
+        self.closed = asyncio.Event()
+
+    def send(self, msg) -> None:
+        self.writer.write(encode(msg))
+
+
+class PrimaryShard:
+    def __init__(self, host, partition: int, db: Database, view: View, executor: ThreadPoolExecutor) -> None:
+        self.host, self.partition, self.db, self.view, self.ex = host, partition, db, view, executor
+        self.sync = SyncReplicas(view.min_sync, view.sync, committed_seqno=db.seqno, vote_timeout_s=VOTE_TIMEOUT_S)
+        self.links: dict[str, Link] = {}
+        self.committed = db.seqno
+        self.queue: deque[Request] = deque()
+        self.wake = asyncio.Event()
+        self.votes: dict[int, asyncio.Future] = {}
+        self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
+        self.stopping = False
+        self.task = asyncio.create_task(self.run())
+
+    @property
+    def epoch(self) -> int:
+        return self.view.epoch
+
+    def update(self, view: View) -> None:
+        """New placement for this partition, still primary here."""
+        if view.epoch != self.view.epoch:
+            self.reported = None
+        self.view = view
+        self.sync.min_sync = view.min_sync
+        self.sync.assign(view.sync)
+        wanted = set(view.sync) | set(view.async_)
+        for name in [n for n in self.links if n not in wanted]:
+            self.drop(name, "no longer a replica of this partition")
+        for link in self.links.values():
+            link.role = "sync" if link.name in view.sync else "async"
+        if not self.sync.in_flight:
+            self._rejoin()  # an asynchronous replica made synchronous may hold everything already
+
+    # -- requests ----------------------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        self.queue.append(req)
+        self.wake.set()
+
+    async def stop(self) -> None:
+        """Stop taking requests: finish the batch in hand, refuse the queued ones, drop the links."""
+        self.stopping = True
+        self.wake.set()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        for r in self.queue:
+            _fail(r, FailCode.NOT_PRIMARY, f"partition {self.partition}'s primary moved; ask the catalog",
+                  epoch=self.epoch)
+        self.queue.clear()
+        for name in list(self.links):
+            self.drop(name, "the primary stopped here")
+
+    async def run(self) -> None:
+        while not self.stopping:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.queue and not self.stopping:
+                batch = []
+                while self.queue and len(batch) < MAX_BATCH:
+                    batch.append(self.queue.popleft())
+                try:
+                    await self.process(batch)
+                except Exception as e:  # the batch failed as a whole (the store lost, the instance closed)
+                    log.exception("partition %d: batch failed", self.partition)
+                    for r in batch:
+                        code = FailCode.OUTCOME_UNKNOWN if r.kind == "commit" else FailCode.UNAVAILABLE
+                        _fail(r, code, f"partition {self.partition}'s primary failed: {e}")
+
+    async def process(self, batch: list[Request]) -> None:
+        self._rejoin()
+        commits = [r for r in batch if r.kind == "commit"]
+        reads = [r for r in batch if r.kind == "read"]
+        if commits:
+            await self._commit(commits)
+        if reads:
+            loop = asyncio.get_running_loop()
+            values = await loop.run_in_executor(self.ex, self._read_all, reads)
+            for r, v in zip(reads, values):
+                if not r.future.done():
+                    r.future.set_result(v)
+
+    def _read_all(self, reads: list[Request]) -> list[bytes | None]:
+        """Each read's encoded value (None: absent), between batches (nothing prepared)."""
+        st = self.db.store
+        out = []
+        for r in reads:
+            reg = st.regions.get(r.region)
+            out.append(None if reg is None else st.get(reg.id, r.key))
+        return out
+
+    def _rejoin(self) -> None:
+        """At a batch boundary (no vote in flight): live synchronous replicas holding every committed
+        transaction count as current again."""
+        for name in list(self.sync.behind):
+            link = self.links.get(name)
+            if link is not None and link.live and link.acked >= self.committed:
+                if self.sync.caught_up(name, link.acked):
+                    log.info("partition %d: synchronous replica %s is current at seqno %d", self.partition, name,
+                             link.acked)
+        if frozenset(self.sync.current) != self.reported:
+            self.host.report_currency_soon()
+
+    async def _commit(self, commits: list[Request]) -> None:
+        loop = asyncio.get_running_loop()
+        p = self.partition
+        if not self.host.lease_ok():
+            for r in commits:
+                _fail(r, FailCode.UNAVAILABLE, f"partition {p}'s primary is cut off from the catalog: it takes no "
+                                               f"commits until it hears from it (another may be promoted)")
+            return
+        if len(self.sync.current) < self.sync.min_sync:
+            cur = len(self.sync.current)
+            for r in commits:
+                _fail(r, FailCode.VOTED_ROLLBACK,
+                      f"partition {p}: {cur} synchronous replica(s) current, min_sync is {self.sync.min_sync}: "
+                      f"nothing committed", commit_votes=0, min_sync=self.sync.min_sync, voters=cur,
+                      rollback_votes=0, timed_out=0)
+            return
+        regions = {op[1] for r in commits for op in r.ops} - set(self.db.regions())
+        if regions:
+            await loop.run_in_executor(self.ex, lambda: [self.db.create_region(n) for n in sorted(regions)])
+        prep = await loop.run_in_executor(self.ex, self.db.prepare, [r.ops for r in commits])
+        decision: Decision | None = None
+        try:
+            if prep.frames:
+                vote = self.sync.begin(time.monotonic(), prep.last_seqno)
+                if not vote.decided:
+                    data, ends = _joined(prep.frames)
+                    fut = loop.create_future()
+                    self.votes[vote.txn] = fut
+                    msg = encode(Frames(prep.first_seqno, data, ends, vote.txn))
+                    for name in vote.voters:
+                        self.links[name].writer.write(msg)
+                    try:
+                        decision = await asyncio.wait_for(fut, max(0.0, vote.deadline - time.monotonic()) + 0.05)
+                    except TimeoutError:
+                        decision = self.sync.tick(time.monotonic() + 1e-3)[0] if vote.txn in self.sync.in_flight \
+                            else vote.decision
+                    finally:
+                        self.votes.pop(vote.txn, None)
+                else:
+                    decision = vote.decision
+                if not decision.commit:
+                    for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
+                        self.sync.fell_behind(name)
+            await self._report_if_narrower()
+        except BaseException:
+            await loop.run_in_executor(self.ex, prep.abort)
+            raise
+        if decision is not None and not decision.commit:
+            await loop.run_in_executor(self.ex, prep.abort)
+            self._send_outcome(decision, False, prep.first_seqno - 1)
+            counts = {"commit_votes": len(decision.commit_votes), "min_sync": decision.min_sync,
+                      "voters": len(decision.voters), "rollback_votes": len(decision.rollback_votes),
+                      "timed_out": len(decision.timed_out)}
+            for r in commits:
+                _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
+            return
+        try:
+            await loop.run_in_executor(self.ex, prep.commit)
+        except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
+            if decision is not None:
+                for name in decision.commit_votes:
+                    self.sync.fell_behind(name)
+                self._send_outcome(decision, False, prep.first_seqno - 1)
+                await self._report_if_narrower()
+            for r in commits:
+                _fail(r, FailCode.TRANSACTION, f"partition {p}: the primary could not journal the commit: {e}")
+            return
+        if prep.frames:
+            self.committed = prep.last_seqno
+            self.sync.committed(self.committed)
+            if decision is not None:
+                self._send_outcome(decision, True, self.committed)
+            data, ends = _joined(prep.frames)
+            msg = None
+            for link in self.links.values():
+                if link.live and (decision is None or link.name not in decision.voters):
+                    if link.writer.transport.get_write_buffer_size() > LIVE_BUFFER_LIMIT:
+                        link.live = False
+                        asyncio.create_task(self._catch_up(link))
+                        continue
+                    msg = msg or encode(Frames(prep.first_seqno, data, ends, 0))
+                    link.writer.write(msg)
+                    link.sent = self.committed
+                elif decision is not None and link.name in decision.voters:
+                    link.sent = self.committed
+        for r, res in zip(commits, prep.results):
+            if isinstance(res, BaseException):
+                _fail(r, FailCode.TRANSACTION, str(res))
+            elif not r.future.done():
+                r.future.set_result(res)
+
+    def _send_outcome(self, decision: Decision, commit: bool, seqno: int) -> None:
+        msg = encode(Outcome(decision.txn, commit, seqno))
+        for name in decision.voters:
+            link = self.links.get(name)
+            if link is not None:
+                link.writer.write(msg)
+
+    async def _report_if_narrower(self) -> None:
+        """Before answering: the catalog must not count current a replica this primary does not."""
+        while self.reported is None or not self.reported <= frozenset(self.sync.current):
+            await self.host.report_currency()
+
+    def on_vote(self, link: Link, msg: Voted) -> None:
+        try:
+            d = self.sync.vote(msg.vote, link.name, Vote.COMMIT if msg.commit else Vote.ROLLBACK, time.monotonic())
+        except RemoteProtocolError as e:
+            log.warning("partition %d: vote from %s: %s", self.partition, link.name, e)
+            d = None
+        if msg.commit:
+            link.acked = max(link.acked, msg.seqno)
+        else:
+            log.warning("partition %d: %s voted to roll back vote %d: %s", self.partition, link.name, msg.vote,
+                        msg.why)
+        fut = self.votes.get(msg.vote)
+        if d is not None and fut is not None and not fut.done():
+            fut.set_result(d)
+
+    # -- replica links -----------------------------------------------------------------------------
+    def drop(self, name: str, why: str) -> None:
+        link = self.links.pop(name, None)
+        if link is None:
+            return
+        log.info("partition %d: replica %s dropped: %s", self.partition, name, why)
+        # a vote in flight that asked it gets its "no" now, not at the deadline
+        for txn, v in list(self.sync.in_flight.items()):
+            if name in v.pending():
+                d = self.sync.vote(txn, name, Vote.ROLLBACK, time.monotonic())
+                fut = self.votes.get(txn)
+                if d is not None and fut is not None and not fut.done():
+                    fut.set_result(d)
+        self.sync.fell_behind(name)
+        link.closed.set()
+        link.writer.close()
+
+    async def serve(self, sub: Subscribe, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    wire: DataWire) -> None:
+        """A replica's subscription, until it ends."""
+        role = "sync" if sub.replica in self.view.sync else "async" if sub.replica in self.view.async_ else None
+        if role is None:
+            writer.write(encode(Failed(0, FailCode.NOT_ASSIGNED, f"{sub.replica} is not a replica of partition "
+                                                                 f"{self.partition} at epoch {self.epoch}")))
+            return
+        if sub.epoch != self.epoch:
+            writer.write(encode(Failed(0, FailCode.STALE_EPOCH, f"partition {self.partition} is at epoch "
+                                                                f"{self.epoch}, the replica at {sub.epoch}")))
+            return
+        loop = asyncio.get_running_loop()
+        lo = min((s for s, _ in sub.tail), default=sub.seqno + 1)
+        mine = await loop.run_in_executor(None, frame_digests, self.db, lo, min(sub.seqno, self.committed))
+        start = start_point(primary_seqno=self.committed, journal_first=journal_first(self.db),
+                            primary_digests=mine, replica_seqno=sub.seqno, replica_tail=[tuple(t) for t in sub.tail])
+        log.info("partition %d: %s replica %s subscribes at seqno %d: %s (%s)", self.partition, role, sub.replica,
+                 sub.seqno, start.kind.value, start.why)
+        if start.kind is StartKind.RESYNC:
+            writer.write(encode(Resync(start.seqno, start.why)))
+            return
+        self.drop(sub.replica, "subscribed again")
+        link = Link(sub.replica, role, writer)
+        self.links[sub.replica] = link
+        try:
+            if start.kind is StartKind.CHECKPOINT:
+                link.sent = await self._checkpoint(link)
+            else:
+                link.sent = start.seqno
+            link.acked = link.sent
+            reading = asyncio.create_task(self._read_link(link, reader, wire))
+            await self._catch_up(link)
+            await asyncio.wait([reading, asyncio.create_task(link.closed.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)
+            reading.cancel()
+        finally:
+            if self.links.get(sub.replica) is link:
+                self.drop(sub.replica, "its connection ended")
+
+    async def _read_link(self, link: Link, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        try:
+            while True:
+                msg = await read_into(reader, wire)
+                if msg is None:
+                    return
+                if isinstance(msg, Voted):
+                    self.on_vote(link, msg)
+                elif isinstance(msg, Progress):
+                    link.acked = max(link.acked, msg.seqno)
+                    if link.name in self.sync.behind and link.live and link.acked >= self.committed \
+                            and not self.sync.in_flight:
+                        self._rejoin()
+                elif isinstance(msg, Failed):
+                    log.warning("partition %d: replica %s: %s: %s", self.partition, link.name, msg.code, msg.message)
+                    return
+        except (ProtocolError, OSError) as e:
+            log.info("partition %d: replica %s link: %s", self.partition, link.name, e)
+        finally:
+            if self.links.get(link.name) is link:
+                self.drop(link.name, "its connection ended")
+
+    async def _catch_up(self, link: Link) -> None:
+        """Send the committed frames after ``link.sent`` from the journal files, then go live."""
+        loop = asyncio.get_running_loop()
+        while not link.closed.is_set():
+            if link.sent >= self.committed:
+                link.live = True
+                if link.name in self.sync.behind and link.acked >= self.committed and not self.sync.in_flight:
+                    self._rejoin()
+                return
+            hi = self.committed
+            runs = await loop.run_in_executor(None, lambda: list(_runs(self.db, link.sent + 1, hi)))
+            for run in runs:
+                if link.closed.is_set():
+                    return
+                link.send(Frames(run.first_seqno, bytes(run.data), list(run.ends), 0))
+                link.sent = run.last_seqno
+                await link.writer.drain()
+
+    async def _checkpoint(self, link: Link) -> int:
+        """Send the primary's state at its store's seqno; the seqno."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.db.flush)
+        t0 = time.monotonic()
+        with read_state(self.db.layout.root) as st:
+            d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
+            link.send(Checkpoint(st.seqno, d, st.regions, st.keys))
+            it = st.batches(CHECKPOINT_ROWS)
+            sent = 0
+            while True:
+                rows = await loop.run_in_executor(None, next, it, None)
+                if rows is None:
+                    break
+                link.send(Rows(rows))
+                sent += len(rows)
+                await link.writer.drain()
+            link.send(CheckpointEnd(sent))
+        log.info("partition %d: checkpoint at seqno %d (%d keys) sent to %s in %.1f s", self.partition, st.seqno,
+                 sent, link.name, time.monotonic() - t0)
+        return st.seqno
+
+    def status(self) -> dict:
+        return {"committed": self.committed, "epoch": self.epoch, "sync": self.sync.to_dict(),
+                "links": {n: {"role": lk.role, "live": lk.live, "acked": lk.acked, "sent": lk.sent,
+                              "backlog": self.committed - lk.acked} for n, lk in self.links.items()}}
+
+
+def _runs(db: Database, lo: int, hi: int):
+    return iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi)
+
+
+def _fail(r: Request, code: str, message: str, **detail) -> None:
+    if not r.future.done():
+        r.future.set_exception(ShardRefusal(code, message, detail))
+
+
+class ShardRefusal(Exception):
+    def __init__(self, code: str, message: str, detail: dict):
+        super().__init__(message)
+        self.code, self.message, self.detail = code, message, detail
+
+
+# -- the replica side ------------------------------------------------------------------------------
+class ReplicaShard:
+    """A replica shard following its primary (see the module docstring)."""
+
+    def __init__(self, host, partition: int, path: Path, db: Database, view: View, role: str,
+                 executor: ThreadPoolExecutor) -> None:
+        self.host, self.partition, self.path, self.db, self.view, self.role = host, partition, path, db, view, role
+        self.ex = executor
+        self.connected = False
+        self.last_error = ""
+        self.task = asyncio.create_task(self.run())
+
+    async def stop(self) -> Database:
+        self.task.cancel()
+        try:
+            await self.task
+        except (asyncio.CancelledError, Exception):
+            pass
+        return self.db
+
+    async def run(self) -> None:
+        while True:
+            addr = self.view.primary_address
+            if addr and self.view.primary != self.host.name:
+                try:
+                    await self._follow(addr)
+                except (OSError, ProtocolError, MultisiteError) as e:
+                    if str(e) != self.last_error:
+                        log.info("partition %d: %s replica: link to primary %s: %s", self.partition, self.role,
+                                 self.view.primary, e)
+                    self.last_error = str(e)
+                finally:
+                    self.connected = False
+            await asyncio.sleep(RECONNECT_S)
+
+    async def _tail(self) -> list[tuple[int, bytes]]:
+        loop = asyncio.get_running_loop()
+        seqno = self.db.seqno
+        d = await loop.run_in_executor(self.ex, frame_digests, self.db, max(1, seqno - TAIL_FRAMES + 1), seqno)
+        tail = sorted(d.items())
+        state = self._state()
+        if state and state["seqno"] <= seqno and state["seqno"] not in d and (not tail or state["seqno"] < tail[0][0]):
+            tail.insert(0, (state["seqno"], bytes.fromhex(state["digest"])))
+        return tail
+
+    def _state(self) -> dict | None:
+        p = self.path / SHARD_STATE
+        return json.loads(p.read_text()) if p.exists() else None
+
+    async def _follow(self, addr: str) -> None:
+        host, port = parse_hostport(addr)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+        loop = asyncio.get_running_loop()
+        try:
+            wire = DataWire(server=False)
+            writer.write(encode(Subscribe(SHARD_WIRE_VERSION, self.host.grid, self.partition, self.view.epoch,
+                                          self.host.name, self.role, self.db.seqno, await self._tail())))
+            self.connected = True
+            while True:
+                msg = await read_into(reader, wire)
+                if msg is None:
+                    raise ConnectionError("the primary closed the connection")
+                if isinstance(msg, Frames):
+                    run = FrameRun(msg.first_seqno, msg.data, msg.ends)
+                    try:
+                        seqno = await loop.run_in_executor(self.ex, self.db.apply_frames, [run])
+                    except MultisiteError as e:  # a full disk, a gap: this replica cannot hold it
+                        log.warning("partition %d: cannot apply seqnos %d..%d: %s", self.partition, msg.first_seqno,
+                                    run.last_seqno, e)
+                        if msg.vote:
+                            writer.write(encode(Voted(msg.vote, False, self.db.seqno, str(e))))
+                            await writer.drain()
+                        raise
+                    writer.write(encode(Voted(msg.vote, True, seqno) if msg.vote else Progress(seqno)))
+                elif isinstance(msg, Outcome):
+                    if not msg.commit and self.db.seqno > msg.seqno:
+                        await loop.run_in_executor(self.ex, lambda: self.db.rollback(
+                            msg.seqno, reason=f"grid vote {msg.vote} rolled back on the primary"))
+                        log.info("partition %d: vote %d rolled back: cut back to seqno %d", self.partition,
+                                 msg.vote, msg.seqno)
+                        writer.write(encode(Progress(self.db.seqno)))
+                elif isinstance(msg, Resync):
+                    log.info("partition %d: cutting back to seqno %d: %s", self.partition, msg.to_seqno, msg.why)
+                    await loop.run_in_executor(self.ex, lambda: self.db.rollback(
+                        msg.to_seqno, reason=f"grid resync: {msg.why}"))
+                    return  # subscribe again
+                elif isinstance(msg, Checkpoint):
+                    await self._install(msg, reader, wire)
+                    writer.write(encode(Progress(self.db.seqno)))
+                elif isinstance(msg, Failed):
+                    raise MultisiteError(f"{msg.code}: {msg.message}")
+                else:
+                    raise RemoteProtocolError(f"unexpected {type(msg).__name__} from the primary")
+        finally:
+            writer.close()
+
+    async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        log.info("partition %d: a checkpoint of the primary at seqno %d (%d keys) replaces this shard",
+                 self.partition, ck.seqno, ck.keys)
+        name, group, durability = self.db.name, self.db.info.group, self.db.durability.value
+        await loop.run_in_executor(self.ex, self.db.close)
+        self.host.shard_closed(self.partition)
+        staging = self.path.with_name(self.path.name + ".checkpoint")
+        await loop.run_in_executor(None, shutil.rmtree, staging, True)
+        q: queue.Queue = queue.Queue(maxsize=16)
+        fut = loop.run_in_executor(None, lambda: install_state(
+            staging, name, group=group, durability=durability, seqno=ck.seqno, regions=dict(ck.regions),
+            batches=iter(q.get, None)))
+        try:
+            while True:
+                msg = await read_into(reader, wire)
+                if isinstance(msg, Rows):
+                    await loop.run_in_executor(None, q.put, msg.rows)
+                elif isinstance(msg, CheckpointEnd):
+                    break
+                else:
+                    raise RemoteProtocolError(f"{type(msg).__name__ if msg else 'the end'} in a checkpoint copy")
+        finally:
+            await loop.run_in_executor(None, q.put, None)
+        keys = await fut
+        atomic_write(staging / SHARD_STATE, json.dumps({"seqno": ck.seqno, "digest": ck.digest.hex()}).encode())
+
+        def swap() -> Database:
+            old = self.path.with_name(self.path.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            if self.path.exists():
+                self.path.rename(old)
+            staging.rename(self.path)
+            shutil.rmtree(old, ignore_errors=True)
+            return open_db(self.path)
+        self.db = await loop.run_in_executor(self.ex, swap)
+        self.host.shard_reopened(self.partition, self.db)
+        log.info("partition %d: checkpoint installed: %d keys at seqno %d in %.1f s", self.partition, keys, ck.seqno,
+                 time.monotonic() - t0)
+
+    def status(self) -> dict:
+        return {"primary": self.view.primary, "epoch": self.view.epoch, "connected": self.connected,
+                "last_error": self.last_error}
+
