@@ -101,8 +101,10 @@ class Catalog:
                          f"to reconnect")
 
     # -- events --------------------------------------------------------------------------------------
-    def register(self, msg: Register, now: float) -> Refused | None:
-        """A container's Register: ``None`` when accepted (it is up; the placement may have changed)."""
+    def register(self, msg: Register, now: float, *, old_connected: bool = True) -> Refused | None:
+        """A container's Register: ``None`` when accepted (it is up; the placement may have changed).
+        ``old_connected``: whether a container of that name still holds a connection (if not, one at
+        another address is the same container restarted, not a second one)."""
         if msg.version != GRID_WIRE_VERSION:
             return Refused(RefusedCode.VERSION, f"grid wire version {msg.version}; this catalog speaks "
                                                 f"{GRID_WIRE_VERSION}")
@@ -115,7 +117,8 @@ class Catalog:
         if msg.capacity < 0:
             return Refused(RefusedCode.BAD_REQUEST, f"capacity {msg.capacity} is negative")
         old = self.members.get(msg.container)
-        if old is not None and old.up and old.address != msg.address and now - old.last_heard <= self.heartbeat_timeout_s:
+        if (old is not None and old.up and old.address != msg.address and old_connected
+                and now - old.last_heard <= self.heartbeat_timeout_s):
             return Refused(RefusedCode.NAME_IN_USE,
                            f"a container named {msg.container!r} at {old.address} is up; this one is at {msg.address}: "
                            f"give it another --name, or stop the other (it is lost {self.heartbeat_timeout_s:g} s "

@@ -129,14 +129,15 @@ class RouteCache:
     """A client's copy of the route table and its decisions (sans-IO: the client does the fetching).
 
     A partition is **stale** once a request to its primary failed in a way that a new table can fix; it
-    stays stale until a table arrives whose route for it has a newer epoch (a table fetched before the
-    catalog noticed the failure says the same thing again, and the client keeps refreshing, after a
-    pause, within its own deadline)."""
+    stays stale until a table arrives whose route for it has a newer epoch or another address (the
+    same primary's container restarted on another port); a table fetched before the catalog noticed
+    the failure says the same thing again, and the client keeps refreshing, after a pause, within its
+    own deadline."""
 
     def __init__(self, grid: str, table: RouteTable | None = None):
         self.grid = grid
         self.table: RouteTable | None = None
-        self._stale: dict[int, int] = {}  # partition -> epoch of the route that failed
+        self._stale: dict[int, tuple[int, str | None]] = {}  # partition -> (epoch, address) of the route that failed
         if table is not None:
             self.install(table)
 
@@ -154,9 +155,10 @@ class RouteCache:
             if table.version < self.table.version:
                 return False
         self.table = table
-        for p, epoch in list(self._stale.items()):
-            if table.routes[p].epoch > epoch:
-                del self._stale[p]
+        for p, (epoch, address) in list(self._stale.items()):
+            r = table.routes[p]
+            if r.epoch > epoch or (r.primary is not None and r.primary != address):
+                del self._stale[p]  # a new primary, or the same one restarted at another address
         return True
 
     def needs_refresh(self, partition: int | None = None) -> bool:
@@ -185,7 +187,7 @@ class RouteCache:
         route = self.table.route(partition)
         if container_epoch < route.epoch:
             return Next.WAIT
-        self._stale[partition] = max(route.epoch, self._stale.get(partition, -1))
+        self._stale[partition] = (route.epoch, route.primary)
         return Next.REFRESH
 
     def unreachable(self, address: str) -> tuple[int, ...]:
@@ -193,7 +195,8 @@ class RouteCache:
         promotes replicas for them). Returns those partitions."""
         parts = self.table.partitions_of(address) if self.table is not None else ()
         for p in parts:
-            self._stale[p] = max(self.table.routes[p].epoch, self._stale.get(p, -1))
+            r = self.table.routes[p]
+            self._stale[p] = (r.epoch, r.primary)
         return parts
 
     def stale(self) -> tuple[int, ...]:

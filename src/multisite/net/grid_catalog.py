@@ -105,7 +105,7 @@ class CatalogServer:
                 return
             if not isinstance(first, Register):
                 return
-            refused = self.catalog.register(first, time.monotonic())
+            refused = self.catalog.register(first, time.monotonic(), old_connected=first.container in self.conns)
             if refused is not None:
                 self.log.warning("refused container %s from %s: %s: %s", first.container, peer, refused.code,
                                  refused.message)

@@ -20,6 +20,7 @@ a time here; use threads, or several clients, for concurrency).
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -88,6 +89,17 @@ class _Conn:
             if not data:
                 raise ConnectionError(f"container {self.address} closed the connection")
             self.wire.receive_data(data)
+
+    def closed_by_peer(self) -> bool:
+        """Whether the container closed this (idle) connection: then a request was never sent on it,
+        and may go elsewhere without doubt."""
+        r, _, _ = select.select([self.sock], [], [], 0)
+        if not r:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def ask(self, make) -> Done | Failed:
         self.rid += 1
@@ -165,6 +177,9 @@ class Grid:
         if conns is None:
             conns = self._local.conns = {}
         c = conns.get(address)
+        if c is not None and c.closed_by_peer():
+            c.close()
+            c = None
         if c is None:
             c = conns[address] = _Conn(address, self.grid)
         return c

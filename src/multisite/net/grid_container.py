@@ -35,6 +35,7 @@ from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.routing import check_in_partition
+from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
 from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, Register, Side,
                          Status, StatusRequest, View)
@@ -57,8 +58,9 @@ def shard_dir(root: Path, grid: str, partition: int) -> Path:
 
 class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
-                 grid: str | None, capacity: int) -> None:
+                 grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT) -> None:
         self.root = root
+        self.checkpoint_after = checkpoint_after
         self.catalog = catalog
         parse_hostport(catalog)
         self.listen = listen
@@ -463,10 +465,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default=None)
     ap.add_argument("--grid", default=None)
     ap.add_argument("--capacity", type=int, default=CAPACITY_SHARDS_DEFAULT)
+    ap.add_argument("--checkpoint-after", type=int, default=CHECKPOINT_AFTER_DEFAULT,
+                    help="a new or returning replica further behind than this many transactions copies a checkpoint")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "container.log", LOG_FORMAT,
-               lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity).run())
+               lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
+                                       checkpoint_after=a.checkpoint_after).run())
 
 
 if __name__ == "__main__":

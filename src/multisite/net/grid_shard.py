@@ -377,7 +377,8 @@ class PrimaryShard:
         lo = min((s for s, _ in sub.tail), default=sub.seqno + 1)
         mine = await loop.run_in_executor(None, frame_digests, self.db, lo, min(sub.seqno, self.committed))
         start = start_point(primary_seqno=self.committed, journal_first=journal_first(self.db),
-                            primary_digests=mine, replica_seqno=sub.seqno, replica_tail=[tuple(t) for t in sub.tail])
+                            primary_digests=mine, replica_seqno=sub.seqno, replica_tail=[tuple(t) for t in sub.tail],
+                            checkpoint_after=self.host.checkpoint_after)
         log.info("partition %d: %s replica %s subscribes at seqno %d: %s (%s)", self.partition, role, sub.replica,
                  sub.seqno, start.kind.value, start.why)
         if start.kind is StartKind.RESYNC:
