@@ -5,6 +5,7 @@ recovery (its value, or a later one whose outcome was unknown), no commit that r
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -55,7 +56,7 @@ class Writer(threading.Thread):
         cl.close()
 
 
-@pytest.mark.parametrize("seed", [11])
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("GRID_KILL_SEEDS", "11").split(",")])
 def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, seed):
     rng = random.Random(seed)
     g = GridCluster(tmp_path, partitions=4, min_sync=1, max_sync=1, max_async=1, heartbeat_timeout_s=0.6)

@@ -109,6 +109,7 @@ def test_min_sync_0_commits_on_without_replicas_and_min_sync_2_needs_both(make):
     g0.start_container("a")
     g0.start_container("b")
     st = g0.wait_settled()
+    assert g0.status()["partitions"][0]["loss_window"].startswith("min_sync is 0")
     g0.stop(st["partitions"][0]["sync"][0])
     with g0.client() as cl:
         for i in range(20):

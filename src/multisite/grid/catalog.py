@@ -231,7 +231,17 @@ class Catalog:
         for i, s in enumerate(self.placement.partitions):
             seqnos = {c: self.members[c].seqnos.get(i) for c in s.containers()
                       if c in self.members and self.members[c].seqnos and i in self.members[c].seqnos}
-            parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos})
+            prim = seqnos.get(s.primary) if s.primary else None
+            backlog = {c: prim - seqnos[c] for c in (*s.sync_replicas, *s.async_replicas)
+                       if prim is not None and c in seqnos}
+            if self.policy.min_sync > 0:
+                window = "none: a commit is acknowledged only once min_sync synchronous replicas hold it"
+            else:
+                lag = min(backlog.values(), default=None)
+                window = ("min_sync is 0 and no replica reports: a loss of the primary loses what it holds alone"
+                          if lag is None else
+                          f"min_sync is 0: a promotion may lose the replicas' lag, now {lag} transaction(s)")
+            parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos, "backlog": backlog, "loss_window": window})
         counts = self.placement.shard_counts()
         prim = {s.primary: 0 for s in self.placement.partitions}
         for s in self.placement.partitions:
