@@ -6,6 +6,8 @@ recovery (its value, or a later one whose outcome was unknown), no commit that r
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import random
 import threading
 import time
@@ -104,3 +106,54 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
         later_unknown = [u for u in w.unknown.get(k, []) if u > v]
         assert final.get(k) == v or final.get(k) in later_unknown, (k, v, final.get(k), later_unknown)
     print(w.counts)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
+def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_is_room(tmp_path):
+    g = GridCluster(tmp_path, partitions=1, min_sync=1, max_sync=1, max_async=0)
+    (tmp_path / "b").mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "b")], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
+    try:
+        g.start_catalog()
+        g.start_container("a")
+        g.wait_settled()
+        g.start_container("b")
+        st = g.wait("b a current sync replica", lambda: (s := g.settled()) and s["partitions"][0]["sync"] == ["b"] and s)
+        assert st["partitions"][0]["primary"] == "a"
+        with g.client(timeout_s=5) as cl:
+            cl.put("m", 0, "before")
+            filler = tmp_path / "b" / "filler"
+            with open(filler, "wb") as f:  # take every free byte of b's disk
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            refused = None
+            for i in range(1, 2000):
+                try:
+                    cl.put("m", i, "x" * 2000)
+                except ReplicationVotedToRollback as e:
+                    refused = (i, e)
+                    break
+            assert refused is not None, "the replica never voted no on a full disk"
+            i, e = refused
+            assert e.min_sync == 1 and e.commit_votes == 0
+            assert cl.get("m", i) is None
+            log = (tmp_path / "b" / "log" / "container.log").read_text()
+            assert "STORAGE_FULL" in log or "STORE_LOST" in log, log[-2000:]
+            filler.unlink()
+            g.wait("b current again", lambda: (s := g.settled()) and s["partitions"][0]["current"] == ["b"])
+            cl.put("m", i, "after")
+            assert cl.get("m", i) == "after"
+        st = g.wait("caught up", g.caught_up)
+        g.stop_all()
+        states = g.shard_states()
+        assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
+    finally:
+        g.stop_all()
+        subprocess.run(["umount", "-l", str(tmp_path / "b")], check=False)

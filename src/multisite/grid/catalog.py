@@ -198,6 +198,14 @@ class Catalog:
             self.placement = pl
             self._replan(f"currency reported by {m.name}")
 
+    def stale_currency(self, container: str, currency: Mapping[int, tuple[int, list[str]]]) -> list[int]:
+        """The partitions of a currency report that ``container`` no longer leads at that epoch: its
+        primary there was deposed (and a replica it asked to vote may have been promoted), so it must
+        not answer a commit of that partition as rolled back, nor acknowledge one without every voter."""
+        parts = self.placement.partitions
+        return sorted(i for i, (epoch, _) in currency.items()
+                      if not 0 <= i < len(parts) or parts[i].primary != container or parts[i].epoch != epoch)
+
     # -- what the I/O layer reads -------------------------------------------------------------------
     def assignments_for(self, name: str) -> Assignments:
         shards = {i: s.role_of(name).value for i, s in enumerate(self.placement.partitions)

@@ -55,9 +55,11 @@ class Heartbeat(msgspec.Struct, array_like=True, tag=2):
 
 class HeartbeatAck(msgspec.Struct, array_like=True, tag=9):
     """Catalog → container: heartbeat ``ack`` is recorded (every heartbeat is answered: the
-    container's lease on its primaries runs from the last answer)."""
+    container's lease on its primaries runs from the last answer). ``stale``: the partitions of its
+    currency report it is no longer the primary of at that epoch (deposed)."""
 
     ack: int
+    stale: list[int] = []
 
 
 class View(msgspec.Struct, array_like=True):

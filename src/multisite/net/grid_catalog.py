@@ -133,7 +133,7 @@ class CatalogServer:
                         writer.write(wire.send(refused))
                         return
                     self.settle()  # the currency it reported is in the state file before the answer
-                    writer.write(wire.send(HeartbeatAck(msg.ack)))
+                    writer.write(wire.send(HeartbeatAck(msg.ack, self.catalog.stale_currency(name, msg.currency))))
         except ProtocolError as e:
             self.log.warning("grid connection from %s (%s) broken: %s", peer, name or "?", e)
         except (ConnectionError, OSError):

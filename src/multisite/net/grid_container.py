@@ -81,7 +81,10 @@ class ContainerServer:
         self.refused: Refused | None = None
         self.interval_s = 0.5
         self.timeout_s = 3.0
-        self.last_answer = 0.0  # monotonic time of the catalog's last answer: the lease on primaries
+        # The lease on primaries runs from the *sending* of the last heartbeat the catalog answered: the
+        # catalog heard it no earlier, and loses this container heartbeat_timeout_s after hearing it.
+        self.last_answer = 0.0
+        self._sent: dict[int, float] = {}  # heartbeat ack id -> when it was sent
         self._stop = asyncio.Event()
         self._link: tuple[asyncio.StreamWriter, GridWire] | None = None
         self._acks: dict[int, asyncio.Future] = {}
@@ -145,24 +148,24 @@ class ContainerServer:
         return {p: (sh.primary.epoch, sorted(sh.primary.sync.current)) for p, sh in self.shards.items()
                 if sh.primary is not None}
 
-    async def report_currency(self) -> None:
-        """Send the primaries' current sets and wait until the catalog recorded them."""
+    async def report_currency(self) -> set[int]:
+        """Send the primaries' current sets and wait until the catalog recorded them; the partitions
+        the catalog says this container no longer leads at the reported epoch (deposed)."""
         while True:
             if self._link is not None:
                 writer, wire = self._link
-                ack = self._next_ack
-                self._next_ack += 1
                 fut = asyncio.get_running_loop().create_future()
+                beat = self.heartbeat()
+                ack = beat.ack
                 self._acks[ack] = fut
                 try:
-                    beat = self.heartbeat(ack)
                     writer.write(wire.send(beat))
-                    await asyncio.wait_for(fut, self.timeout_s)
+                    stale = set(await asyncio.wait_for(fut, self.timeout_s))
                     for p, (epoch, names) in beat.currency.items():
                         sh = self.shards.get(p)
-                        if sh is not None and sh.primary is not None and sh.primary.epoch == epoch:
+                        if sh is not None and sh.primary is not None and sh.primary.epoch == epoch and p not in stale:
                             sh.primary.reported = frozenset(names)
-                    return
+                    return stale
                 except (TimeoutError, OSError, ProtocolError):
                     pass
                 finally:
@@ -171,7 +174,7 @@ class ContainerServer:
 
     def report_currency_soon(self) -> None:
         """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
-        if self._report_task is None or self._report_task.done():
+        if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
 
     def shard_closed(self, p: int) -> None:
@@ -182,7 +185,11 @@ class ContainerServer:
         if sh is not None:
             sh.db = db
 
-    def heartbeat(self, ack: int = 0) -> Heartbeat:
+    def heartbeat(self) -> Heartbeat:
+        """The next heartbeat, numbered: its answer extends the lease (``last_answer``)."""
+        ack = self._next_ack
+        self._next_ack += 1
+        self._sent[ack] = time.monotonic()
         return Heartbeat(self.name, self.applied_version, {p: sh.db.seqno for p, sh in self.shards.items()},
                          self.currency(), ack)
 
@@ -230,7 +237,6 @@ class ContainerServer:
                 if msg is None:
                     self.log.info("the catalog closed the connection")
                     return
-                self.last_answer = time.monotonic()
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
@@ -239,9 +245,14 @@ class ContainerServer:
                                  json.dumps({"code": msg.code, "message": msg.message}).encode())
                     return
                 if isinstance(msg, HeartbeatAck):
+                    sent = self._sent.pop(msg.ack, None)
+                    if sent is not None:
+                        self.last_answer = max(self.last_answer, sent)
+                    for old in [a for a in self._sent if a < msg.ack]:
+                        del self._sent[old]
                     fut = self._acks.get(msg.ack)
                     if fut is not None and not fut.done():
-                        fut.set_result(None)
+                        fut.set_result(msg.stale)
                 elif isinstance(msg, Assignments):
                     if not self.registered:
                         self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name,

@@ -41,7 +41,7 @@ from pathlib import Path
 from ..engine import Database
 from ..engine import open as open_db
 from ..engine.checkpoint import install_state, read_state
-from ..errors import MultisiteError, ProtocolError, RemoteProtocolError
+from ..errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
 from ..fsutil import atomic_write
 from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
                                Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
@@ -135,6 +135,7 @@ class PrimaryShard:
         self.votes: dict[int, asyncio.Future] = {}
         self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
         self.stopping = False
+        self.deposed = False  # the catalog said another shard leads this partition now
         self.task = asyncio.create_task(self.run())
 
     @property
@@ -145,6 +146,7 @@ class PrimaryShard:
         """New placement for this partition, still primary here."""
         if view.epoch != self.view.epoch:
             self.reported = None
+            self.deposed = False
         self.view = view
         self.sync.min_sync = view.min_sync
         self.sync.assign(view.sync)
@@ -234,6 +236,11 @@ class PrimaryShard:
                 _fail(r, FailCode.UNAVAILABLE, f"partition {p}'s primary is cut off from the catalog: it takes no "
                                                f"commits until it hears from it (another may be promoted)")
             return
+        if self.deposed:
+            for r in commits:
+                _fail(r, FailCode.NOT_PRIMARY, f"partition {p}: this primary was deposed; ask the catalog",
+                      epoch=self.epoch)
+            return
         if len(self.sync.current) < self.sync.min_sync:
             cur = len(self.sync.current)
             for r in commits:
@@ -269,10 +276,18 @@ class PrimaryShard:
                 if not decision.commit:
                     for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
                         self.sync.fell_behind(name)
-            await self._report_if_narrower()
+            leader = await self._report_if_narrower()
         except BaseException:
             await loop.run_in_executor(self.ex, prep.abort)
             raise
+        if not leader:
+            # Deposed while it voted: a replica holding the batch may be the new primary, so neither
+            # "committed" nor "rolled back" is certain here.
+            await loop.run_in_executor(self.ex, prep.abort)
+            for r in commits:
+                _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {p}: this primary was deposed while the commit was "
+                                                   f"voted on; a replica that holds it may have been promoted")
+            return
         if decision is not None and not decision.commit:
             await loop.run_in_executor(self.ex, prep.abort)
             self._send_outcome(decision, False, prep.first_seqno - 1)
@@ -289,9 +304,9 @@ class PrimaryShard:
                 for name in decision.commit_votes:
                     self.sync.fell_behind(name)
                 self._send_outcome(decision, False, prep.first_seqno - 1)
-                await self._report_if_narrower()
+            code = FailCode.TRANSACTION if await self._report_if_narrower() else FailCode.OUTCOME_UNKNOWN
             for r in commits:
-                _fail(r, FailCode.TRANSACTION, f"partition {p}: the primary could not journal the commit: {e}")
+                _fail(r, code, f"partition {p}: the primary could not journal the commit: {e}")
             return
         if prep.frames:
             self.committed = prep.last_seqno
@@ -324,10 +339,14 @@ class PrimaryShard:
             if link is not None:
                 link.writer.write(msg)
 
-    async def _report_if_narrower(self) -> None:
-        """Before answering: the catalog must not count current a replica this primary does not."""
+    async def _report_if_narrower(self) -> bool:
+        """Before answering: the catalog must not count current a replica this primary does not.
+        False if the catalog says this primary was deposed meanwhile."""
         while self.reported is None or not self.reported <= frozenset(self.sync.current):
-            await self.host.report_currency()
+            if self.partition in await self.host.report_currency():
+                self.deposed = True
+                return False
+        return True
 
     def on_vote(self, link: Link, msg: Voted) -> None:
         try:
@@ -343,6 +362,8 @@ class PrimaryShard:
         fut = self.votes.get(msg.vote)
         if d is not None and fut is not None and not fut.done():
             fut.set_result(d)
+        if not msg.commit:  # it could not hold the prepare: behind until it subscribes again and catches up
+            self.drop(link.name, f"voted to roll back: {msg.why}")
 
     # -- replica links -----------------------------------------------------------------------------
     def drop(self, name: str, why: str) -> None:
@@ -557,6 +578,8 @@ class ReplicaShard:
                         if msg.vote:
                             writer.write(encode(Voted(msg.vote, False, self.db.seqno, str(e))))
                             await writer.drain()
+                        if isinstance(e, (StoreLost, StorageFull)):  # the store may be lost too: reopen
+                            await self._reopen()
                         raise
                     writer.write(encode(Voted(msg.vote, True, seqno) if msg.vote else Progress(seqno)))
                 elif isinstance(msg, Outcome):
@@ -580,6 +603,24 @@ class ReplicaShard:
                     raise RemoteProtocolError(f"unexpected {type(msg).__name__} from the primary")
         finally:
             writer.close()
+
+    async def _reopen(self) -> None:
+        """The store was lost (a full disk while it committed): close the instance and open it again,
+        which rolls the store forward from the journal; until that works the shard retries."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.ex, self.db.close)
+        except MultisiteError as e:
+            log.info("partition %d: closing the instance after its store was lost: %s", self.partition, e)
+        while True:
+            try:
+                self.db = await loop.run_in_executor(self.ex, open_db, self.path)
+                break
+            except MultisiteError as e:
+                log.warning("partition %d: cannot reopen the instance yet: %s", self.partition, e)
+                await asyncio.sleep(RECONNECT_S * 3)
+        self.host.shard_reopened(self.partition, self.db)
+        log.info("partition %d: instance reopened at seqno %d", self.partition, self.db.seqno)
 
     async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
         loop = asyncio.get_running_loop()

@@ -99,7 +99,15 @@ class GridCluster:
             if got:
                 return got
             time.sleep(0.05)
-        raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        try:
+            st = self.status()
+            summary = "; ".join(f"p{p['partition']} {p['primary']} sync={p['sync']} current={p['current']} "
+                                f"async={p['async']} seqnos={p['seqnos']}" for p in st["partitions"])
+            summary += "; " + ", ".join(f"{c['name']} {'up' if c['up'] else 'down'} v{c['applied_version']}"
+                                        for c in st["containers"]) + f" (version {st['version']})"
+        except Exception as e:  # noqa: BLE001 - only for the message
+            summary = f"no status: {e}"
+        raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}: {summary}")
 
     def wait_settled(self, timeout_s: float = 20.0) -> dict:
         return self.wait("a settled grid", self.settled, timeout_s)
