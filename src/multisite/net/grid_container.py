@@ -58,8 +58,12 @@ def shard_dir(root: Path, grid: str, partition: int) -> Path:
 
 class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
-                 grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT) -> None:
+                 grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT,
+                 advertise: str | None = None) -> None:
         self.root = root
+        self.advertise = advertise  # the address the catalog gives clients and replicas (a proxy, a NAT)
+        if advertise:
+            parse_hostport(advertise)
         self.checkpoint_after = checkpoint_after
         self.catalog = catalog
         parse_hostport(catalog)
@@ -381,7 +385,7 @@ class ContainerServer:
             srv = await asyncio.start_server(self.answer, host, port)
         except OSError as e:
             raise ConfigError(f"the container cannot listen on {self.listen}: {e.strerror or e}") from None
-        self.address = f"{host}:{srv.sockets[0].getsockname()[1]}"
+        self.address = self.advertise or f"{host}:{srv.sockets[0].getsockname()[1]}"
         self.name = self.name or self.address
         self.log.info("container %s (zone %s) listening on %s, catalog %s", self.name, self.zone or "-",
                       self.address, self.catalog)
@@ -476,13 +480,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default=None)
     ap.add_argument("--grid", default=None)
     ap.add_argument("--capacity", type=int, default=CAPACITY_SHARDS_DEFAULT)
+    ap.add_argument("--advertise", default=None, help="HOST:PORT clients and replicas reach this container at "
+                                                      "(default: the --listen address)")
     ap.add_argument("--checkpoint-after", type=int, default=CHECKPOINT_AFTER_DEFAULT,
                     help="a new or returning replica further behind than this many transactions copies a checkpoint")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "container.log", LOG_FORMAT,
                lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
-                                       checkpoint_after=a.checkpoint_after).run())
+                                       checkpoint_after=a.checkpoint_after, advertise=a.advertise).run())
 
 
 if __name__ == "__main__":

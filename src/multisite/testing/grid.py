@@ -44,11 +44,11 @@ class GridCluster:
         self.address = info["listen"]  # a restart takes the same port
         return self.address
 
-    def start_container(self, name: str) -> dict:
+    def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None) -> dict:
         if name not in self.containers:
             self.containers.append(name)
-        return start_container(self.root / name, self.address, "127.0.0.1:0", name=name,
-                               checkpoint_after=self.checkpoint_after)
+        return start_container(self.root / name, self.address, listen, name=name,
+                               checkpoint_after=self.checkpoint_after, advertise=advertise)
 
     def pid(self, name: str) -> int:
         what = "catalog" if name == "catalog" else "container"
