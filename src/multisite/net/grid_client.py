@@ -93,6 +93,8 @@ class _Conn:
     def closed_by_peer(self) -> bool:
         """Whether the container closed this (idle) connection: then a request was never sent on it,
         and may go elsewhere without doubt."""
+        if self.sock.fileno() < 0:
+            return True
         r, _, _ = select.select([self.sock], [], [], 0)
         if not r:
             return False

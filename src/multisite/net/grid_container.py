@@ -96,6 +96,8 @@ class ContainerServer:
         self._assign_lock = asyncio.Lock()
         self._report_task: asyncio.Task | None = None
         self._partitions = 0
+        self._pending: Assignments | None = None
+        self._applier: asyncio.Task | None = None
 
     # -- assignments ------------------------------------------------------------------------------
     async def apply(self, a: Assignments) -> None:
@@ -258,18 +260,35 @@ class ContainerServer:
                     if fut is not None and not fut.done():
                         fut.set_result(msg.stale)
                 elif isinstance(msg, Assignments):
-                    if not self.registered:
-                        self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name,
-                                      msg.grid)
-                    await self.apply(msg)
-                    self.registered = True
+                    # Applied by a task of its own: a primary handing its role over finishes its batch
+                    # first, and that batch may wait for a HeartbeatAck this loop must go on reading.
                     self._link = (writer, wire)
-                    writer.write(wire.send(self.heartbeat()))  # the new shards' seqnos, at once
+                    self._pending = msg
+                    if self._applier is None or self._applier.done():
+                        self._applier = asyncio.create_task(self._apply_pending(writer, wire))
                     if beats is None:
                         beats = asyncio.create_task(self._beat(writer, wire))
         finally:
             if beats is not None:
                 beats.cancel()
+
+    async def _apply_pending(self, writer: asyncio.StreamWriter, wire: GridWire) -> None:
+        """Apply the newest Assignments until none is left (those overtaken are skipped)."""
+        while self._pending is not None:
+            a, self._pending = self._pending, None
+            try:
+                await self.apply(a)
+            except MultisiteError as e:
+                self.log.error("cannot apply the assignments of version %d: %s", a.epoch, e)
+                writer.close()
+                return
+            if not self.registered:
+                self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name, a.grid)
+            self.registered = True
+            try:
+                writer.write(wire.send(self.heartbeat()))  # the new shards' seqnos, at once
+            except (OSError, ProtocolError):
+                return
 
     async def _beat(self, writer: asyncio.StreamWriter, wire: GridWire) -> None:
         try:
