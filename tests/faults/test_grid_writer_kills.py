@@ -61,7 +61,7 @@ class Writer(threading.Thread):
 @pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("GRID_KILL_SEEDS", "11").split(",")])
 def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, seed):
     rng = random.Random(seed)
-    g = GridCluster(tmp_path, partitions=4, min_sync=1, max_sync=1, max_async=1, heartbeat_timeout_s=0.6)
+    g = GridCluster(tmp_path, partitions=4, min_sync=1, max_sync=1, max_async=1, heartbeat_timeout_s=1.0)
     names = ["c1", "c2", "c3"]
     w = None
     try:

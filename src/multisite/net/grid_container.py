@@ -450,8 +450,8 @@ class Shard:
                 self.primary.update(view)
                 return
             await self.stop()
-            if self.db.role != "primary":
-                await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
+            # through the shard's thread: an apply the stopped replica left running there ends first
+            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
             self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor)
             self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
                                was or "new", self.db.seqno)
