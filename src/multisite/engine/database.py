@@ -227,6 +227,10 @@ class Database:
         the commit lock until the returned batch is ``commit()``-ed or ``abort()``-ed (see ``prepared``)."""
         return prepared.prepare_batch(self._core, txns)
 
+    def harden(self, token: tuple) -> None:
+        """fdatasync up to a prepared batch's ``write()`` token, without the commit lock."""
+        self._core.journal.harden(token)
+
     # -- replication -----------------------------------------------------------------------------
     def apply_frames(self, runs: list[FrameRun]) -> int:
         """BC: apply received journal frames, checked, keeping their bytes (see ``apply``); the seqno."""

@@ -45,13 +45,23 @@ class Prepared:
         """Journal the frames and harden them (whatever the instance's durability: a voted commit is
         acknowledged only hard), hand them to the commit listeners, release the lock. A failed write
         (a full disk) undoes the batch, releases the lock and raises."""
+        token = self.write()
+        if token is not None:
+            self._core.journal.harden(token)
+
+    def write(self) -> tuple | None:
+        """The first half of ``commit``: journal the frames (written, not yet hard), release the batch
+        and the commit lock; returns the token ``Database.harden`` takes (None: nothing to harden). The
+        next batch is prepared while this one's fdatasync runs in another thread (group commit's
+        pipeline); its callers are answered once ``harden`` returned."""
         self._finish()
         core = self._core
+        token = None
         try:
             if self.frames:
                 core.write(self.frames)
                 if core.journal.durability is not Durability.NONE:
-                    core.journal.sync()
+                    token = core.journal.sync_token()
         except BaseException:
             core.undo(self._snap)
             core.lock.release()
@@ -61,6 +71,7 @@ class Prepared:
             core.maybe_flush()
         finally:
             core.lock.release()
+        return token
 
     def abort(self) -> None:
         """Undo the batch (store and positions), release the lock."""

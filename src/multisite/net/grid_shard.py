@@ -136,6 +136,7 @@ class PrimaryShard:
         self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
         self.stopping = False
         self.deposed = False  # the catalog said another shard leads this partition now
+        self.hardening: set[asyncio.Task] = set()  # committed batches waiting for their fdatasync
         self.task = asyncio.create_task(self.run())
 
     @property
@@ -171,6 +172,8 @@ class PrimaryShard:
             await self.task
         except asyncio.CancelledError:
             pass
+        if self.hardening:
+            await asyncio.gather(*self.hardening, return_exceptions=True)
         for r in self.queue:
             _fail(r, FailCode.NOT_PRIMARY, f"partition {self.partition}'s primary moved; ask the catalog",
                   epoch=self.epoch)
@@ -298,7 +301,7 @@ class PrimaryShard:
                 _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
             return
         try:
-            await loop.run_in_executor(self.ex, prep.commit)
+            token = await loop.run_in_executor(self.ex, prep.write)
         except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
             if decision is not None:
                 for name in decision.commit_votes:
@@ -326,7 +329,27 @@ class PrimaryShard:
                     link.sent = self.committed
                 elif decision is not None and link.name in decision.voters:
                     link.sent = self.committed
-        for r, res in zip(commits, prep.results):
+        if token is None:
+            self._answer(commits, prep.results)
+        else:  # the next batch is prepared and voted on while this one's fdatasync runs
+            task = asyncio.create_task(self._harden(token, commits, prep.results))
+            self.hardening.add(task)
+            task.add_done_callback(self.hardening.discard)
+
+    async def _harden(self, token: tuple, commits: list[Request], results: list) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.db.harden, token)
+        except Exception as e:  # noqa: BLE001 - an fsync that failed: the commit may or may not be on disk
+            log.error("partition %d: fdatasync failed after a commit: %s", self.partition, e)
+            for r in commits:
+                _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {self.partition}: the primary could not harden "
+                                                   f"the commit: {e}")
+            return
+        self._answer(commits, results)
+
+    @staticmethod
+    def _answer(commits: list[Request], results: list) -> None:
+        for r, res in zip(commits, results):
             if isinstance(res, BaseException):
                 _fail(r, FailCode.TRANSACTION, str(res))
             elif not r.future.done():
