@@ -82,12 +82,14 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
                 g.start_container(victim)
             g.wait(f"round {rnd} ({victim} killed) settled", g.settled, timeout_s=30)
         time.sleep(0.3)
+        w.stop.set()
+        w.join(30)
+        st = g.wait("every replica caught up", g.caught_up, timeout_s=30)
     finally:
         if w is not None:
             w.stop.set()
             w.join(30)
-    st = g.wait("every replica caught up", g.caught_up, timeout_s=30)
-    g.stop_all()
+        g.stop_all()
     assert w.counts["acked"] > 200, w.counts
     states = g.shard_states()
     final: dict[int, int] = {}

@@ -89,6 +89,7 @@ class ContainerServer:
         # catalog heard it no earlier, and loses this container heartbeat_timeout_s after hearing it.
         self.last_answer = 0.0
         self._sent: dict[int, float] = {}  # heartbeat ack id -> when it was sent
+        self._reports: dict[int, dict] = {}  # heartbeat ack id -> the currency it reported
         self._stop = asyncio.Event()
         self._link: tuple[asyncio.StreamWriter, GridWire] | None = None
         self._acks: dict[int, asyncio.Future] = {}
@@ -167,10 +168,6 @@ class ContainerServer:
                 try:
                     writer.write(wire.send(beat))
                     stale = set(await asyncio.wait_for(fut, self.timeout_s))
-                    for p, (epoch, names) in beat.currency.items():
-                        sh = self.shards.get(p)
-                        if sh is not None and sh.primary is not None and sh.primary.epoch == epoch and p not in stale:
-                            sh.primary.reported = frozenset(names)
                     return stale
                 except (TimeoutError, OSError, ProtocolError):
                     pass
@@ -192,12 +189,32 @@ class ContainerServer:
             sh.db = db
 
     def heartbeat(self) -> Heartbeat:
-        """The next heartbeat, numbered: its answer extends the lease (``last_answer``)."""
+        """The next heartbeat, numbered: its answer extends the lease (``last_answer``). Its currency
+        report counts, for each primary, as what the catalog may hold until the answer comes."""
         ack = self._next_ack
         self._next_ack += 1
         self._sent[ack] = time.monotonic()
+        currency = self.currency()
+        for p, (_, names) in currency.items():
+            self.shards[p].primary.in_flight_reports[ack] = frozenset(names)
+        self._reports[ack] = currency
         return Heartbeat(self.name, self.applied_version, {p: sh.db.seqno for p, sh in self.shards.items()},
-                         self.currency(), ack)
+                         currency, ack)
+
+    def _answered(self, msg: HeartbeatAck) -> None:
+        """The catalog recorded heartbeat ``msg.ack`` (and, answering in order, every earlier one)."""
+        for a in [a for a in self._reports if a < msg.ack]:
+            del self._reports[a]
+        for p, (epoch, names) in self._reports.pop(msg.ack, {}).items():
+            sh = self.shards.get(p)
+            if sh is None or sh.primary is None or sh.primary.epoch != epoch:
+                continue
+            for a in [a for a in sh.primary.in_flight_reports if a <= msg.ack]:
+                del sh.primary.in_flight_reports[a]
+            if p in msg.stale:  # the catalog moved the partition on (possibly because of this report)
+                sh.primary.deposed = True
+            else:
+                sh.primary.reported = frozenset(names)
 
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
@@ -205,7 +222,8 @@ class ContainerServer:
                 "lease_ok": self.lease_ok(),
                 "refused": None if self.refused is None else {"code": self.refused.code,
                                                                "message": self.refused.message},
-                "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())}}
+                "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())},
+                "applying": _where(self._applier)}
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
@@ -256,6 +274,7 @@ class ContainerServer:
                         self.last_answer = max(self.last_answer, sent)
                     for old in [a for a in self._sent if a < msg.ack]:
                         del self._sent[old]
+                    self._answered(msg)
                     fut = self._acks.get(msg.ack)
                     if fut is not None and not fut.done():
                         fut.set_result(msg.stale)
@@ -482,6 +501,19 @@ class Shard:
         if self.replica is not None:
             out.update(self.replica.status())
         return out
+
+
+def _where(task: asyncio.Task | None) -> list[str] | None:
+    """Where a running task waits (its chain of awaits), for status: a stuck hand-over shows here."""
+    if task is None or task.done():
+        return None
+    out, coro = [], task.get_coro()
+    while coro is not None and hasattr(coro, "cr_frame"):
+        f = coro.cr_frame
+        if f is not None:
+            out.append(f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})")
+        coro = getattr(coro, "cr_await", None)
+    return out
 
 
 def _set_role(role: str):

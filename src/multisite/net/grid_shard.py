@@ -134,6 +134,7 @@ class PrimaryShard:
         self.wake = asyncio.Event()
         self.votes: dict[int, asyncio.Future] = {}
         self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
+        self.in_flight_reports: dict[int, frozenset[str]] = {}  # heartbeat ack id -> current set sent, unanswered
         self.stopping = False
         self.deposed = False  # the catalog said another shard leads this partition now
         self.hardening: set[asyncio.Task] = set()  # committed batches waiting for their fdatasync
@@ -147,6 +148,7 @@ class PrimaryShard:
         """New placement for this partition, still primary here."""
         if view.epoch != self.view.epoch:
             self.reported = None
+            self.in_flight_reports.clear()
             self.deposed = False
         self.view = view
         self.sync.min_sync = view.min_sync
@@ -365,11 +367,17 @@ class PrimaryShard:
     async def _report_if_narrower(self) -> bool:
         """Before answering: the catalog must not count current a replica this primary does not.
         False if the catalog says this primary was deposed meanwhile."""
-        while self.reported is None or not self.reported <= frozenset(self.sync.current):
-            if self.partition in await self.host.report_currency():
-                self.deposed = True
-                return False
-        return True
+        while not self.deposed and not self._catalog_within(frozenset(self.sync.current)):
+            await self.host.report_currency()
+        return not self.deposed
+
+    def _catalog_within(self, current: frozenset[str]) -> bool:
+        """Whether whatever the catalog may count current now (the last acknowledged report, or any
+        report still on its way) is within ``current``."""
+        if self.reported is None:
+            return False
+        may = self.reported.union(*self.in_flight_reports.values())
+        return may <= current
 
     def on_vote(self, link: Link, msg: Voted) -> None:
         try:
@@ -510,6 +518,7 @@ class PrimaryShard:
 
     def status(self) -> dict:
         return {"committed": self.committed, "epoch": self.epoch, "sync": self.sync.to_dict(),
+                "deposed": self.deposed, "queued": len(self.queue), "hardening": len(self.hardening),
                 "links": {n: {"role": lk.role, "live": lk.live, "acked": lk.acked, "sent": lk.sent,
                               "backlog": self.committed - lk.acked} for n, lk in self.links.items()}}
 
