@@ -8,9 +8,11 @@ journals and hardens the batch only when at least ``min_sync`` replicas journale
 to commit; otherwise it undoes it (no trace) and each client gets ``VOTED_ROLLBACK`` with the counts.
 Before it answers a batch that left a replica out (it voted no, timed out, or its link broke) the
 primary reports its current set to the catalog and waits for the catalog's answer, so that the
-catalog never promotes a replica that misses an acknowledged commit (grid/DESIGN.md). After the
-commit the frames go to the other live replicas (asynchronous ones, and synchronous ones still
-catching up): the primary never waits for them.
+catalog never promotes a replica that misses an acknowledged commit (grid/DESIGN.md). A COMMIT
+decision journals the batch (``Prepared.write``) and its fdatasync runs beside the next batch's
+vote (``Database.harden``); its clients are answered after it. The committed frames go to the other
+live replicas (asynchronous ones, and synchronous ones still catching up): the primary never waits
+for them.
 
 A replica subscribes (``shipping.start_point`` decides how it starts: catch up from the journal
 files, cut back, or a checkpoint copy); once it has every committed frame it is live, and a
