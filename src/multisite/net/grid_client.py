@@ -37,7 +37,7 @@ from ..grid.wire import NEED_DATA, GridWire, RouteRequest, Routes, Side
 from .tls import parse_hostport
 
 CONNECT_TIMEOUT_S = 2.0
-REPLY_TIMEOUT_S = 30.0
+REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip
 RETRY_PAUSE_S = 0.05
 
 

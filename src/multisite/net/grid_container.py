@@ -37,7 +37,8 @@ from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.routing import check_in_partition
 from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
 from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
-from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, Register, Side,
+from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
+                         Register, Side,
                          Status, StatusRequest, View)
 from ..keys import encode_key
 from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
@@ -261,6 +262,12 @@ class ContainerServer:
                 if msg is None:
                     self.log.info("the catalog closed the connection")
                     return
+                if isinstance(msg, Refused) and msg.code == RefusedCode.NOT_REGISTERED:
+                    # the catalog counted this container lost (silent past its timeout, e.g. a long first
+                    # apply under load): a new session registers it again; only the other refusals are final
+                    self.log.warning("the catalog %s lost this container: %s; registering again", self.catalog,
+                                     msg.message)
+                    return
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
@@ -392,6 +399,13 @@ class ContainerServer:
             fut = loop.create_future()
             fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
             sh = self.shards.get(msg.partition)
+            if sh is not None and sh.role == "primary" and sh.primary is None:
+                # taking the primary role at sh.view.epoch (Shard.take is between its awaits): the route is
+                # right, the client retries it. NOT_PRIMARY with that epoch would mark the route stale until
+                # a newer epoch, which never comes while this container stays primary.
+                fut.set_exception(ShardRefusal(FailCode.UNAVAILABLE, f"{self.name} is taking over as primary of "
+                                               f"partition {msg.partition}; retry", {"epoch": sh.view.epoch}))
+                continue
             if sh is None or sh.primary is None or sh.primary.stopping:
                 fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
                                                f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))

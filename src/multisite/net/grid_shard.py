@@ -550,18 +550,24 @@ class ReplicaShard:
         self.ex = executor
         self.connected = False
         self.last_error = ""
+        self.stopped = False
         self.task = asyncio.create_task(self.run())
 
     async def stop(self) -> Database:
-        self.task.cancel()
-        try:
-            await self.task
-        except (asyncio.CancelledError, Exception):
-            pass
+        # Python 3.11's asyncio.wait_for returns (or raises) the inner result when a cancellation
+        # races with its end (bpo-42130): a cancel that lands on _follow's connection attempt (one
+        # refused at once by a dead primary, the usual case before a promotion) is swallowed and the
+        # loop goes on. The flag ends the loop; the cancel is repeated until the task is done.
+        self.stopped = True
+        while not self.task.done():
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=RECONNECT_S)
+        if not self.task.cancelled():
+            self.task.exception()  # retrieved: it ended the replica, which stops anyway
         return self.db
 
     async def run(self) -> None:
-        while True:
+        while not self.stopped:
             addr = self.view.primary_address
             if addr and self.view.primary != self.host.name:
                 try:
