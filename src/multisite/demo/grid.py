@@ -40,8 +40,8 @@ from rich.table import Table
 
 from .. import grid as grid_api
 from ..engine import open as open_db
-from ..grid.routing import partition_of
 from ..errors import CommitOutcomeUnknown, MultisiteError, ReplicationVotedToRollback
+from ..grid.routing import partition_of
 from ..net import control
 from ..net.grid_container import shard_dir
 from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
@@ -61,13 +61,15 @@ CONTAINERS = ("A", "B", "C")
 HEARTBEAT_TIMEOUT_S = 1.0
 KEYS = 400  # first subscripts the writer spreads over the partitions
 RATE_PER_S = 150  # offered by the writer: a steady story on a fast or a slow machine
-KILL_AFTER = 600  # acknowledged commits before the SIGKILL
+KILL_AFTER_S = 3.0  # of writing before the SIGKILL ...
+KILL_AFTER = 100  # ... and at least this many acknowledged commits
 DOWN_MIN_S = 2.5  # the killed container stays down at least this long, so that the table shows it
-AFTER_RESTART = 400  # acknowledged commits after the restart before the writer stops
+AFTER_RESTART_S = 2.0  # of writing once the restarted container caught up ...
+AFTER_RESTART = 50  # ... and at least this many commits
 PHASE_TIMEOUT_S = 30.0
 REFRESH_S = 0.25
 REFUSED_KEY = ("refused",)  # the commit the vote refuses
-BOARD_TITLE = f"grid {GRID}, min_sync 1: placement and backlog (✓ current sync replica)"
+BOARD_TITLE = "placement and backlog (✓: a current sync replica)"
 
 
 class ActFailed(Exception):
@@ -165,6 +167,8 @@ class GridWriter:
         self.unknown: dict[tuple, list[dict]] = {}  # values that may be there, since the last acked one
         self.refused: list[tuple[tuple, dict]] = []
         self.committed = self.refusals = self.unknowns = 0
+        self.acked_at: dict[int, list[float]] = {}  # partition -> monotonic times of its acknowledged commits
+        self.first_refusal = self.first_unknown = ""
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-grid-writer", daemon=True)
@@ -187,18 +191,24 @@ class GridWriter:
                     key, value = (f"k{self.rng.randrange(KEYS)}",), {"n": n}
                     try:
                         g.put(MAP, key, value)
-                    except ReplicationVotedToRollback:
+                    except ReplicationVotedToRollback as e:
                         self.refused.append((key, value))
                         self.refusals += 1
-                    except CommitOutcomeUnknown:
+                        self.first_refusal = self.first_refusal or str(e)
+                    except CommitOutcomeUnknown as e:
                         self.unknown.setdefault(key, []).append(value)
                         self.unknowns += 1
+                        self.first_unknown = self.first_unknown or str(e)
                     else:
+                        self.acked_at.setdefault(g.partition_of(key), []).append(time.monotonic())
                         self.acked[key] = value
                         self.unknown.pop(key, None)
                         self.committed += 1
         except BaseException as e:  # reported by the act, which owns the console
             self.error = e
+
+    def first_ack_after(self, partition: int, t: float) -> float | None:
+        return next((a for a in self.acked_at.get(partition, ()) if a > t), None)
 
     def check(self, partition: int, data: dict[tuple, Any]) -> tuple[int, int, int]:
         """Against one shard of ``partition``: (acknowledged last values missing or replaced, refused
@@ -227,7 +237,7 @@ class GridBoard:
         self.console, self.procs, self.writer = console, procs, writer
         self.t0 = time.monotonic()
         self.status: dict | None = None
-        self.mark = 0  # the writer's count at a moment the act waits from
+        self.mark = (0, 0.0)  # the writer's count and the time at a moment the act waits from
         self._catalog_log = LogTail(procs.dir("catalog") / "log" / "catalog.log")
         self._live = Live(console=console, auto_refresh=False, redirect_stdout=False)
 
@@ -302,19 +312,10 @@ class GridBoard:
             return Group(table)
         up = {c["name"] for c in st["containers"] if c["up"]}
         for p in st["partitions"]:
-            seqnos = p["seqnos"]
-            top = seqnos.get(p["primary"])
+            top = p["seqnos"].get(p["primary"])
             prim = p["primary"] if p["primary"] in up else f"[bold red]{p['primary']} down[/]"
-
-            def replica(c: str, mark: str = "") -> tuple[str, str]:
-                if c not in up:
-                    return f"[red]{c} down[/]", "—"
-                s = seqnos.get(c)
-                back = "—" if s is None or top is None else f"{max(0, top - s):,}"
-                return c + mark, back
-
-            sync = [replica(c, " ✓" if c in p["current"] else " [yellow]catching up[/]") for c in p["sync"]]
-            asyn = [replica(c) for c in p["async"]]
+            sync = [_replica(p, c, up, " ✓" if c in p["current"] else " [yellow]catching up[/]") for c in p["sync"]]
+            asyn = [_replica(p, c, up) for c in p["async"]]
             table.add_row(f"p{p['partition']}", str(p["epoch"]), prim, "—" if top is None else f"{top:,}",
                           " ".join(s for s, _ in sync) or "[red]none[/]", " ".join(b for _, b in sync),
                           " ".join(s for s, _ in asyn) or "[yellow]none[/]", " ".join(b for _, b in asyn))
@@ -324,8 +325,7 @@ class GridBoard:
         w = self.writer
         if w is None:
             return ""
-        return (f"writer: {w.committed:,} acknowledged, {w.refusals:,} refused by the vote, {w.unknowns:,} outcome "
-                f"unknown")
+        return f"writer: {w.committed:,} acked, {w.refusals:,} refused by the vote, {w.unknowns:,} unknown"
 
     def _containers(self, st: dict) -> Table:
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
@@ -337,6 +337,14 @@ class GridBoard:
             t.add_row(c["name"], str(pid) if pid else "—", state, str(c["shards"]), str(c["primaries"]),
                       f"{c['last_heartbeat_age_s']:.2f} s")
         return t
+
+
+def _replica(p: dict, c: str, up: set[str], mark: str = "") -> tuple[str, str]:
+    """A replica's cell and its backlog's: its primary's seqno minus its own."""
+    if c not in up:
+        return f"[red]{c} down[/]", "—"
+    top, s = p["seqnos"].get(p["primary"]), p["seqnos"].get(c)
+    return c + mark, "—" if s is None or top is None else f"{max(0, top - s):,}"
 
 
 @dataclass
@@ -400,7 +408,9 @@ def act_grid(console: Console, root: Path) -> bool:
             board.event(f"writer started: single puts at {RATE_PER_S}/s over {KEYS} keys through "
                         f"multisite.grid.connect({procs.catalog!r})")
             victim = _kill_and_restart(board, procs, writer)
-            board.wait_until(lambda _: writer.committed >= board.mark + AFTER_RESTART,
+            n, t = board.mark
+            board.wait_until(lambda _: writer.committed >= n + AFTER_RESTART
+                             and time.monotonic() >= t + AFTER_RESTART_S,
                              f"{AFTER_RESTART} more commits after {victim}'s restart")
             writer.stop()
             if writer.error is not None:
@@ -436,35 +446,51 @@ def _start(console: Console, procs: GridProcesses) -> None:
 
 
 def _kill_and_restart(board: GridBoard, procs: GridProcesses, writer: GridWriter) -> str:
-    st = board.wait_until(lambda _: writer.committed >= KILL_AFTER, f"{KILL_AFTER} acknowledged commits")
+    started = time.monotonic()
+    st = board.wait_until(lambda _: writer.committed >= KILL_AFTER and time.monotonic() >= started + KILL_AFTER_S,
+                          f"{KILL_AFTER} acknowledged commits")
     victim = max(st["containers"], key=lambda c: (c["primaries"], c["name"]))["name"]
-    held = [f"p{p['partition']}" for p in st["partitions"] if p["primary"] == victim]
+    held = [p["partition"] for p in st["partitions"] if p["primary"] == victim]
+    refusals, unknowns = writer.refusals, writer.unknowns
     pid = procs.signal(victim, signal.SIGKILL)
     killed = time.monotonic()
-    board.event(f"[bold red]SIGKILL[/] container {victim} (pid {pid}), primary of {', '.join(held) or 'nothing'}, "
-                f"after {writer.committed:,} acknowledged commits")
+    board.event(f"[bold red]SIGKILL[/] container {victim} (pid {pid}), primary of "
+                f"{', '.join(f'p{i}' for i in held) or 'nothing'}, after {writer.committed:,} acknowledged commits")
 
     def promoted(s: dict) -> bool:
         up = {c["name"] for c in s["containers"] if c["up"]}
         return victim not in up and all(p["primary"] in up and set(p["current"]) == set(p["sync"]) != set()
                                         for p in s["partitions"])
 
-    st = board.wait_until(promoted, f"the catalog promoting replicas of {victim}'s primaries")
-    before = writer.committed
-    board.wait_until(lambda _: writer.committed >= before + 20, "commits on the new primaries")
-    board.event(f"[bold green]the grid takes commits again[/] {time.monotonic() - killed:.1f} s after the SIGKILL: "
-                + ", ".join(f"p{p['partition']} on {p['primary']} (epoch {p['epoch']})" for p in st["partitions"]
-                            if p["partition"] in {int(h[1:]) for h in held}))
+    board.wait_until(promoted, f"the catalog promoting replicas of {victim}'s primaries")
+    st = board.wait_until(lambda _: all(writer.first_ack_after(i, killed) for i in held),
+                          f"commits acknowledged by {victim}'s successors")
+    firsts = [writer.first_ack_after(i, killed) or killed for i in held]
+    board.event(f"[bold green]the new primaries take commits[/]: the first acknowledged "
+                f"{max(firsts) - killed:.1f} s after the SIGKILL ({HEARTBEAT_TIMEOUT_S:g} s of it the catalog's "
+                f"heartbeat timeout): "
+                + ", ".join(f"p{p['partition']} on {p['primary']} epoch {p['epoch']}" for p in st["partitions"]
+                            if p["partition"] in held))
+    if writer.unknowns > unknowns:
+        board.event(f"{writer.unknowns - unknowns} commit(s) in flight to {victim} lost their answer: "
+                    f"CommitOutcomeUnknown, not retried ({escape(writer.first_unknown)})")
+    if writer.refusals > refusals:
+        board.event(f"{writer.refusals - refusals} commit(s) refused meanwhile, nothing committed: partitions whose "
+                    f"only synchronous replica was on {victim} until the catalog made another one "
+                    f"({escape(writer.first_refusal)})")
     board.wait_until(lambda _: time.monotonic() - killed >= DOWN_MIN_S, f"{victim} staying down a moment")
     pid = procs.start_container(victim)
-    board.event(f"container {victim} restarted on its directory (pid {pid}): the catalog places replicas on it again")
     restarted = time.monotonic()
-    st = board.wait_until(lambda s: _placed(s, 3), f"{victim}'s shards placed again and current")
-    mine = [f"p{p['partition']} {'sync' if victim in p['sync'] else 'async' if victim in p['async'] else 'primary'}"
-            for p in st["partitions"] if victim in (p["primary"], *p["sync"], *p["async"])]
-    board.event(f"[bold green]{victim} holds replicas again[/] {time.monotonic() - restarted:.1f} s after its restart: "
-                f"{', '.join(mine)}")
-    board.mark = writer.committed
+    board.event(f"container {victim} restarted on its directory (pid {pid}): the catalog places replicas on it again")
+    st = board.wait_until(lambda s: _placed(s, 3), f"{victim}'s shards placed again")
+    mine = [p["partition"] for p in st["partitions"] if victim in (p["primary"], *p["sync"], *p["async"])]
+    target = {p["partition"]: p["seqnos"].get(p["primary"], 0) for p in st["partitions"]}
+    st = board.wait_until(lambda s: all(s["partitions"][i]["seqnos"].get(victim, -1) >= target[i] for i in mine),
+                          f"{victim}'s replicas catching up")
+    roles = [f"p{i} {'sync' if victim in st['partitions'][i]['sync'] else 'async'}" for i in mine]
+    board.event(f"[bold green]{victim}'s replicas caught up[/] from their primaries' journals "
+                f"{time.monotonic() - restarted:.1f} s after its restart: {', '.join(roles)}")
+    board.mark = (writer.committed, time.monotonic())
     return victim
 
 
@@ -551,16 +577,29 @@ def _refused_commit(console: Console, procs: GridProcesses) -> bool:
     nowhere = _absent_on_disk(console, procs, p)
     console.print("every process started once more:")
     _restart_all(procs)
+    _wait(procs, lambda s: _placed(s, 3) and _caught_up(s), "the restarted grid settling")
     with grid_api.connect(procs.catalog, timeout_s=PHASE_TIMEOUT_S) as g:
         after = g.get(MAP, REFUSED_KEY) is None
-        seqno = g.put(MAP, ("after", p), {"n": 0})
+        key = next((f"after{i}",) for i in range(1000) if g.partition_of((f"after{i}",)) == p)
+        seqno = g.put(MAP, key, {"n": 0})
     console.print(f"get {REFUSED_KEY!r}: " + ("absent [green]OK[/]" if after else "[bold red]PRESENT[/]")
-                  + f"; p{p} takes commits again (a put in partition {g.partition_of(('after', p))}: seqno {seqno})")
+                  + f"; p{p} takes commits again (put {key!r}: seqno {seqno})")
     procs.stop_all()
     ok = refused is not None and absent and nowhere and after
     console.print("[bold green]the refused commit is visible nowhere[/]" if ok
                   else "[bold red]REFUSED-COMMIT CHECK FAILED[/]")
     return ok
+
+
+def _wait(procs: GridProcesses, done: Callable[[dict], bool], what: str) -> dict:
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while True:
+        st = procs.status()
+        if st is not None and done(st):
+            return st
+        if time.monotonic() > deadline:
+            raise ActFailed(f"{what}: not done within {PHASE_TIMEOUT_S:.0f} s")
+        time.sleep(REFRESH_S)
 
 
 def _restart_all(procs: GridProcesses) -> None:
