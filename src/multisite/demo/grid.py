@@ -14,10 +14,18 @@ its directory and is placed again: its old shards catch up from their primaries'
 writer stopped and every backlog is zero, all processes stop and every partition's shards are
 compared key by key, and every acknowledged write is checked for its last value.
 
-Then the processes start again, the container holding one partition's only synchronous replica is
-SIGSTOPped, and a commit to that partition is refused with ``ReplicationVotedToRollback``: its vote
-cannot be won. The frozen container is SIGKILLed and restarted; the key is absent on the primary, and
-on every shard of the partition on disk after a last stop and restart of every process.
+Then the processes start again and the container holding one partition's only synchronous replica
+is stopped. Its primary's link to it ends, so the primary counts no current synchronous replica, and
+a commit to that partition is refused at once with ``ReplicationVotedToRollback`` (min_sync 1 cannot
+be met) before the catalog even notices the silence. The key is absent on the primary; the stopped
+container restarts and is placed again; every process stops, and the key is absent on every shard
+of the partition on disk; every process starts once more, the key is still absent, and the partition
+takes commits again.
+
+A container stop rather than a SIGSTOP: a frozen replica's vote ends by the catalog's placement
+change, and a primary whose partition moves while it waits to report that vote to the catalog holds
+up its container's assignments today (``grid_container._session`` awaits ``apply``, which awaits
+the primary, which awaits a HeartbeatAck that only ``_session`` reads).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import random
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -603,9 +612,17 @@ def _wait(procs: GridProcesses, done: Callable[[dict], bool], what: str) -> dict
 
 
 def _restart_all(procs: GridProcesses) -> None:
-    procs.start_catalog()
-    for name in CONTAINERS:
-        procs.start_container(name)
+    """The containers first, together (each waits for the catalog, retrying), then the catalog: a
+    restarted catalog gives the containers it knew one heartbeat timeout to come back before it counts
+    them lost, and all three are there by then."""
+    with ThreadPoolExecutor(len(CONTAINERS)) as ex:
+        started = [ex.submit(procs.start_container, name) for name in CONTAINERS]
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while not all(control.is_running(procs.dir(n)) for n in CONTAINERS) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        procs.start_catalog()
+        for f in started:
+            f.result()
 
 
 def _up(st: dict, name: str) -> bool:
