@@ -137,11 +137,11 @@ class GridProcesses:
             if pid is None:
                 continue
             try:
-                os.kill(pid, signal.SIGCONT)  # a SIGSTOPped one must be able to stop
                 self.stop(name)
             except (MultisiteError, OSError):
                 try:
                     os.kill(pid, signal.SIGKILL)
+                    _reap(pid)
                 except OSError:
                     pass
                 self.pids[name] = None
