@@ -447,7 +447,8 @@ def act_grid(console: Console, root: Path) -> bool:
 
 def _start(console: Console, procs: GridProcesses) -> None:
     pid = procs.start_catalog()
-    console.print(f"grid.toml: {GRID_TOML.strip().replace(chr(10), '; ').replace('; ;', ';')}")
+    toml = "; ".join(line for line in GRID_TOML.splitlines() if line)
+    console.print(f"{procs.toml.name}: {escape(toml)}")
     console.print(f"catalog: pid {pid}, listening on {procs.catalog}, heartbeat timeout {HEARTBEAT_TIMEOUT_S:g} s")
     for name in CONTAINERS:
         pid = procs.start_container(name)
