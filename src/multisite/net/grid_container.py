@@ -1,19 +1,24 @@
 """The container process (``python -m multisite.net.grid_container DIR --catalog HOST:PORT --listen HOST:PORT``).
 
 One process hosting many shards, each a multisite instance under DIR named ``<grid>-p<partition>``,
-opened in-process with ``multisite.engine``. It registers with the catalog, heartbeats (with each open
-shard's seqno, which is how the catalog learns which synchronous replicas are current), and applies
-every ``Assignments``: creates or opens the instance of each assigned shard and closes those no longer
-assigned (their directories stay: a shard that comes back reopens its data). Replication between a
-partition's shards is not wired yet (grid/DESIGN.md, "next").
+opened in-process with ``multisite.engine`` and driven by ``grid_shard`` (a primary takes commits and
+ships them, a replica follows its primary). It registers with the catalog, heartbeats (each open
+shard's seqno, and for each primary the synchronous replicas it counts current), and applies every
+``Assignments`` in a task of its own: creates or opens each assigned shard's instance, hands roles
+over (a primary finishes its batch first), and closes those no longer assigned (their directories
+stay: a shard that comes back reopens its data). Every heartbeat is answered (``HeartbeatAck``); the
+lease on this container's primaries runs from the sending of the last answered one.
 
-A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting). A ``Refused``
-(another grid, a name in use) is final: the container logs it and exits with status 2.
+A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting); a catalog that
+lost this container (``NOT_REGISTERED``) is registered with again. Other refusals (another grid, a
+name in use) are final: the container logs it and exits with status 2.
 
 DIR holds ``container.json`` (its name and grid, once a catalog accepted it: a container never
 changes grid), ``log/container.log``, ``run/container.json``; the control socket answers ``ping``,
-``status`` and ``shutdown``. ``--listen`` is the address the catalog (and, next, the other shards of
-a partition) know it by; today it answers ``StatusRequest`` with the container's status.
+``status`` and ``shutdown``. ``--listen`` (or ``--advertise``, when clients and replicas reach it
+through a proxy or NAT) is the address the catalog gives clients and the other shards of its
+partitions; one port takes ``grid status``, grid clients and replica subscriptions, told apart by
+their first frame.
 """
 
 from __future__ import annotations
