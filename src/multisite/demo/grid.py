@@ -54,6 +54,7 @@ from ..grid.routing import partition_of
 from ..net import control
 from ..net.grid_container import shard_dir
 from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from .board import read_complete_lines
 
 GRID = "demo"
 MAP = "m"
@@ -367,15 +368,8 @@ class LogTail:
         self._offset = self.path.stat().st_size if self.path.exists() else 0
 
     def new_lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offset += len(complete)
-        return [ln.split(" ", 4)[-1] for ln in complete.decode(errors="replace").splitlines()]
+        lines, self._offset = read_complete_lines(self.path, self._offset)
+        return [ln.split(" ", 4)[-1] for ln in lines]
 
 
 # -- what "settled" means -------------------------------------------------------------------------------
