@@ -169,6 +169,15 @@ class Database:
             vb = core.store.get(core.region(region).id, kb)
         return None if vb is None else decode_value(vb)
 
+    def get_encoded(self, region: str, key: bytes) -> bytes | None:
+        """The encoded value of an encoded key (a server answering a client), None if absent or if the
+        region does not exist."""
+        core = self._core
+        with core.lock:
+            core.check_open()
+            r = core.store.regions.get(region)
+            return None if r is None else core.store.get(r.id, key)
+
     def page(self, region: str, lo: bytes, hi: bytes | None, limit: int, *, inclusive: bool = True
              ) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` encoded ``(key, value)`` rows in key order from ``lo`` to ``hi`` (exclusive)."""

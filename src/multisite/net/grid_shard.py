@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import queue
 import shutil
 import time
@@ -62,6 +63,7 @@ VOTE_TIMEOUT_S = 2.0
 CHECKPOINT_ROWS = 5000
 SHARD_STATE = "grid-shard.json"  # a checkpoint-installed replica's seqno and digest (its tail before any frame)
 MAX_BATCH = 4096
+ENGINE_ON_LOOP = os.environ.get("MULTISITE_GRID_ENGINE_ON_LOOP", "1") == "1"
 
 log = logging.getLogger("multisite.container")
 
@@ -208,20 +210,22 @@ class PrimaryShard:
         if commits:
             await self._commit(commits)
         if reads:
-            loop = asyncio.get_running_loop()
-            values = await loop.run_in_executor(self.ex, self._read_all, reads)
+            values = await self._engine(self._read_all, reads)
             for r, v in zip(reads, values):
                 if not r.future.done():
                     r.future.set_result(v)
 
+    async def _engine(self, fn, *args):
+        """Run an engine step of a batch: on the event loop (``ENGINE_ON_LOOP``: a batch's SQLite work
+        is short, and a hand-off to a thread waits for the GIL behind every busy thread, up to the
+        5 ms switch interval each way) or in the shard's thread."""
+        if ENGINE_ON_LOOP:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.ex, fn, *args)
+
     def _read_all(self, reads: list[Request]) -> list[bytes | None]:
         """Each read's encoded value (None: absent), between batches (nothing prepared)."""
-        st = self.db.store
-        out = []
-        for r in reads:
-            reg = st.regions.get(r.region)
-            out.append(None if reg is None else st.get(reg.id, r.key))
-        return out
+        return [self.db.get_encoded(r.region, r.key) for r in reads]
 
     def _rejoin(self) -> None:
         """At a batch boundary (no vote in flight): live synchronous replicas holding every committed
@@ -259,7 +263,7 @@ class PrimaryShard:
         regions = {op[1] for r in commits for op in r.ops} - set(self.db.regions())
         if regions:
             await loop.run_in_executor(self.ex, lambda: [self.db.create_region(n) for n in sorted(regions)])
-        prep = await loop.run_in_executor(self.ex, self.db.prepare, [r.ops for r in commits])
+        prep = await self._engine(self.db.prepare, [r.ops for r in commits])
         decision: Decision | None = None
         try:
             if prep.frames:
@@ -285,18 +289,18 @@ class PrimaryShard:
                         self.sync.fell_behind(name)
             leader = await self._report_if_narrower()
         except BaseException:
-            await loop.run_in_executor(self.ex, prep.abort)
+            await self._engine(prep.abort)
             raise
         if not leader:
             # Deposed while it voted: a replica holding the batch may be the new primary, so neither
             # "committed" nor "rolled back" is certain here.
-            await loop.run_in_executor(self.ex, prep.abort)
+            await self._engine(prep.abort)
             for r in commits:
                 _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {p}: this primary was deposed while the commit was "
                                                    f"voted on; a replica that holds it may have been promoted")
             return
         if decision is not None and not decision.commit:
-            await loop.run_in_executor(self.ex, prep.abort)
+            await self._engine(prep.abort)
             self._send_outcome(decision, False, prep.first_seqno - 1)
             counts = {"commit_votes": len(decision.commit_votes), "min_sync": decision.min_sync,
                       "voters": len(decision.voters), "rollback_votes": len(decision.rollback_votes),
@@ -305,7 +309,7 @@ class PrimaryShard:
                 _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
             return
         try:
-            token = await loop.run_in_executor(self.ex, prep.write)
+            token = await self._engine(prep.write)
         except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
             if decision is not None:
                 for name in decision.commit_votes:
