@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback
+from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback, TransactionError
 from multisite.journal.reader import iter_frames
 from multisite.journal.records import decode_payload
 from multisite.testing.grid import GridCluster
@@ -159,3 +159,60 @@ def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_
     finally:
         g.stop_all()
         subprocess.run(["umount", "-l", str(tmp_path / "b")], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
+def test_a_primary_whose_disk_is_full_refuses_commits_and_takes_them_again_once_there_is_room(tmp_path):
+    g = GridCluster(tmp_path, partitions=1, min_sync=0, max_sync=0, max_async=1)
+    (tmp_path / "a").mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "a")], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
+    try:
+        g.start_catalog()
+        g.start_container("a")
+        g.wait_settled()
+        g.start_container("b")
+        g.wait("b placed", lambda: (s := g.settled()) and s["partitions"][0]["async"] == ["b"] and s)
+        acked = {}
+        with g.client(timeout_s=2) as cl:
+            filler = tmp_path / "a" / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            failed = None
+            for i in range(3000):
+                try:
+                    cl.put("m", i, "x" * 2000)
+                    acked[i] = "x" * 2000
+                except (TransactionError, GridUnavailable) as e:
+                    failed = (i, e)
+                    break
+                except CommitOutcomeUnknown:
+                    raise AssertionError((tmp_path / "a" / "log" / "container.log").read_text()[-4000:]) from None
+            assert failed is not None, "the primary never refused a commit on a full disk"
+            assert "STORAGE_FULL" in str(failed[1]) or "STORE_LOST" in str(failed[1]), failed
+            filler.unlink()
+            g.wait("commits taken again", lambda: _put_ok(cl, failed[0]), timeout_s=20)
+            acked[failed[0]] = "again"
+        g.wait("caught up", g.caught_up)
+        g.stop_all()
+        states = g.shard_states()
+        assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
+        assert all(states[0]["a"]["rows"][(k,)] == v for k, v in acked.items())
+    finally:
+        g.stop_all()
+        subprocess.run(["umount", "-l", str(tmp_path / "a")], check=False)
+
+
+def _put_ok(cl, key) -> bool:
+    try:
+        cl.put("m", key, "again")
+        return True
+    except (TransactionError, GridUnavailable):
+        return False

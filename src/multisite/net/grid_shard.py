@@ -261,9 +261,16 @@ class PrimaryShard:
                       rollback_votes=0, timed_out=0)
             return
         regions = {op[1] for r in commits for op in r.ops} - set(self.db.regions())
-        if regions:
-            await loop.run_in_executor(self.ex, lambda: [self.db.create_region(n) for n in sorted(regions)])
-        prep = await self._engine(self.db.prepare, [r.ops for r in commits])
+        try:
+            if regions:  # a map's first write makes its region (not journaled: every shard makes its own)
+                await loop.run_in_executor(self.ex, lambda: [self.db.create_region(n) for n in sorted(regions)])
+            prep = await self._engine(self.db.prepare, [r.ops for r in commits])
+        except MultisiteError as e:  # nothing prepared: the store is lost (a full disk), the instance closed
+            for r in commits:
+                _fail(r, FailCode.UNAVAILABLE, f"partition {p}: the primary cannot commit now: {e}")
+            if isinstance(e, (StoreLost, StorageFull)):
+                await self._reopen()
+            return
         decision: Decision | None = None
         try:
             if prep.frames:
@@ -318,6 +325,8 @@ class PrimaryShard:
             code = FailCode.TRANSACTION if await self._report_if_narrower() else FailCode.OUTCOME_UNKNOWN
             for r in commits:
                 _fail(r, code, f"partition {p}: the primary could not journal the commit: {e}")
+            if isinstance(e, (StoreLost, StorageFull)):
+                await self._reopen()
             return
         if prep.frames:
             self.committed = prep.last_seqno
@@ -362,6 +371,13 @@ class PrimaryShard:
                 _fail(r, FailCode.TRANSACTION, str(res))
             elif not r.future.done():
                 r.future.set_result(res)
+
+    async def _reopen(self) -> None:
+        """After a full disk: close the instance and open it again (recovery rolls a lost store forward
+        from the journal), retrying until it opens; the partition takes commits again after."""
+        self.db = await reopen(self.db, self.ex, self.partition)
+        self.committed = self.db.seqno
+        self.host.shard_reopened(self.partition, self.db)
 
     def _send_outcome(self, decision: Decision, commit: bool, seqno: int) -> None:
         msg = encode(Outcome(decision.txn, commit, seqno))
@@ -529,6 +545,25 @@ class PrimaryShard:
                               "backlog": self.committed - lk.acked} for n, lk in self.links.items()}}
 
 
+async def reopen(db: Database, ex: ThreadPoolExecutor, partition: int) -> Database:
+    """Close ``db`` and open it again in the shard's thread, retrying while it cannot open (the disk
+    still full): recovery rolls a store lost to a full disk forward from the journal."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(ex, db.close)
+    except MultisiteError as e:
+        log.info("partition %d: closing the instance after its store was lost: %s", partition, e)
+    while True:
+        try:
+            new = await loop.run_in_executor(ex, open_db, db.layout.root)
+        except MultisiteError as e:
+            log.warning("partition %d: cannot reopen the instance yet: %s", partition, e)
+            await asyncio.sleep(RECONNECT_S * 3)
+            continue
+        log.info("partition %d: instance reopened at seqno %d", partition, new.seqno)
+        return new
+
+
 def _runs(db: Database, lo: int, hi: int):
     return iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi)
 
@@ -649,22 +684,9 @@ class ReplicaShard:
             writer.close()
 
     async def _reopen(self) -> None:
-        """The store was lost (a full disk while it committed): close the instance and open it again,
-        which rolls the store forward from the journal; until that works the shard retries."""
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self.ex, self.db.close)
-        except MultisiteError as e:
-            log.info("partition %d: closing the instance after its store was lost: %s", self.partition, e)
-        while True:
-            try:
-                self.db = await loop.run_in_executor(self.ex, open_db, self.path)
-                break
-            except MultisiteError as e:
-                log.warning("partition %d: cannot reopen the instance yet: %s", self.partition, e)
-                await asyncio.sleep(RECONNECT_S * 3)
+        """The store was lost (a full disk while it committed): reopen the instance (see ``reopen``)."""
+        self.db = await reopen(self.db, self.ex, self.partition)
         self.host.shard_reopened(self.partition, self.db)
-        log.info("partition %d: instance reopened at seqno %d", self.partition, self.db.seqno)
 
     async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
         loop = asyncio.get_running_loop()
