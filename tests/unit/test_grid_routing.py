@@ -134,7 +134,8 @@ def test_not_primary_from_a_container_that_is_behind_means_wait():
 
 def test_not_primary_from_a_container_that_knows_as_much_or_more_means_refresh_until_the_epoch_moves():
     c = RouteCache("g", _table())
-    assert c.not_primary(1, container_epoch=1) is Next.REFRESH
+    assert c.not_primary(1, container_epoch=1) is Next.WAIT  # the route's epoch: still taking over
+    assert c.not_primary(1, container_epoch=2) is Next.REFRESH
     assert c.route(1) is None and c.stale() == (1,)
     c.install(_table(version=2))  # the catalog has not moved it yet: still stale
     assert c.route(1) is None

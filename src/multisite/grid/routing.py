@@ -184,10 +184,11 @@ class RouteCache:
 
     def not_primary(self, partition: int, container_epoch: int) -> Next:
         """The container we routed to says it is not the partition's primary; ``container_epoch`` is the
-        newest epoch of the partition it knows. If it knows an older epoch than our route, it has not
-        taken its assignment yet: wait. Otherwise our table is out of date: refresh."""
+        newest epoch of the partition it knows. If it knows no newer epoch than our route, it has not
+        taken its assignment yet (epochs grow with every change of primary): wait. Otherwise our table
+        is out of date: refresh."""
         route = self.table.route(partition)
-        if container_epoch < route.epoch:
+        if container_epoch <= route.epoch:  # same epoch: the route's own primary, still taking the role over
             return Next.WAIT
         self._stale[partition] = (route.epoch, route.primary, True)
         return Next.REFRESH

@@ -142,6 +142,9 @@ class PrimaryShard:
         self.stopping = False
         self.deposed = False  # the catalog said another shard leads this partition now
         self.hardening: set[asyncio.Task] = set()  # committed batches waiting for their fdatasync
+        # (seqno, digest) of the last committed frames, so that a subscription compares tails without a
+        # scan of the journal files (which starts at a segment's beginning)
+        self.recent: deque[tuple[int, bytes]] = deque(maxlen=2 * TAIL_FRAMES)
         self.task = asyncio.create_task(self.run())
 
     @property
@@ -331,6 +334,7 @@ class PrimaryShard:
         if prep.frames:
             self.committed = prep.last_seqno
             self.sync.committed(self.committed)
+            self.recent.extend((seqno, digest(f)) for seqno, f in prep.frames)
             if decision is not None:
                 self._send_outcome(decision, True, self.committed)
             data, ends = _joined(prep.frames)
@@ -449,7 +453,11 @@ class PrimaryShard:
             return
         loop = asyncio.get_running_loop()
         lo = min((s for s, _ in sub.tail), default=sub.seqno + 1)
-        mine = await loop.run_in_executor(None, frame_digests, self.db, lo, min(sub.seqno, self.committed))
+        hi = min(sub.seqno, self.committed)
+        if self.recent and self.recent[0][0] <= lo:  # the usual case: a replica near the end of the journal
+            mine = {s: d for s, d in self.recent if lo <= s <= hi}
+        else:  # a scan of the journal files (from the start of a segment)
+            mine = await loop.run_in_executor(None, frame_digests, self.db, lo, hi)
         start = start_point(primary_seqno=self.committed, journal_first=journal_first(self.db),
                             primary_digests=mine, replica_seqno=sub.seqno, replica_tail=[tuple(t) for t in sub.tail],
                             checkpoint_after=self.host.checkpoint_after)
@@ -507,11 +515,11 @@ class PrimaryShard:
                 if link.name in self.sync.behind and link.acked >= self.committed and not self.sync.in_flight:
                     self._rejoin()
                 return
-            hi = self.committed
-            runs = await loop.run_in_executor(None, lambda: list(_runs(self.db, link.sent + 1, hi)))
-            for run in runs:
-                if link.closed.is_set():
-                    return
+            runs = _runs(self.db, link.sent + 1, self.committed)
+            while not link.closed.is_set():  # one run in memory at a time, whatever the replica's lag
+                run = await loop.run_in_executor(None, next, runs, None)
+                if run is None:
+                    break
                 link.send(Frames(run.first_seqno, bytes(run.data), list(run.ends), 0))
                 link.sent = run.last_seqno
                 await link.writer.drain()
@@ -589,6 +597,7 @@ class ReplicaShard:
         self.ex = executor
         self.connected = False
         self.last_error = ""
+        self.retry_s = 0.01
         self.stopped = False
         self.task = asyncio.create_task(self.run())
 
@@ -608,17 +617,25 @@ class ReplicaShard:
     async def run(self) -> None:
         while not self.stopped:
             addr = self.view.primary_address
+            delay = RECONNECT_S
             if addr and self.view.primary != self.host.name:
                 try:
                     await self._follow(addr)
+                    delay = 0.0  # cut back on the primary's word: subscribe again at once
                 except (OSError, ProtocolError, MultisiteError) as e:
                     if str(e) != self.last_error:
                         log.info("partition %d: %s replica: link to primary %s: %s", self.partition, self.role,
                                  self.view.primary, e)
                     self.last_error = str(e)
+                    # a primary still taking its role (NOT_PRIMARY, STALE_EPOCH) is ready within
+                    # milliseconds, and while a synchronous replica waits its partition refuses commits
+                    if "NOT_PRIMARY" in self.last_error or "STALE_EPOCH" in self.last_error:
+                        delay, self.retry_s = self.retry_s, min(RECONNECT_S, self.retry_s * 2)
+                    else:
+                        self.retry_s = 0.01
                 finally:
                     self.connected = False
-            await asyncio.sleep(RECONNECT_S)
+            await asyncio.sleep(delay)
 
     async def _tail(self) -> list[tuple[int, bytes]]:
         loop = asyncio.get_running_loop()
