@@ -1,0 +1,761 @@
+"""The grid's figures (issue 11), with a catalog and containers as real processes on 127.0.0.1.
+
+    PYTHONPATH=src .venv/bin/python bench/grid.py                       # every figure, writes RESULTS.md
+    PYTHONPATH=src .venv/bin/python bench/grid.py --figure commit --quick   # one figure, short, prints only
+
+Every grid is started as the integration tests start it (``net.grid_process.start_catalog`` /
+``start_container``, a ``grid.toml`` with ``[maps.m]``), under bench/out/grid-PID/ (the repository's
+disk), and stopped at the end of its step. The load comes from **worker processes** (this script
+re-run as ``--worker``), each with ``--threads`` threads sharing one ``multisite.grid.connect``
+client (a thread has its own connections): every thread commits single-update transactions
+``g.put("m", (key,), {"n": i})`` on keys spread over every partition. Workers warm up, then count
+the commits that return inside a common window; the parent reads utime + stime of every process
+(catalog, containers, workers, itself) from ``/proc/PID/stat`` at both ends of the window, so the
+tables say where the 2 cores went.
+
+Figures (``--figure``, repeatable; default all):
+
+- ``commit``: one synchronous replica (min_sync = max_sync = 1, max_async = 0, 2 containers) against
+  none (all 0, 1 container), same partitions; several concurrency levels (workers x threads), both
+  configurations alternated over ``--rounds``; the figure is the ratio at each one's plateau (its
+  best level). Target >= 0.8.
+- ``failover``: min_sync = 1, max_sync = 1, max_async = 1 on 3 containers (after the loss the async
+  replica takes sync over, so the new primary has a current sync replica to vote); one writer thread
+  commits to the partitions whose primary is on the victim; the victim is SIGKILLed; the figure is
+  kill -> the first commit accepted after it, split from the catalog's and containers' logs
+  (detection: ``container X lost``; promotion: ``promote partition``; the container taking the
+  primary role; a sync replica current again) and the client's own retries. ``--heartbeat-timeout``.
+- ``scaling``: 8 partitions, no replicas, on 2 containers against 1; target >= 1.6x.
+- ``checkpoint``: a partition of ``--keys`` keys filled with many-key transactions
+  (``g.transaction``), then a second container joins and the catalog places an async replica on it
+  while writers keep updating; time until the replica's seqno reaches the primary's (``grid status``)
+  and the primary container's VmRSS growth against the entries modified during the copy, at several
+  writer rates. See ``checkpoint_step`` for how the copy path is made to trigger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+TICKS = os.sysconf("SC_CLK_TCK")
+MAP = "m"
+KEEP = False  # --keep: leave each grid's directories (logs) under bench/out/grid-PID/
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=200)
+
+
+def note(msg: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}", highlight=False)
+
+
+# -- /proc ------------------------------------------------------------------------------------------
+def cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads), seconds; NaN once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def log_times(path: Path, pattern: str) -> list[tuple[float, str]]:
+    """(wall time, line) of each line of a process log matching ``pattern`` (LOG_FORMAT: asctime first)."""
+    out = []
+    if not path.exists():
+        return out
+    rx = re.compile(pattern)
+    for ln in path.read_text(errors="replace").splitlines():
+        if rx.search(ln):
+            try:
+                t = datetime.strptime(ln[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                continue
+            out.append((t, ln))
+    return out
+
+
+# -- a grid of real processes -------------------------------------------------------------------------
+class GridUp:
+    """A catalog and its containers, started here and stopped by ``close`` (SIGKILL as the last resort)."""
+
+    def __init__(self, work: Path, label: str, *, partitions: int, min_sync: int, max_sync: int, max_async: int,
+                 heartbeat_timeout_s: float = 1.0) -> None:
+        from multisite.net.grid_process import start_catalog
+        self.root = work / f"{label}-{time.monotonic_ns()}"
+        self.root.mkdir(parents=True)
+        self.name = "bench"
+        self.policy = dict(partitions=partitions, min_sync=min_sync, max_sync=max_sync, max_async=max_async)
+        self.toml = self.root / "grid.toml"
+        self.toml.write_text(f'name = "{self.name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
+                             f'max_sync = {max_sync}\nmax_async = {max_async}\n[maps.{MAP}]\n')
+        info = start_catalog(self.root / "catalog", self.toml, "127.0.0.1:0", heartbeat_timeout_s)
+        self.address = info["listen"]
+        self.pids: dict[str, int] = {"catalog": info["pid"]}
+        self.containers: list[str] = []
+
+    def add(self, name: str) -> int:
+        from multisite.net.grid_process import start_container
+        st = start_container(self.root / name, self.address, "127.0.0.1:0", name=name)
+        if not st.get("registered"):
+            raise RuntimeError(f"container {name} did not register")
+        self.pids[name] = st["pid"]
+        self.containers.append(name)
+        return st["pid"]
+
+    def status(self) -> dict:
+        from multisite.net.grid_process import catalog_status
+        return catalog_status(self.address)
+
+    def settled(self, timeout_s: float = 60.0, full: bool = True) -> dict:
+        """The status once every container applied the placement, every sync replica is current, every
+        shard reported a seqno equal to its primary's, and (``full``) nothing is under-replicated."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status()
+            up = [c for c in st["containers"] if c["up"]]
+            ok = all(c["applied_version"] == st["version"] for c in up) and \
+                all(set(p["sync"]) == set(p["current"]) for p in st["partitions"]) and \
+                all(p["primary"] is not None for p in st["partitions"]) and \
+                (not full or not st["under_replicated"])
+            if ok:
+                return st
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"grid not settled after {timeout_s:.0f} s: {json.dumps(st)[:2000]}")
+            time.sleep(0.1)
+
+    def log(self, who: str) -> Path:
+        return self.root / who / "log" / f"{'catalog' if who == 'catalog' else 'container'}.log"
+
+    def kill(self, name: str) -> float:
+        os.kill(self.pids[name], signal.SIGKILL)
+        t = time.time()
+        return t
+
+    def close(self) -> None:
+        from multisite.errors import ServerError
+        from multisite.net.grid_process import stop_process
+        for name in [*self.containers, "catalog"]:
+            d = self.root / name
+            what = "catalog" if name == "catalog" else "container"
+            if (d / "run" / f"{what}.json").exists():
+                try:
+                    stop_process(d, what, timeout=10)
+                except (ServerError, OSError):
+                    pass
+            pid = self.pids.get(name)
+            if pid and Path(f"/proc/{pid}").exists():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def remove(self) -> None:
+        if not KEEP:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -- load: worker processes ---------------------------------------------------------------------------
+def worker_main(spec: dict) -> None:
+    """A worker process: ``threads`` threads committing single-update transactions until ``end``;
+    prints one JSON line: the commits returned inside [start, end], errors by kind."""
+    import multisite.grid as mg
+    g = mg.connect(spec["catalog"])
+    start, end = spec["start"], spec["end"]
+    counts = [0] * spec["threads"]
+    errors: dict[str, int] = {}
+    lock = threading.Lock()
+    keys = spec.get("keys", 1 << 30)
+
+    def run(t: int) -> None:
+        rnd = random.Random(spec["seed"] * 1000 + t)
+        i = 0
+        while True:
+            now = time.time()
+            if now >= end:
+                return
+            k = rnd.randrange(keys)
+            try:
+                g.put(MAP, (k,), {"n": i})
+            except Exception as e:  # noqa: BLE001 - counted and shown
+                with lock:
+                    errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+                time.sleep(0.01)
+                continue
+            i += 1
+            done = time.time()
+            if start <= done <= end:
+                counts[t] += 1
+
+    ths = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(spec["threads"])]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    g.close()
+    print(json.dumps({"commits": sum(counts), "errors": errors}), flush=True)
+
+
+def spawn_worker(spec: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ})
+
+
+@dataclass
+class Load:
+    workers: int
+    threads: int
+    seconds: float
+    commits: int = 0
+    errors: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)  # process -> cores used in the window
+
+    @property
+    def rate(self) -> float:
+        return self.commits / self.seconds
+
+    @property
+    def label(self) -> str:
+        return f"{self.workers}x{self.threads}"
+
+
+def drive(grid: GridUp, workers: int, threads: int, seconds: float, warmup: float = 1.5,
+          keys: int = 1 << 30, extra_pids: dict[str, int] | None = None) -> Load:
+    """Run ``workers`` x ``threads`` single-update committers against ``grid``; count a window of
+    ``seconds`` after ``warmup``; CPU of every process over the window."""
+    t_start = time.time() + warmup + 0.5  # process start-up (imports) before the warm-up
+    t_end = t_start + seconds
+    procs = [spawn_worker({"catalog": grid.address, "threads": threads, "start": t_start, "end": t_end,
+                           "seed": w + 1, "keys": keys}) for w in range(workers)]
+    pids = {**grid.pids, **(extra_pids or {}), **{f"worker{w}": p.pid for w, p in enumerate(procs)},
+            "bench (this)": os.getpid()}
+    time.sleep(max(0.0, t_start - time.time()))
+    c0 = {n: cpu_s(p) for n, p in pids.items()}
+    w0 = time.time()
+    time.sleep(max(0.0, t_end - time.time()))
+    c1 = {n: cpu_s(p) for n, p in pids.items()}
+    dt = time.time() - w0
+    load = Load(workers, threads, seconds)
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0 or not out.strip():
+            raise RuntimeError(f"a worker failed (status {p.returncode})")
+        r = json.loads(out.strip().splitlines()[-1])
+        load.commits += r["commits"]
+        for k, v in r["errors"].items():
+            load.errors[k] = load.errors.get(k, 0) + v
+    load.cpu = {n: round((c1[n] - c0[n]) / dt, 2) for n in pids}
+    return load
+
+
+def cpu_text(cpu: dict) -> str:
+    workers = sum(v for n, v in cpu.items() if n.startswith("worker"))
+    parts = [f"{n} {v:.2f}" for n, v in cpu.items() if not n.startswith("worker") and n != "bench (this)"]
+    return ", ".join(parts + [f"workers {workers:.2f}"]) + f" (sum {sum(cpu.values()):.2f})"
+
+
+# -- figure 1: commit rate with one synchronous replica ------------------------------------------------
+def commit_figure(work: Path, a) -> dict:
+    levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
+    configs = {"sync1": dict(min_sync=1, max_sync=1, max_async=0, containers=2),
+               "none": dict(min_sync=0, max_sync=0, max_async=0, containers=1)}
+    results: dict[str, dict[str, list[Load]]] = {c: {f"{w}x{t}": [] for w, t in levels} for c in configs}
+    for r in range(a.rounds):
+        order = list(configs) if r % 2 == 0 else list(configs)[::-1]
+        for cname in order:
+            c = configs[cname]
+            g = GridUp(work, f"commit-{cname}", partitions=a.partitions, min_sync=c["min_sync"],
+                       max_sync=c["max_sync"], max_async=c["max_async"])
+            try:
+                for i in range(c["containers"]):
+                    g.add(f"c{i + 1}")
+                st = g.settled()
+                note(f"commit round {r + 1}/{a.rounds} {cname}: {a.partitions} partitions, primaries "
+                     f"{ {c['name']: c['primaries'] for c in st['containers']} }")
+                for w, t in levels:
+                    ld = drive(g, w, t, a.seconds)
+                    results[cname][ld.label].append(ld)
+                    note(f"  {cname} {ld.label}: {ld.rate:,.0f} tx/s, errors {ld.errors or 0}; cores: "
+                         f"{cpu_text(ld.cpu)}")
+                if cname == "sync1":  # every acknowledged commit is on the replica too
+                    st = g.settled(30)
+                    lag = [(p["partition"], p["seqnos"]) for p in st["partitions"] if len(set(p["seqnos"].values())) > 1]
+                    if lag:
+                        note(f"  [yellow]replica seqnos still differ after the load: {lag}[/yellow]")
+            finally:
+                g.close()
+                g.remove()
+    out = {"partitions": a.partitions, "seconds": a.seconds, "rounds": a.rounds, "levels": {}}
+    best = {}
+    for cname in configs:
+        for lvl, lds in results[cname].items():
+            n, s = sum(x.commits for x in lds), sum(x.seconds for x in lds)
+            cpu = {k: round(statistics.mean(x.cpu[k] for x in lds), 2) for k in lds[0].cpu}
+            out["levels"].setdefault(lvl, {})[cname] = {"rate": n / s, "runs": [x.rate for x in lds], "cpu": cpu,
+                                                        "errors": [x.errors for x in lds]}
+            if cname not in best or n / s > best[cname][1]:
+                best[cname] = (lvl, n / s)
+    out["best"] = {c: {"level": lv, "rate": rt} for c, (lv, rt) in best.items()}
+    out["ratio_at_plateau"] = best["sync1"][1] / best["none"][1]
+    out["ratio_by_level"] = {lvl: v["sync1"]["rate"] / v["none"]["rate"] for lvl, v in out["levels"].items()}
+    return out
+
+
+# -- figure 2: failover ---------------------------------------------------------------------------------
+def patch_route_cache() -> None:
+    """The proposed client fix (see RESULTS.md), applied in this process only: a container that answers
+    NOT_PRIMARY while knowing the route's own epoch is taking the primary role over (it has the
+    assignment, its PrimaryShard is not up yet): wait and retry, do not mark the partition stale (a
+    stale mark clears only on a newer epoch, which never comes)."""
+    from multisite.grid import routing
+
+    def not_primary(self, partition: int, container_epoch: int):
+        route = self.table.route(partition)
+        if container_epoch <= route.epoch:
+            return routing.Next.WAIT
+        self._stale[partition] = max(route.epoch, self._stale.get(partition, -1))
+        return routing.Next.REFRESH
+    routing.RouteCache.not_primary = not_primary
+
+
+def failover_once(work: Path, hb: float, run: int) -> dict:
+    """One SIGKILL of the container with the most primaries, under one writer per lost partition (each
+    its own client, committing single updates to one key of its partition in a loop)."""
+    from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback
+    import multisite.grid as mg
+    g = GridUp(work, f"failover-{hb:g}-{run}", partitions=4, min_sync=1, max_sync=1, max_async=1,
+               heartbeat_timeout_s=hb)
+    try:
+        for n in ("c1", "c2", "c3"):
+            g.add(n)
+        st = g.settled()
+        victim = max(st["containers"], key=lambda c: (c["primaries"], c["name"]))["name"]
+        parts = [p["partition"] for p in st["partitions"] if p["primary"] == victim]
+        probe = mg.connect(g.address)
+        keys: dict[int, int] = {}
+        k = 0
+        while len(keys) < len(parts):  # one key per lost partition
+            p = probe.partition_of((k,))
+            if p in parts and p not in keys:
+                keys[p] = k
+            k += 1
+        probe.close()
+        events: dict[int, list[tuple[float, str, str]]] = {p: [] for p in parts}  # (wall time, kind, detail)
+        stop = threading.Event()
+
+        def writer(p: int) -> None:
+            client = mg.connect(g.address, timeout_s=FAILOVER_CLIENT_TIMEOUT_S)
+            i = 0
+            while not stop.is_set():
+                try:
+                    client.put(MAP, (keys[p],), {"n": i})
+                    events[p].append((time.time(), "ok", ""))
+                except (CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback) as e:
+                    events[p].append((time.time(), type(e).__name__, str(e)[:300]))
+                i += 1
+            client.close()
+
+        ths = [threading.Thread(target=writer, args=(p,), daemon=True) for p in parts]
+        for th in ths:
+            th.start()
+        time.sleep(1.5)
+        t_kill = g.kill(victim)
+        deadline = time.time() + FAILOVER_CLIENT_TIMEOUT_S + 5
+        while time.time() < deadline:
+            if all(any(t > t_kill and kind == "ok" for t, kind, _ in ev[-20:]) for ev in events.values()):
+                break
+            time.sleep(0.02)
+        time.sleep(0.5)
+        stop.set()
+        for th in ths:
+            th.join(FAILOVER_CLIENT_TIMEOUT_S + 5)
+        per_part = {}
+        msgs = []
+        for p, ev in events.items():
+            first_ok = next((t for t, kind, _ in ev if t > t_kill and kind == "ok"), None)
+            errs: dict[str, int] = {}
+            for t, kind, d in ev:
+                if t > t_kill and kind != "ok" and (first_ok is None or t <= first_ok):
+                    errs[kind] = errs.get(kind, 0) + 1
+                    if len(msgs) < 6 and (kind != "ReplicationVotedToRollback" or errs[kind] == 1):
+                        msgs.append(f"p{p} +{t - t_kill:.3f} s {kind}: {d}")
+            per_part[p] = {"first_ok_s": None if first_ok is None else first_ok - t_kill, "errors": errs,
+                           "commits_before_kill": sum(1 for t, kind, _ in ev if kind == "ok" and t <= t_kill)}
+        cat = g.log("catalog")
+        lost = [t for t, _ in log_times(cat, rf"container {victim} lost") if t > t_kill - 1]
+        promote = [t for t, _ in log_times(cat, r"promote partition") if lost and t >= lost[0]]
+        assigned = [t for t, _ in log_times(cat, r"assignments to ") if lost and t >= lost[0]]
+        st2 = g.status()
+        new_primaries = {st2["partitions"][p]["primary"] for p in parts}
+        took, current = [], []
+        for c in new_primaries:
+            if c is None:
+                continue
+            took += [t for t, _ in log_times(g.log(c), r"shard p\d+ is primary at epoch") if t > t_kill]
+            current += [t for t, _ in log_times(g.log(c), r"synchronous replica .* is current") if t > t_kill]
+        firsts = [v["first_ok_s"] for v in per_part.values()]
+        return {"heartbeat_timeout_s": hb, "victim": victim, "lost_partitions": parts,
+                "first_ok_s": min((f for f in firsts if f is not None), default=None),
+                "all_ok_s": None if None in firsts else max(firsts),
+                "stuck_partitions": [p for p, v in per_part.items() if v["first_ok_s"] is None],
+                "detected_s": lost[0] - t_kill if lost else None,
+                "promoted_s": promote[0] - t_kill if promote else None,
+                "assignments_sent_s": assigned[0] - t_kill if assigned else None,
+                "primary_taken_s": min(took) - t_kill if took else None,
+                "sync_current_s": min(current) - t_kill if current else None,
+                "per_partition": per_part, "client_error_messages": msgs}
+    finally:
+        g.close()
+        g.remove()
+
+
+FAILOVER_KEYS = ("first_ok_s", "all_ok_s", "detected_s", "promoted_s", "assignments_sent_s", "primary_taken_s",
+                 "sync_current_s")
+FAILOVER_CLIENT_TIMEOUT_S = 10.0
+
+
+def failover_series(work: Path, a, hb: float, label: str) -> dict:
+    runs = []
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in range(a.failover_runs):
+        res = failover_once(work, hb, r)
+        runs.append(res)
+        note(f"failover ({label}) hb {hb:g} s run {r + 1}: first commit {fmt(res['first_ok_s'])} s, every lost "
+             f"partition {fmt(res['all_ok_s'])} s (lost detected {fmt(res['detected_s'])}, promoted "
+             f"{fmt(res['promoted_s'])}, primary taken {fmt(res['primary_taken_s'])}, sync current "
+             f"{fmt(res['sync_current_s'])}); stuck {res['stuck_partitions'] or 'none'}; errors "
+             f"{ {p: v['errors'] for p, v in res['per_partition'].items()} }")
+    med = {}
+    for k in FAILOVER_KEYS:
+        vals = [r[k] for r in runs if r[k] is not None]
+        med[k] = statistics.median(vals) if vals else None
+    return {"runs": runs, "median": med, "runs_with_stuck_partition": sum(1 for r in runs if r["stuck_partitions"])}
+
+
+def failover_figure(work: Path, a) -> dict:
+    out = {"client": {}, "client_patched": {}}
+    for hb in a.heartbeat_timeouts:
+        out["client"][str(hb)] = failover_series(work, a, hb, "client as landed")
+    if a.patched_client:
+        patch_route_cache()
+        for hb in a.heartbeat_timeouts:
+            out["client_patched"][str(hb)] = failover_series(work, a, hb, "client with the proposed fix")
+    return out
+
+
+# -- figure 3: scaling --------------------------------------------------------------------------------
+def scaling_figure(work: Path, a) -> dict:
+    levels = [tuple(map(int, s.split("x"))) for s in a.scaling_levels.split(",")]
+    res: dict[str, dict[str, list[Load]]] = {n: {f"{w}x{t}": [] for w, t in levels} for n in ("1", "2")}
+    for r in range(a.rounds):
+        for nc in (("1", "2") if r % 2 == 0 else ("2", "1")):
+            g = GridUp(work, f"scaling-{nc}", partitions=8, min_sync=0, max_sync=0, max_async=0)
+            try:
+                for i in range(int(nc)):
+                    g.add(f"c{i + 1}")
+                st = g.settled()
+                note(f"scaling round {r + 1}/{a.rounds}, {nc} container(s): primaries "
+                     f"{ {c['name']: c['primaries'] for c in st['containers']} }")
+                for w, t in levels:
+                    ld = drive(g, w, t, a.seconds)
+                    res[nc][ld.label].append(ld)
+                    note(f"  {nc} container(s) {ld.label}: {ld.rate:,.0f} tx/s; cores: {cpu_text(ld.cpu)}")
+            finally:
+                g.close()
+                g.remove()
+    out = {"levels": {}}
+    best = {}
+    for nc in res:
+        for lvl, lds in res[nc].items():
+            n, s = sum(x.commits for x in lds), sum(x.seconds for x in lds)
+            cpu = {k: round(statistics.mean(x.cpu[k] for x in lds), 2) for k in lds[0].cpu}
+            out["levels"].setdefault(lvl, {})[nc] = {"rate": n / s, "runs": [x.rate for x in lds], "cpu": cpu}
+            if nc not in best or n / s > best[nc][1]:
+                best[nc] = (lvl, n / s)
+    out["best"] = {nc: {"level": lv, "rate": rt} for nc, (lv, rt) in best.items()}
+    out["ratio_at_plateau"] = best["2"][1] / best["1"][1]
+    out["ratio_by_level"] = {lvl: v["2"]["rate"] / v["1"]["rate"] for lvl, v in out["levels"].items()}
+    return out
+
+
+# -- figure 4: checkpoint copy -------------------------------------------------------------------------
+def fill(address: str, keys: int, per_txn: int, routing: int = 1, pad: int = 16) -> tuple[int, float]:
+    """``keys`` keys ``(routing, i)`` (one partition) in transactions of ``per_txn`` keys; (seqno, seconds)."""
+    import multisite.grid as mg
+    g = mg.connect(address)
+    t0 = time.perf_counter()
+    seqno = 0
+    v = "x" * pad
+    for lo in range(0, keys, per_txn):
+        with g.transaction(routing) as tx:
+            for i in range(lo, min(keys, lo + per_txn)):
+                tx.put(MAP, (routing, i), {"n": i, "p": v})
+        seqno = tx.seqno
+    g.close()
+    return seqno, time.perf_counter() - t0
+
+
+def rate_writer(address: str, routing: int, keys: int, rate: float, stop: threading.Event,
+                counts: dict) -> None:
+    """Single-update transactions at ``rate`` per second on random keys of the partition."""
+    import multisite.grid as mg
+    g = mg.connect(address)
+    rnd = random.Random(7)
+    t0 = time.perf_counter()
+    n = 0
+    while not stop.is_set():
+        due = t0 + n / rate
+        d = due - time.perf_counter()
+        if d > 0:
+            time.sleep(d)
+        try:
+            g.put(MAP, (routing, rnd.randrange(keys)), {"n": n, "u": 1})
+            counts["ok"] = counts.get("ok", 0) + 1
+        except Exception as e:  # noqa: BLE001
+            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
+            time.sleep(0.01)
+        n += 1
+    g.close()
+
+
+def checkpoint_once(work: Path, a, rate: float, run: int) -> dict:
+    """One copy: fill the partition on c1, make the journal not start at seqno 1 (so the new
+    replica's subscription is a checkpoint copy), start c2 under a writer at ``rate``, time it."""
+    from multisite.instance.maintenance import prune
+    from multisite.net.grid_process import stop_process
+    g = GridUp(work, f"checkpoint-{int(rate)}-{run}", partitions=1, min_sync=0, max_sync=0, max_async=1)
+    try:
+        g.add("c1")
+        g.settled(full=False)
+        seqno, fill_s = fill(g.address, a.keys, a.per_txn)
+        note(f"  filled {a.keys:,} keys in {fill_s:.1f} s ({a.keys / fill_s:,.0f} keys/s), seqno {seqno}")
+        shard = g.root / "c1" / f"{g.name}-p0"
+        how = a.copy_trigger
+        if how == "prune":
+            # the journal must not reach back to seqno 1: roll its segment, then prune (the container stopped)
+            stop_process(g.root / "c1", "container")
+            g.containers.remove("c1")
+            rep = prune(shard, seqno + 1)
+            note(f"  pruned the primary's journal: removed {len(rep.removed)} segment(s), first seqno now "
+                 f"{rep.first_seqno}")
+            g.add("c1")
+            g.settled(full=False)
+        t_fill_done = time.time()
+        stop = threading.Event()
+        counts: dict = {}
+        wth = threading.Thread(target=rate_writer, args=(g.address, 1, a.keys, rate, stop, counts), daemon=True) \
+            if rate > 0 else None
+        if wth:
+            wth.start()
+            time.sleep(1.0)
+        ppid = g.pids["c1"]
+        rss0 = rss_kb(ppid)
+        samples = [(0.0, rss0)]
+        ok0 = counts.get("ok", 0)
+        t0 = time.time()
+        g.add("c2")
+        done_at = None
+        last_seen = None
+        while time.time() - t0 < a.copy_timeout:
+            st = g.status()
+            p = st["partitions"][0]
+            seq = p["seqnos"]
+            samples.append((time.time() - t0, rss_kb(ppid)))
+            if "c2" in p["async"] and "c1" in seq and "c2" in seq:
+                last_seen = seq
+                # the replica holds everything the primary held when the copy started (the fill) and is
+                # within the writer's last moment
+                if seq["c2"] >= seq["c1"] - max(2, int(rate * 0.2)) and seq["c2"] >= seqno:
+                    done_at = time.time() - t0
+                    break
+            time.sleep(0.05)
+        ok1 = counts.get("ok", 0)
+        stop.set()
+        if wth:
+            wth.join(30)
+        peak = max(r for _, r in samples)
+        ck_lines = log_times(g.log("c1"), r"checkpoint at seqno|subscribes at seqno")
+        inst_lines = log_times(g.log("c2"), r"checkpoint installed|a checkpoint of the primary")
+        kind = "checkpoint" if any("checkpoint at seqno" in ln for _, ln in ck_lines) else "catch-up"
+        modified = ok1 - ok0
+        res = {"rate": rate, "keys": a.keys, "fill_seqno": seqno, "fill_s": fill_s, "trigger": how,
+               "start_kind": kind, "copy_s": done_at, "modified_during_copy": modified,
+               "rss_before_kb": rss0, "rss_peak_kb": peak, "rss_growth_kb": peak - rss0,
+               "bytes_per_modified": (peak - rss0) * 1024 / modified if modified else None,
+               "writer_counts": dict(counts), "last_seqnos": last_seen,
+               "primary_log": [ln for _, ln in ck_lines][-3:], "replica_log": [ln for _, ln in inst_lines][-3:],
+               "rss_samples": samples[:: max(1, len(samples) // 60)]}
+        _ = t_fill_done
+        return res
+    finally:
+        g.close()
+        g.remove()
+
+
+def checkpoint_figure(work: Path, a) -> dict:
+    runs = []
+    for i, rate in enumerate(a.writer_rates):
+        res = checkpoint_once(work, a, rate, i)
+        runs.append(res)
+        note(f"checkpoint copy ({res['start_kind']}) under {rate:g} tx/s: online in "
+             f"{'-' if res['copy_s'] is None else format(res['copy_s'], '.2f')} s; primary RSS "
+             f"{res['rss_before_kb'] / 1024:.0f} -> peak {res['rss_peak_kb'] / 1024:.0f} MiB "
+             f"(+{res['rss_growth_kb'] / 1024:.1f} MiB) for {res['modified_during_copy']:,} entries modified "
+             f"= {res['bytes_per_modified'] or 0:,.0f} B/entry")
+    return {"runs": runs}
+
+
+# -- report -------------------------------------------------------------------------------------------
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def report(doc: dict) -> list[str]:
+    """The result table (printed) and the RESULTS.md lines."""
+    rows = []
+    f = doc["figures"]
+    if "commit" in f:
+        c = f["commit"]
+        b = c["best"]
+        rows.append(("commit rate, 1 sync replica vs none (plateau of each)",
+                     f"{b['sync1']['rate']:,.0f} tx/s ({b['sync1']['level']})",
+                     f"{b['none']['rate']:,.0f} tx/s ({b['none']['level']})",
+                     f"{c['ratio_at_plateau']:.2f}", ">= 0.8", verdict(c["ratio_at_plateau"] >= 0.8)))
+        for lvl, v in c["levels"].items():
+            rows.append((f"  at {lvl} (workers x threads)", f"{v['sync1']['rate']:,.0f} tx/s",
+                         f"{v['none']['rate']:,.0f} tx/s", f"{c['ratio_by_level'][lvl]:.2f}", "", ""))
+    if "failover" in f:
+        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        for which, title in (("client", "client as landed"), ("client_patched", "client with the proposed fix")):
+            for hb, v in f["failover"].get(which, {}).items():
+                m = v["median"]
+                tot = m["first_ok_s"]
+                rows.append((f"failover ({title}), heartbeat timeout {hb} s, median of {len(v['runs'])}: first "
+                             f"commit / every lost partition",
+                             f"{fmt(tot)} / {fmt(m['all_ok_s'])} s", "", "", "< 2 s",
+                             "" if tot is None else verdict(tot < 2.0)))
+                rows.append(("  split: detected / promoted / primary taken / sync current",
+                             f"{fmt(m['detected_s'])} / {fmt(m['promoted_s'])} / {fmt(m['primary_taken_s'])} / "
+                             f"{fmt(m['sync_current_s'])} s", "", "", "", ""))
+                rows.append(("  runs where a lost partition never came back to the client",
+                             f"{v['runs_with_stuck_partition']} of {len(v['runs'])}", "", "", "", ""))
+    if "scaling" in f:
+        s = f["scaling"]
+        b = s["best"]
+        rows.append(("scaling, 8 partitions, 2 containers vs 1 (plateau of each)",
+                     f"{b['2']['rate']:,.0f} tx/s ({b['2']['level']})", f"{b['1']['rate']:,.0f} tx/s ({b['1']['level']})",
+                     f"{s['ratio_at_plateau']:.2f}x", ">= 1.6x", verdict(s["ratio_at_plateau"] >= 1.6)))
+        for lvl, v in s["levels"].items():
+            rows.append((f"  at {lvl}", f"{v['2']['rate']:,.0f} tx/s", f"{v['1']['rate']:,.0f} tx/s",
+                         f"{s['ratio_by_level'][lvl]:.2f}x", "", ""))
+    if "checkpoint" in f:
+        for r in f["checkpoint"]["runs"]:
+            rows.append((f"{r['keys']:,}-key partition online ({r['start_kind']}), writer {r['rate']:g} tx/s",
+                         "-" if r["copy_s"] is None else f"{r['copy_s']:.1f} s", "", "", "< 30 s",
+                         "" if r["copy_s"] is None else verdict(r["copy_s"] < 30)))
+            rows.append(("  primary RSS growth / entries modified during the copy",
+                         f"+{r['rss_growth_kb'] / 1024:.1f} MiB / {r['modified_during_copy']:,}",
+                         f"{r['bytes_per_modified'] or 0:,.0f} B/entry", "", "", ""))
+    return rows
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker_main(json.loads(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--figure", action="append", choices=("commit", "failover", "scaling", "checkpoint", "all"))
+    ap.add_argument("--quick", action="store_true", help="short windows, one round; prints, writes no RESULTS.md")
+    ap.add_argument("--partitions", type=int, default=4, help="commit figure: partitions of both grids")
+    ap.add_argument("--levels", default="1x8,2x8,2x24", help="commit figure: workers x threads, comma-separated")
+    ap.add_argument("--scaling-levels", default="2x8,2x24,3x24", help="scaling figure: workers x threads")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of each configuration, alternating")
+    ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--failover-runs", type=int, default=5)
+    ap.add_argument("--patched-client", action=argparse.BooleanOptionalAction, default=True,
+                    help="failover: also run with the proposed RouteCache fix applied in this process")
+    ap.add_argument("--keys", type=int, default=1_000_000, help="checkpoint: keys in the partition")
+    ap.add_argument("--per-txn", type=int, default=10_000, help="checkpoint: keys per fill transaction")
+    ap.add_argument("--copy-trigger", choices=("prune", "none"), default="prune",
+                    help="checkpoint: prune the primary's journal after the fill so the new replica gets a "
+                         "checkpoint copy (none: it replays the fill's journal)")
+    ap.add_argument("--writer-rates", type=float, nargs="+", default=[500, 2000, 0])
+    ap.add_argument("--copy-timeout", type=float, default=120.0)
+    ap.add_argument("--keep", action="store_true", help="keep every grid's directory and logs")
+    ap.add_argument("--json", default=str(OUT / "grid.json"))
+    ap.add_argument("--write-results", action=argparse.BooleanOptionalAction, default=None,
+                    help="write the Grid (issue 11) section of RESULTS.md (default: unless --quick or one figure)")
+    a = ap.parse_args()
+    global KEEP
+    KEEP = a.keep
+    figs = ["commit", "failover", "scaling", "checkpoint"] if not a.figure or "all" in a.figure else a.figure
+    if a.quick:
+        a.seconds, a.rounds, a.failover_runs = 2.0, 1, 1
+    OUT.mkdir(exist_ok=True)
+    work = OUT / f"grid-{os.getpid()}"
+    work.mkdir()
+    load0 = os.getloadavg()
+    doc = {"benchmark": "grid", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "figures": {},
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+           "args": {k: v for k, v in vars(a).items() if k != "json"}}
+    try:
+        from results import git_state
+        doc["commit"] = git_state()
+    except ImportError:
+        pass
+    try:
+        for fig in figs:
+            note(f"[bold]figure {fig}[/bold]")
+            fn = {"commit": commit_figure, "failover": failover_figure, "scaling": scaling_figure,
+                  "checkpoint": checkpoint_figure}[fig]
+            doc["figures"][fig] = fn(work, a)
+            Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")  # each figure as it lands
+    finally:
+        if not KEEP:
+            shutil.rmtree(work, ignore_errors=True)
+    doc["load_average"] = [load0[0], os.getloadavg()[0]]
+    Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
+    t = Table(title="the grid (issue 11): same-run figures")
+    for col in ("figure", "measured", "baseline", "ratio", "target", "verdict"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for row in report(doc):
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()
