@@ -80,14 +80,28 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def rss_kb(pid: int) -> int:
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    return mem_kb(pid).get(field, 0)
+
+
+def mem_kb(pid: int) -> dict[str, int]:
+    """VmRSS and its parts (RssAnon, RssFile, RssShmem) of ``pid``, KiB."""
+    out = {}
     try:
         for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if ln.startswith("VmRSS:"):
-                return int(ln.split()[1])
+            if ln.startswith(("VmRSS:", "RssAnon:", "RssFile:", "RssShmem:")):
+                k, v = ln.split(":", 1)
+                out[k] = int(v.split()[0])
     except OSError:
         pass
-    return 0
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all CPUs spent busy since boot (/proc/stat: everything but idle and iowait)."""
+    f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    v = list(map(int, f))
+    return (sum(v[:8]) - v[3] - v[4]) / TICKS
 
 
 def log_times(path: Path, pattern: str) -> list[tuple[float, str]]:
@@ -125,9 +139,9 @@ class GridUp:
         self.pids: dict[str, int] = {"catalog": info["pid"]}
         self.containers: list[str] = []
 
-    def add(self, name: str) -> int:
+    def add(self, name: str, listen: str = "127.0.0.1:0") -> int:
         from multisite.net.grid_process import start_container
-        st = start_container(self.root / name, self.address, "127.0.0.1:0", name=name)
+        st = start_container(self.root / name, self.address, listen, name=name)
         if not st.get("registered"):
             raise RuntimeError(f"container {name} did not register")
         self.pids[name] = st["pid"]
@@ -262,9 +276,11 @@ def drive(grid: GridUp, workers: int, threads: int, seconds: float, warmup: floa
             "bench (this)": os.getpid()}
     time.sleep(max(0.0, t_start - time.time()))
     c0 = {n: cpu_s(p) for n, p in pids.items()}
+    b0 = machine_busy_s()
     w0 = time.time()
     time.sleep(max(0.0, t_end - time.time()))
     c1 = {n: cpu_s(p) for n, p in pids.items()}
+    b1 = machine_busy_s()
     dt = time.time() - w0
     load = Load(workers, threads, seconds)
     for p in procs:
@@ -276,13 +292,17 @@ def drive(grid: GridUp, workers: int, threads: int, seconds: float, warmup: floa
         for k, v in r["errors"].items():
             load.errors[k] = load.errors.get(k, 0) + v
     load.cpu = {n: round((c1[n] - c0[n]) / dt, 2) for n in pids}
+    load.cpu["other processes"] = round((b1 - b0) / dt - sum(load.cpu.values()), 2)
     return load
 
 
 def cpu_text(cpu: dict) -> str:
     workers = sum(v for n, v in cpu.items() if n.startswith("worker"))
-    parts = [f"{n} {v:.2f}" for n, v in cpu.items() if not n.startswith("worker") and n != "bench (this)"]
-    return ", ".join(parts + [f"workers {workers:.2f}"]) + f" (sum {sum(cpu.values()):.2f})"
+    parts = [f"{n} {v:.2f}" for n, v in cpu.items()
+             if not n.startswith("worker") and n not in ("bench (this)", "other processes")]
+    mine = sum(v for n, v in cpu.items() if n != "other processes")
+    return ", ".join(parts + [f"workers {workers:.2f}"]) + f" (this bench {mine:.2f}; other processes " \
+        f"{cpu.get('other processes', 0):.2f}; load {os.getloadavg()[0]:.1f})"
 
 
 # -- figure 1: commit rate with one synchronous replica ------------------------------------------------
@@ -528,112 +548,220 @@ def fill(address: str, keys: int, per_txn: int, routing: int = 1, pad: int = 16)
 
 def rate_writer(address: str, routing: int, keys: int, rate: float, stop: threading.Event,
                 counts: dict) -> None:
-    """Single-update transactions at ``rate`` per second on random keys of the partition."""
+    """Single-update transactions at ``rate`` per second in all on random keys of the partition, from
+    one thread per 200 tx/s (a commit's round trip caps one thread), each with its own client."""
     import multisite.grid as mg
-    g = mg.connect(address)
-    rnd = random.Random(7)
+    n_threads = max(1, int(rate // 200))
+    lock = threading.Lock()
+
+    def one(t: int) -> None:
+        g = mg.connect(address)
+        rnd = random.Random(7 + t)
+        t0 = time.perf_counter()
+        n = 0
+        while not stop.is_set():
+            due = t0 + n * n_threads / rate
+            d = due - time.perf_counter()
+            if d > 0:
+                time.sleep(d)
+            try:
+                g.put(MAP, (routing, rnd.randrange(keys)), {"n": n, "u": 1})
+                kind = "ok"
+            except Exception as e:  # noqa: BLE001
+                kind = type(e).__name__
+                time.sleep(0.01)
+            with lock:
+                counts[kind] = counts.get(kind, 0) + 1
+            n += 1
+        g.close()
+    ths = [threading.Thread(target=one, args=(t,), daemon=True) for t in range(n_threads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+
+
+def shard_seqno(g: GridUp, container: str, partition: int = 0) -> int | None:
+    """The shard's seqno from its container's control socket (None while it is not there)."""
+    from multisite.net import control
+    try:
+        st = control.call(g.root / container, "status", timeout=5)
+        return st["shards"][str(partition)]["seqno"]
+    except Exception:  # noqa: BLE001 - the shard being swapped, the container starting
+        return None
+
+
+def burst(address: str, n: int, workers: int = 2, threads: int = 32, routing: int = 1, keys: int = 1000) -> float:
+    """``n`` single-update transactions on partition ``routing``'s keys, from worker processes; seconds."""
     t0 = time.perf_counter()
-    n = 0
-    while not stop.is_set():
-        due = t0 + n / rate
-        d = due - time.perf_counter()
-        if d > 0:
-            time.sleep(d)
-        try:
-            g.put(MAP, (routing, rnd.randrange(keys)), {"n": n, "u": 1})
-            counts["ok"] = counts.get("ok", 0) + 1
-        except Exception as e:  # noqa: BLE001
-            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
-            time.sleep(0.01)
-        n += 1
+    per = n // (workers * threads) + 1
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--burst",
+                               json.dumps({"catalog": address, "threads": threads, "n": per, "routing": routing,
+                                           "keys": keys, "seed": w})], env={**os.environ})
+             for w in range(workers)]
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("a burst worker failed")
+    return time.perf_counter() - t0
+
+
+def burst_main(spec: dict) -> None:
+    import multisite.grid as mg
+    g = mg.connect(spec["catalog"])
+
+    def run(t: int) -> None:
+        rnd = random.Random(spec["seed"] * 1000 + t)
+        for i in range(spec["n"]):
+            g.put(MAP, (spec["routing"], rnd.randrange(spec["keys"])), {"n": i, "b": 1})
+    ths = [threading.Thread(target=run, args=(t,)) for t in range(spec["threads"])]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
     g.close()
 
 
-def checkpoint_once(work: Path, a, rate: float, run: int) -> dict:
-    """One copy: fill the partition on c1, make the journal not start at seqno 1 (so the new
-    replica's subscription is a checkpoint copy), start c2 under a writer at ``rate``, time it."""
+def checkpoint_grid(work: Path, a) -> tuple[GridUp, dict]:
+    """The grid of the checkpoint figure: 1 partition (min_sync 0, max_async 1) on c1, filled with
+    ``--keys`` keys in many-key transactions, then made to need a checkpoint copy (``--copy-trigger``)."""
+    from multisite.engine import create
     from multisite.instance.maintenance import prune
     from multisite.net.grid_process import stop_process
-    g = GridUp(work, f"checkpoint-{int(rate)}-{run}", partitions=1, min_sync=0, max_sync=0, max_async=1)
-    try:
-        g.add("c1")
+    g = GridUp(work, "checkpoint", partitions=1, min_sync=0, max_sync=0, max_async=1)
+    shard = g.root / "c1" / f"{g.name}-p0"
+    how = a.copy_trigger
+    if how == "prune":  # the container opens the instance it finds: one with 8 MiB journal segments
+        create(shard, f"{g.name}-p0", group=g.name, durability="group", segment_bytes=8 << 20)
+    g.add("c1")
+    g.settled(full=False)
+    seqno, fill_s = fill(g.address, a.keys, a.per_txn)
+    note(f"checkpoint: filled {a.keys:,} keys in {seqno} transactions in {fill_s:.1f} s ({a.keys / fill_s:,.0f} keys/s)")
+    info = {"keys": a.keys, "fill_transactions": seqno, "fill_s": fill_s, "trigger": how}
+    if how == "prune":
+        # the primary's journal must not reach back to seqno 1: prune it (the container stopped)
+        listen = json.loads((g.root / "c1" / "run" / "container.json").read_text())["listen"]
+        stop_process(g.root / "c1", "container")
+        g.containers.remove("c1")
+        rep = prune(shard, seqno + 1)
+        info.update(pruned_segments=len(rep.removed), journal_first=rep.kept_from_seqno)
+        note(f"checkpoint: pruned the primary's journal: removed {len(rep.removed)} segment(s), it starts at seqno "
+             f"{rep.kept_from_seqno} now (the container restarted: its SQLite page cache is cold)")
+        g.add("c1", listen)  # the same address: the catalog knows it by it
         g.settled(full=False)
-        seqno, fill_s = fill(g.address, a.keys, a.per_txn)
-        note(f"  filled {a.keys:,} keys in {fill_s:.1f} s ({a.keys / fill_s:,.0f} keys/s), seqno {seqno}")
-        shard = g.root / "c1" / f"{g.name}-p0"
-        how = a.copy_trigger
-        if how == "prune":
-            # the journal must not reach back to seqno 1: roll its segment, then prune (the container stopped)
-            stop_process(g.root / "c1", "container")
-            g.containers.remove("c1")
-            rep = prune(shard, seqno + 1)
-            note(f"  pruned the primary's journal: removed {len(rep.removed)} segment(s), first seqno now "
-                 f"{rep.first_seqno}")
-            g.add("c1")
-            g.settled(full=False)
-        t_fill_done = time.time()
-        stop = threading.Event()
-        counts: dict = {}
-        wth = threading.Thread(target=rate_writer, args=(g.address, 1, a.keys, rate, stop, counts), daemon=True) \
-            if rate > 0 else None
-        if wth:
-            wth.start()
-            time.sleep(1.0)
-        ppid = g.pids["c1"]
-        rss0 = rss_kb(ppid)
-        samples = [(0.0, rss0)]
-        ok0 = counts.get("ok", 0)
-        t0 = time.time()
-        g.add("c2")
-        done_at = None
-        last_seen = None
-        while time.time() - t0 < a.copy_timeout:
-            st = g.status()
-            p = st["partitions"][0]
-            seq = p["seqnos"]
-            samples.append((time.time() - t0, rss_kb(ppid)))
-            if "c2" in p["async"] and "c1" in seq and "c2" in seq:
-                last_seen = seq
-                # the replica holds everything the primary held when the copy started (the fill) and is
-                # within the writer's last moment
-                if seq["c2"] >= seq["c1"] - max(2, int(rate * 0.2)) and seq["c2"] >= seqno:
-                    done_at = time.time() - t0
-                    break
+    elif how == "behind":  # more than 200,000 transactions: shipping.CHECKPOINT_AFTER_DEFAULT
+        n = a.behind
+        secs = burst(g.address, n)
+        info.update(behind_transactions=n, behind_s=secs)
+        note(f"checkpoint: then {n:,} single-update transactions in {secs:.1f} s ({n / secs:,.0f} tx/s); seqno "
+             f"{shard_seqno(g, 'c1'):,}")
+    info["journal_mib"] = sum(f.stat().st_size for f in (shard / "journal").glob("*")) / 2**20
+    info["store_mib"] = sum(f.stat().st_size for f in shard.rglob("*") if f.is_file() and "journal" not in f.parts) / 2**20
+    return g, info
+
+
+def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
+    """One copy to a new container ``replica`` under a writer at ``rate`` tx/s (after ``--control-s`` of
+    the writer alone); until the replica's shard holds the primary's seqno, sampling the primary
+    container's memory every 50 ms; the replica container is stopped after."""
+    from multisite.net.grid_process import stop_process
+    seqno = shard_seqno(g, "c1")
+    stop = threading.Event()
+    counts: dict = {}
+    wth = threading.Thread(target=rate_writer, args=(g.address, 1, a.keys, rate, stop, counts), daemon=True) \
+        if rate > 0 else None
+    if wth:
+        wth.start()
+        time.sleep(1.0)
+    ppid = g.pids["c1"]
+    ctl = None
+    if wth and a.control_s > 0:  # the same writer without a copy: what it costs the primary by itself
+        m0, k0 = mem_kb(ppid), counts.get("ok", 0)
+        peak_ctl = m0["VmRSS"]
+        t_end = time.time() + a.control_s
+        while time.time() < t_end:
             time.sleep(0.05)
-        ok1 = counts.get("ok", 0)
-        stop.set()
-        if wth:
-            wth.join(30)
-        peak = max(r for _, r in samples)
-        ck_lines = log_times(g.log("c1"), r"checkpoint at seqno|subscribes at seqno")
-        inst_lines = log_times(g.log("c2"), r"checkpoint installed|a checkpoint of the primary")
-        kind = "checkpoint" if any("checkpoint at seqno" in ln for _, ln in ck_lines) else "catch-up"
-        modified = ok1 - ok0
-        res = {"rate": rate, "keys": a.keys, "fill_seqno": seqno, "fill_s": fill_s, "trigger": how,
-               "start_kind": kind, "copy_s": done_at, "modified_during_copy": modified,
-               "rss_before_kb": rss0, "rss_peak_kb": peak, "rss_growth_kb": peak - rss0,
-               "bytes_per_modified": (peak - rss0) * 1024 / modified if modified else None,
-               "writer_counts": dict(counts), "last_seqnos": last_seen,
-               "primary_log": [ln for _, ln in ck_lines][-3:], "replica_log": [ln for _, ln in inst_lines][-3:],
-               "rss_samples": samples[:: max(1, len(samples) // 60)]}
-        _ = t_fill_done
-        return res
-    finally:
-        g.close()
-        g.remove()
+            peak_ctl = max(peak_ctl, rss_kb(ppid))
+        m1, k1 = mem_kb(ppid), counts.get("ok", 0)
+        ctl = {"seconds": a.control_s, "modified": k1 - k0, "rate": (k1 - k0) / a.control_s,
+               "rss_growth_kb": peak_ctl - m0["VmRSS"], "anon_growth_kb": m1["RssAnon"] - m0["RssAnon"]}
+    m_before = mem_kb(ppid)
+    samples = [(0.0, m_before)]
+    ok0 = counts.get("ok", 0)
+    cpu0 = cpu_s(ppid)
+    b0 = machine_busy_s()
+    t0 = time.time()
+    g.add(replica)
+    done_at = None
+    s1 = s2 = None
+    while time.time() - t0 < a.copy_timeout:
+        s1, s2 = shard_seqno(g, "c1"), shard_seqno(g, replica)
+        samples.append((round(time.time() - t0, 2), mem_kb(ppid)))
+        if s1 is not None and s2 is not None and s2 >= seqno and s2 >= s1 - max(2, int(rate * 0.05)):
+            done_at = time.time() - t0
+            break
+        time.sleep(0.05)
+    ok1 = counts.get("ok", 0)
+    cpu1 = cpu_s(ppid)
+    busy = (machine_busy_s() - b0) / max(1e-3, time.time() - t0)
+    n_copy = len(samples)
+    for _ in range(40):  # 2 s more: is the growth given back once the replica is live?
+        time.sleep(0.05)
+        samples.append((round(time.time() - t0, 2), mem_kb(ppid)))
+    stop.set()
+    if wth:
+        wth.join(30)
+    during = [m for _, m in samples[:n_copy]]
+    grow = {k: max(m.get(k, 0) for m in during) - m_before.get(k, 0) for k in ("VmRSS", "RssAnon", "RssFile")}
+    after = samples[-1][1]
+    ck_lines = [ln for _, ln in log_times(g.log("c1"), rf"(checkpoint at seqno|subscribes at seqno).*{replica}|"
+                                                    rf"{replica} .*(checkpoint at seqno|subscribes at seqno)")]
+    inst_lines = [ln for _, ln in log_times(g.log(replica), r"checkpoint installed|a checkpoint of the primary")]
+    kind = "checkpoint" if any("checkpoint" in ln.split("subscribes", 1)[-1] for ln in ck_lines) else "catch-up"
+    modified = ok1 - ok0
+    res = {"rate": rate, "replica": replica, "primary_seqno": seqno, "start_kind": kind, "copy_s": done_at,
+           "final_seqnos": [s1, s2], "modified_during_copy": modified,
+           "achieved_rate": modified / done_at if done_at else None, "writer_alone": ctl,
+           "mem_before_kb": m_before, "growth_kb": grow, "mem_2s_after_kb": after,
+           "primary_cpu_s": cpu1 - cpu0, "primary_cores": (cpu1 - cpu0) / done_at if done_at else None,
+           "machine_cores_busy": busy, "load_average": os.getloadavg()[0],
+           "writer_counts": dict(counts), "primary_log": [ln[24:] for ln in ck_lines][-3:],
+           "replica_log": [ln[24:] for ln in inst_lines][-3:],
+           "samples": [(t, m.get("VmRSS"), m.get("RssAnon"), m.get("RssFile")) for t, m in samples]}
+    stop_process(g.root / replica, "container")
+    g.containers.remove(replica)
+    return res
 
 
 def checkpoint_figure(work: Path, a) -> dict:
+    g, info = checkpoint_grid(work, a)
     runs = []
-    for i, rate in enumerate(a.writer_rates):
-        res = checkpoint_once(work, a, rate, i)
-        runs.append(res)
-        note(f"checkpoint copy ({res['start_kind']}) under {rate:g} tx/s: online in "
-             f"{'-' if res['copy_s'] is None else format(res['copy_s'], '.2f')} s; primary RSS "
-             f"{res['rss_before_kb'] / 1024:.0f} -> peak {res['rss_peak_kb'] / 1024:.0f} MiB "
-             f"(+{res['rss_growth_kb'] / 1024:.1f} MiB) for {res['modified_during_copy']:,} entries modified "
-             f"= {res['bytes_per_modified'] or 0:,.0f} B/entry")
-    return {"runs": runs}
+    try:
+        for i, rate in enumerate(a.writer_rates):
+            st = g.settled(30, full=False)
+            while any(c["up"] and c["name"] != "c1" for c in st["containers"]):  # the last replica gone
+                time.sleep(0.1)
+                st = g.status()
+            res = copy_once(g, a, rate, f"r{i + 1}")
+            runs.append(res)
+            gr = res["growth_kb"]
+            note(f"checkpoint copy #{i + 1} ({res['start_kind']}, primary at seqno {res['primary_seqno']:,}) under "
+                 f"{rate:g} tx/s (achieved {res['achieved_rate'] or 0:,.0f}; alone "
+                 f"{(res['writer_alone'] or {}).get('rate', 0):,.0f}): online in "
+                 f"{'-' if res['copy_s'] is None else format(res['copy_s'], '.2f')} s; primary growth VmRSS "
+                 f"+{gr['VmRSS'] / 1024:.1f} MiB (anon +{gr['RssAnon'] / 1024:.1f}, file +{gr['RssFile'] / 1024:.1f}) "
+                 f"for {res['modified_during_copy']:,} entries modified; writer alone: "
+                 f"{res['writer_alone']}")
+    finally:
+        g.close()
+        g.remove()
+    base = next((r["growth_kb"] for r in runs if r["rate"] == 0), None)
+    for r in runs:  # the growth a copy costs with no writer is the copy's own; the rest is per entry
+        m = r["modified_during_copy"]
+        r["anon_bytes_per_modified_over_idle"] = (r["growth_kb"]["RssAnon"] - base["RssAnon"]) * 1024 / m \
+            if base and m else None
+        r["rss_bytes_per_modified_over_idle"] = (r["growth_kb"]["VmRSS"] - base["VmRSS"]) * 1024 / m \
+            if base and m else None
+    return {**info, "runs": runs, "idle_growth_kb": base}
 
 
 # -- report -------------------------------------------------------------------------------------------
@@ -680,13 +808,18 @@ def report(doc: dict) -> list[str]:
             rows.append((f"  at {lvl}", f"{v['2']['rate']:,.0f} tx/s", f"{v['1']['rate']:,.0f} tx/s",
                          f"{s['ratio_by_level'][lvl]:.2f}x", "", ""))
     if "checkpoint" in f:
-        for r in f["checkpoint"]["runs"]:
-            rows.append((f"{r['keys']:,}-key partition online ({r['start_kind']}), writer {r['rate']:g} tx/s",
+        ck = f["checkpoint"]
+        for r in ck["runs"]:
+            rows.append((f"{ck['keys']:,}-key partition online ({r['start_kind']}), writer {r['rate']:g} tx/s "
+                         f"(achieved {r['achieved_rate'] or 0:,.0f})",
                          "-" if r["copy_s"] is None else f"{r['copy_s']:.1f} s", "", "", "< 30 s",
                          "" if r["copy_s"] is None else verdict(r["copy_s"] < 30)))
-            rows.append(("  primary RSS growth / entries modified during the copy",
-                         f"+{r['rss_growth_kb'] / 1024:.1f} MiB / {r['modified_during_copy']:,}",
-                         f"{r['bytes_per_modified'] or 0:,.0f} B/entry", "", "", ""))
+            gr = r["growth_kb"]
+            over = r.get("anon_bytes_per_modified_over_idle")
+            rows.append(("  primary growth VmRSS (anon, file) / entries modified; anon B/entry over the idle copy",
+                         f"+{gr['VmRSS'] / 1024:.1f} MiB (+{gr['RssAnon'] / 1024:.1f}, +{gr['RssFile'] / 1024:.1f}) "
+                         f"/ {r['modified_during_copy']:,}",
+                         "-" if over is None else f"{over:,.0f} B/entry", "", "", ""))
     return rows
 
 
@@ -694,12 +827,15 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker_main(json.loads(sys.argv[2]))
         return
+    if len(sys.argv) > 2 and sys.argv[1] == "--burst":
+        burst_main(json.loads(sys.argv[2]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--figure", action="append", choices=("commit", "failover", "scaling", "checkpoint", "all"))
     ap.add_argument("--quick", action="store_true", help="short windows, one round; prints, writes no RESULTS.md")
     ap.add_argument("--partitions", type=int, default=4, help="commit figure: partitions of both grids")
-    ap.add_argument("--levels", default="1x8,2x8,2x24", help="commit figure: workers x threads, comma-separated")
-    ap.add_argument("--scaling-levels", default="2x8,2x24,3x24", help="scaling figure: workers x threads")
+    ap.add_argument("--levels", default="2x16,4x64,4x128,6x128", help="commit figure: workers x threads, comma-separated")
+    ap.add_argument("--scaling-levels", default="2x16,4x64,4x128,6x128", help="scaling figure: workers x threads")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
@@ -708,11 +844,15 @@ def main() -> None:
                     help="failover: also run with the proposed RouteCache fix applied in this process")
     ap.add_argument("--keys", type=int, default=1_000_000, help="checkpoint: keys in the partition")
     ap.add_argument("--per-txn", type=int, default=10_000, help="checkpoint: keys per fill transaction")
-    ap.add_argument("--copy-trigger", choices=("prune", "none"), default="prune",
-                    help="checkpoint: prune the primary's journal after the fill so the new replica gets a "
-                         "checkpoint copy (none: it replays the fill's journal)")
-    ap.add_argument("--writer-rates", type=float, nargs="+", default=[500, 2000, 0])
+    ap.add_argument("--copy-trigger", choices=("prune", "behind", "none"), default="behind",
+                    help="checkpoint: how the new replica's subscription is made a checkpoint copy: prune the "
+                         "primary's journal after the fill (8 MiB segments), or add --behind single-update "
+                         "transactions after it; none: the replica replays the fill's journal")
+    ap.add_argument("--behind", type=int, default=201_000, help="checkpoint, --copy-trigger behind: transactions")
+    ap.add_argument("--writer-rates", type=float, nargs="+", default=[0, 500, 2000, 4000])
     ap.add_argument("--copy-timeout", type=float, default=120.0)
+    ap.add_argument("--control-s", type=float, default=5.0,
+                    help="checkpoint: seconds of the writer alone before the copy (its own memory growth)")
     ap.add_argument("--keep", action="store_true", help="keep every grid's directory and logs")
     ap.add_argument("--json", default=str(OUT / "grid.json"))
     ap.add_argument("--write-results", action=argparse.BooleanOptionalAction, default=None,
