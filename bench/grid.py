@@ -823,6 +823,116 @@ def report(doc: dict) -> list[str]:
     return rows
 
 
+NOTES_BEGIN, NOTES_END = "<!-- grid notes: begin -->", "<!-- grid notes: end -->"
+
+
+def md_cpu(cpu: dict) -> str:
+    workers = sum(v for n, v in cpu.items() if n.startswith("worker"))
+    parts = [f"{n} {v:.2f}" for n, v in cpu.items()
+             if not n.startswith("worker") and n not in ("bench (this)", "other processes")]
+    return ", ".join(parts + [f"workers {workers:.2f}", f"bench {cpu.get('bench (this)', 0):.2f}",
+                              f"**others {cpu.get('other processes', 0):.2f}**"])
+
+
+def write_results(doc: dict) -> None:
+    """The Grid (issue 11) section of RESULTS.md from ``doc``; the notes block in it is kept."""
+    from results import RESULTS, markers, write_section
+    begin, end = markers("grid.py")
+    notes = ""
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    if NOTES_BEGIN in old and NOTES_END in old:
+        notes = NOTES_BEGIN + old.split(NOTES_BEGIN, 1)[1].split(NOTES_END, 1)[0] + NOTES_END
+    f = doc["figures"]
+    la = doc.get("load_average", [0, 0])
+    L = [begin, "## Grid (issue 11)", "",
+         f"Run {doc['time']} on commit {doc.get('commit', '?')}: {doc['machine']}. Load average {la[0]:.1f} before, "
+         f"{la[1]:.1f} after: **the 2 CPUs were shared with other sessions' benchmarks and test suites** "
+         f"(each table gives the cores the rest of the machine used in the same window, from /proc/stat). "
+         f"Every process is on the same 2 CPUs: catalog, containers, the load's worker processes and this script. "
+         f"Containers' shards have `group` durability (the container's default).", "",
+         "| figure | measured | baseline | ratio | target | verdict |", "|---|---:|---:|---:|---|---|"]
+    for row in report(doc):
+        L.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    if "commit" in f:
+        c = f["commit"]
+        L += ["", f"### Commit rate, one synchronous replica vs none ({c['partitions']} partitions, "
+                  f"{c['rounds']} alternating rounds of {c['seconds']:g} s per level)", "",
+              "Load: W worker processes x T threads, each thread `g.put(\"m\", (k,), {\"n\": i})` on random keys; "
+              "sync1 = min_sync 1, max_sync 1, max_async 0 on 2 containers (each primary of half the partitions and "
+              "sync replica of the other half); none = all 0 on 1 container. Cores = CPU seconds per second over "
+              "the window (mean of the rounds).", "",
+              "| W x T | sync1 tx/s | none tx/s | ratio | cores, sync1 | cores, none |", "|---|---:|---:|---:|---|---|"]
+        for lvl, v in c["levels"].items():
+            L.append(f"| {lvl} | {v['sync1']['rate']:,.0f} | {v['none']['rate']:,.0f} | {c['ratio_by_level'][lvl]:.2f} | "
+                     f"{md_cpu(v['sync1']['cpu'])} | {md_cpu(v['none']['cpu'])} |")
+    if "failover" in f:
+        L += ["", "### Failover", "",
+              "min_sync 1, max_sync 1, max_async 1, 4 partitions on 3 containers; the container with the most "
+              "primaries is SIGKILLed while one writer thread per lost partition (its own client) commits single "
+              "updates in a loop. Times from the kill: `detected` = the catalog logs `container X lost`; "
+              "`promoted` = its `promote partition` line; `primary taken` = the surviving container logs `shard pN is "
+              "primary`; `sync current` = it logs a synchronous replica current again (min_sync 1 needs one); "
+              "`first commit` = the first commit a writer got accepted after the kill; `every partition` = the last "
+              "lost partition's first accepted commit.", "",
+              "| client | heartbeat timeout | run | detected | promoted | primary taken | sync current | first commit "
+              "| every partition | client errors before the first accepted commit |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        for which, title in (("client", "as landed"), ("client_patched", "proposed fix")):
+            for hb, v in f["failover"].get(which, {}).items():
+                for i, r in enumerate(v["runs"]):
+                    errs = "; ".join(f"p{p}: " + ", ".join(f"{k} {n}" for k, n in pv["errors"].items())
+                                     for p, pv in r["per_partition"].items())
+                    stuck = f" (stuck: p{r['stuck_partitions']})" if r["stuck_partitions"] else ""
+                    L.append(f"| {title} | {hb} s | {i + 1} | {fmt(r['detected_s'])} | {fmt(r['promoted_s'])} | "
+                             f"{fmt(r['primary_taken_s'])} | {fmt(r['sync_current_s'])} | {fmt(r['first_ok_s'])} | "
+                             f"{fmt(r['all_ok_s'])}{stuck} | {errs} |")
+    if "scaling" in f:
+        sc = f["scaling"]
+        L += ["", "### Scaling: 8 partitions, no replicas, 2 containers vs 1", "",
+              "| W x T | 2 containers tx/s | 1 container tx/s | ratio | cores, 2 containers | cores, 1 container |",
+              "|---|---:|---:|---:|---|---|"]
+        for lvl, v in sc["levels"].items():
+            L.append(f"| {lvl} | {v['2']['rate']:,.0f} | {v['1']['rate']:,.0f} | {sc['ratio_by_level'][lvl]:.2f}x | "
+                     f"{md_cpu(v['2']['cpu'])} | {md_cpu(v['1']['cpu'])} |")
+    if "checkpoint" in f:
+        ck = f["checkpoint"]
+        trig = {"behind": f"then {ck.get('behind_transactions', 0):,} single-update transactions, so that a new "
+                          f"replica is more than 200,000 transactions behind (`shipping.CHECKPOINT_AFTER_DEFAULT`)",
+                "prune": "then the primary's journal pruned (8 MiB segments), so that it no longer starts at seqno 1",
+                "none": "nothing more (the replica replays the journal)"}[ck["trigger"]]
+        L += ["", "### Checkpoint copy", "",
+              f"One partition (min_sync 0, max_async 1) on container c1, filled with {ck['keys']:,} keys `(1, i)` in "
+              f"{ck['fill_transactions']} transactions of {doc['args']['per_txn']:,} keys through `g.transaction(1)` "
+              f"({ck['fill_s']:.1f} s), {trig}; journal {ck['journal_mib']:.0f} MiB, store {ck['store_mib']:.0f} MiB. "
+              "Then, for each writer rate, a new container joins, the catalog places the async replica on it and "
+              "it subscribes at seqno 0 (a checkpoint copy, then the frames after it); the time is until its "
+              "shard's seqno reaches the primary's (both from the containers' control sockets, every 50 ms). "
+              "Before each copy the writer runs alone for a few seconds (`alone`), to tell its own cost from the "
+              "copy's. The primary's VmRSS and its parts (RssAnon, RssFile) are sampled every 50 ms; growth = peak "
+              "during the copy minus the value at its start. Each copy's replica container is stopped before the "
+              "next.", "",
+              "| writer tx/s: asked / alone / during the copy | online in | entries modified during the copy | "
+              "VmRSS growth | RssAnon growth | RssFile growth | anon B/entry over the idle copy | VmRSS 2 s after | "
+              "primary cores | machine cores busy |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in ck["runs"]:
+            gr = r["growth_kb"]
+            alone = (r["writer_alone"] or {}).get("rate", 0)
+            over = r.get("anon_bytes_per_modified_over_idle")
+            L.append(f"| {r['rate']:g} / {alone:,.0f} / {r['achieved_rate'] or 0:,.0f} | "
+                     f"{'-' if r['copy_s'] is None else format(r['copy_s'], '.1f')} s | {r['modified_during_copy']:,} | "
+                     f"+{gr['VmRSS'] / 1024:.1f} MiB | +{gr['RssAnon'] / 1024:.1f} MiB | +{gr['RssFile'] / 1024:.1f} MiB | "
+                     f"{'-' if over is None else format(over, ',.0f')} | {r['mem_2s_after_kb'].get('VmRSS', 0) / 1024:.1f} MiB | "
+                     f"{r['primary_cores'] or 0:.2f} | {r['machine_cores_busy']:.2f} |")
+        if ck["runs"]:
+            L += ["", "Logs of the last copy: " + "; ".join(f"`{ln}`" for ln in ck["runs"][-1]["primary_log"] +
+                                                            ck["runs"][-1]["replica_log"])]
+    L += ["", notes or f"{NOTES_BEGIN}\n{NOTES_END}", "",
+          "Reproduce: `make bench-grid` (or `PYTHONPATH=src .venv/bin/python bench/grid.py`, `--figure NAME` for "
+          "one, `--quick` for a short try); JSON in bench/out/grid.json; `--results-from bench/out/grid.json` "
+          "rewrites this section from a JSON without measuring.", end]
+    write_section("grid.py", "\n".join(L) + "\n")
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker_main(json.loads(sys.argv[2]))
@@ -857,7 +967,12 @@ def main() -> None:
     ap.add_argument("--json", default=str(OUT / "grid.json"))
     ap.add_argument("--write-results", action=argparse.BooleanOptionalAction, default=None,
                     help="write the Grid (issue 11) section of RESULTS.md (default: unless --quick or one figure)")
+    ap.add_argument("--results-from", metavar="JSON", help="only write RESULTS.md's section from this JSON")
     a = ap.parse_args()
+    if a.results_from:
+        write_results(json.loads(Path(a.results_from).read_text()))
+        console.print(f"wrote the Grid (issue 11) section of {HERE / 'RESULTS.md'}")
+        return
     global KEEP
     KEEP = a.keep
     figs = ["commit", "failover", "scaling", "checkpoint"] if not a.figure or "all" in a.figure else a.figure
@@ -894,6 +1009,10 @@ def main() -> None:
         t.add_row(*row)
     console.print(t)
     console.print(f"wrote {a.json}")
+    write = a.write_results if a.write_results is not None else (not a.quick and len(figs) == 4)
+    if write:
+        write_results(doc)
+        console.print(f"wrote the Grid (issue 11) section of {HERE / 'RESULTS.md'}")
 
 
 if __name__ == "__main__":
