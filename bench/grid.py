@@ -306,40 +306,52 @@ def cpu_text(cpu: dict) -> str:
 
 
 # -- figure 1: commit rate with one synchronous replica ------------------------------------------------
-def commit_figure(work: Path, a) -> dict:
-    levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
-    configs = {"sync1": dict(min_sync=1, max_sync=1, max_async=0, containers=2),
-               "none": dict(min_sync=0, max_sync=0, max_async=0, containers=1)}
-    results: dict[str, dict[str, list[Load]]] = {c: {f"{w}x{t}": [] for w, t in levels} for c in configs}
-    for r in range(a.rounds):
-        order = list(configs) if r % 2 == 0 else list(configs)[::-1]
-        for cname in order:
-            c = configs[cname]
-            g = GridUp(work, f"commit-{cname}", partitions=a.partitions, min_sync=c["min_sync"],
+def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int]], what: str) -> dict:
+    """Every configuration's grid up at once (an idle grid costs only heartbeats); then, per round and
+    per level, one window on each grid in turn, the order reversed every other round, so that the
+    rest of the machine's load falls on all of them alike. Rates are commits / seconds over all rounds."""
+    grids = {}
+    res: dict[str, dict[str, list[Load]]] = {c: {f"{w}x{t}": [] for w, t in levels} for c in configs}
+    try:
+        for cname, c in configs.items():
+            g = GridUp(work, f"{what}-{cname}", partitions=c["partitions"], min_sync=c["min_sync"],
                        max_sync=c["max_sync"], max_async=c["max_async"])
-            try:
-                for i in range(c["containers"]):
-                    g.add(f"c{i + 1}")
-                st = g.settled()
-                note(f"commit round {r + 1}/{a.rounds} {cname}: {a.partitions} partitions, primaries "
-                     f"{ {c['name']: c['primaries'] for c in st['containers']} }")
-                for w, t in levels:
-                    ld = drive(g, w, t, a.seconds)
-                    results[cname][ld.label].append(ld)
-                    note(f"  {cname} {ld.label}: {ld.rate:,.0f} tx/s, errors {ld.errors or 0}; cores: "
-                         f"{cpu_text(ld.cpu)}")
-                if cname == "sync1":  # every acknowledged commit is on the replica too
-                    st = g.settled(30)
-                    lag = [(p["partition"], p["seqnos"]) for p in st["partitions"] if len(set(p["seqnos"].values())) > 1]
-                    if lag:
-                        note(f"  [yellow]replica seqnos still differ after the load: {lag}[/yellow]")
-            finally:
-                g.close()
-                g.remove()
-    out = {"partitions": a.partitions, "seconds": a.seconds, "rounds": a.rounds, "levels": {}}
+            grids[cname] = g
+            for i in range(c["containers"]):
+                g.add(f"c{i + 1}")
+        for cname, g in grids.items():
+            st = g.settled()
+            note(f"{what} {cname}: {configs[cname]['partitions']} partitions, primaries "
+                 f"{ {c['name']: c['primaries'] for c in st['containers']} }")
+        for r in range(a.rounds):
+            for w, t in levels:
+                order = list(configs) if r % 2 == 0 else list(configs)[::-1]
+                for cname in order:
+                    ld = drive(grids[cname], w, t, a.seconds)
+                    res[cname][ld.label].append(ld)
+                    note(f"  round {r + 1}/{a.rounds} {what} {cname} {ld.label}: {ld.rate:,.0f} tx/s, errors "
+                         f"{ld.errors or 0}; cores: {cpu_text(ld.cpu)}")
+        for cname, g in grids.items():
+            if configs[cname]["max_sync"]:  # every acknowledged commit is on the sync replicas too
+                st = g.settled(30)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    lag = [(p["partition"], p["seqnos"]) for p in st["partitions"]
+                           if len(set(p["seqnos"].values())) > 1]
+                    if not lag:
+                        break
+                    time.sleep(0.3)
+                    st = g.status()
+                if lag:
+                    note(f"  [yellow]{cname}: replica seqnos differ 5 s after the load: {lag}[/yellow]")
+    finally:
+        for g in grids.values():
+            g.close()
+            g.remove()
+    out = {"seconds": a.seconds, "rounds": a.rounds, "levels": {}, "configs": configs}
     best = {}
     for cname in configs:
-        for lvl, lds in results[cname].items():
+        for lvl, lds in res[cname].items():
             n, s = sum(x.commits for x in lds), sum(x.seconds for x in lds)
             cpu = {k: round(statistics.mean(x.cpu[k] for x in lds), 2) for k in lds[0].cpu}
             out["levels"].setdefault(lvl, {})[cname] = {"rate": n / s, "runs": [x.rate for x in lds], "cpu": cpu,
@@ -347,7 +359,16 @@ def commit_figure(work: Path, a) -> dict:
             if cname not in best or n / s > best[cname][1]:
                 best[cname] = (lvl, n / s)
     out["best"] = {c: {"level": lv, "rate": rt} for c, (lv, rt) in best.items()}
-    out["ratio_at_plateau"] = best["sync1"][1] / best["none"][1]
+    return out
+
+
+def commit_figure(work: Path, a) -> dict:
+    levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
+    configs = {"sync1": dict(partitions=a.partitions, min_sync=1, max_sync=1, max_async=0, containers=2),
+               "none": dict(partitions=a.partitions, min_sync=0, max_sync=0, max_async=0, containers=1)}
+    out = compare(work, a, configs, levels, "commit")
+    out["partitions"] = a.partitions
+    out["ratio_at_plateau"] = out["best"]["sync1"]["rate"] / out["best"]["none"]["rate"]
     out["ratio_by_level"] = {lvl: v["sync1"]["rate"] / v["none"]["rate"] for lvl, v in out["levels"].items()}
     return out
 
@@ -497,34 +518,9 @@ def failover_figure(work: Path, a) -> dict:
 # -- figure 3: scaling --------------------------------------------------------------------------------
 def scaling_figure(work: Path, a) -> dict:
     levels = [tuple(map(int, s.split("x"))) for s in a.scaling_levels.split(",")]
-    res: dict[str, dict[str, list[Load]]] = {n: {f"{w}x{t}": [] for w, t in levels} for n in ("1", "2")}
-    for r in range(a.rounds):
-        for nc in (("1", "2") if r % 2 == 0 else ("2", "1")):
-            g = GridUp(work, f"scaling-{nc}", partitions=8, min_sync=0, max_sync=0, max_async=0)
-            try:
-                for i in range(int(nc)):
-                    g.add(f"c{i + 1}")
-                st = g.settled()
-                note(f"scaling round {r + 1}/{a.rounds}, {nc} container(s): primaries "
-                     f"{ {c['name']: c['primaries'] for c in st['containers']} }")
-                for w, t in levels:
-                    ld = drive(g, w, t, a.seconds)
-                    res[nc][ld.label].append(ld)
-                    note(f"  {nc} container(s) {ld.label}: {ld.rate:,.0f} tx/s; cores: {cpu_text(ld.cpu)}")
-            finally:
-                g.close()
-                g.remove()
-    out = {"levels": {}}
-    best = {}
-    for nc in res:
-        for lvl, lds in res[nc].items():
-            n, s = sum(x.commits for x in lds), sum(x.seconds for x in lds)
-            cpu = {k: round(statistics.mean(x.cpu[k] for x in lds), 2) for k in lds[0].cpu}
-            out["levels"].setdefault(lvl, {})[nc] = {"rate": n / s, "runs": [x.rate for x in lds], "cpu": cpu}
-            if nc not in best or n / s > best[nc][1]:
-                best[nc] = (lvl, n / s)
-    out["best"] = {nc: {"level": lv, "rate": rt} for nc, (lv, rt) in best.items()}
-    out["ratio_at_plateau"] = best["2"][1] / best["1"][1]
+    configs = {n: dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=int(n)) for n in ("2", "1")}
+    out = compare(work, a, configs, levels, "scaling")
+    out["ratio_at_plateau"] = out["best"]["2"]["rate"] / out["best"]["1"]["rate"]
     out["ratio_by_level"] = {lvl: v["2"]["rate"] / v["1"]["rate"] for lvl, v in out["levels"].items()}
     return out
 
@@ -853,11 +849,18 @@ def write_results(doc: dict) -> None:
          "| figure | measured | baseline | ratio | target | verdict |", "|---|---:|---:|---:|---|---|"]
     for row in report(doc):
         L.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    runs = doc.get("figure_runs", {})
+    if runs:
+        L += ["", "Each figure's run: " + "; ".join(
+            f"{k} at {v['time']} (load average {v['load_average'][0]:.1f} → {v['load_average'][1]:.1f})"
+            for k, v in runs.items()) + "."]
     if "commit" in f:
         c = f["commit"]
         L += ["", f"### Commit rate, one synchronous replica vs none ({c['partitions']} partitions, "
                   f"{c['rounds']} alternating rounds of {c['seconds']:g} s per level)", "",
               "Load: W worker processes x T threads, each thread `g.put(\"m\", (k,), {\"n\": i})` on random keys; "
+              "both grids are up at once and each level's windows alternate between them (the order reversed "
+              "every other round), so that the other sessions' load falls on both alike; "
               "sync1 = min_sync 1, max_sync 1, max_async 0 on 2 containers (each primary of half the partitions and "
               "sync replica of the other half); none = all 0 on 1 container. Cores = CPU seconds per second over "
               "the window (mean of the rounds).", "",
@@ -947,7 +950,7 @@ def main() -> None:
     ap.add_argument("--levels", default="2x16,4x64,4x128,6x128", help="commit figure: workers x threads, comma-separated")
     ap.add_argument("--scaling-levels", default="2x16,4x64,4x128,6x128", help="scaling figure: workers x threads")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of each configuration, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
     ap.add_argument("--failover-runs", type=int, default=5)
     ap.add_argument("--patched-client", action=argparse.BooleanOptionalAction, default=True,
@@ -967,6 +970,8 @@ def main() -> None:
     ap.add_argument("--json", default=str(OUT / "grid.json"))
     ap.add_argument("--write-results", action=argparse.BooleanOptionalAction, default=None,
                     help="write the Grid (issue 11) section of RESULTS.md (default: unless --quick or one figure)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other figures of the existing --json file (and write RESULTS.md from all)")
     ap.add_argument("--results-from", metavar="JSON", help="only write RESULTS.md's section from this JSON")
     a = ap.parse_args()
     if a.results_from:
@@ -990,12 +995,19 @@ def main() -> None:
         doc["commit"] = git_state()
     except ImportError:
         pass
+    if a.merge and Path(a.json).exists():  # keep the figures this run does not measure
+        old = json.loads(Path(a.json).read_text())
+        doc["figures"] = {k: v for k, v in old.get("figures", {}).items() if k not in figs}
+        doc["figure_runs"] = {k: v for k, v in old.get("figure_runs", {}).items() if k not in figs}
     try:
         for fig in figs:
             note(f"[bold]figure {fig}[/bold]")
             fn = {"commit": commit_figure, "failover": failover_figure, "scaling": scaling_figure,
                   "checkpoint": checkpoint_figure}[fig]
+            l0, t0 = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")
             doc["figures"][fig] = fn(work, a)
+            doc.setdefault("figure_runs", {})[fig] = {"time": t0, "load_average": [l0, os.getloadavg()[0]],
+                                                      "commit": doc.get("commit")}
             Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")  # each figure as it lands
     finally:
         if not KEEP:
@@ -1009,7 +1021,7 @@ def main() -> None:
         t.add_row(*row)
     console.print(t)
     console.print(f"wrote {a.json}")
-    write = a.write_results if a.write_results is not None else (not a.quick and len(figs) == 4)
+    write = a.write_results if a.write_results is not None else (not a.quick and (len(figs) == 4 or a.merge))
     if write:
         write_results(doc)
         console.print(f"wrote the Grid (issue 11) section of {HERE / 'RESULTS.md'}")
