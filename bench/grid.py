@@ -139,14 +139,33 @@ class GridUp:
         self.pids: dict[str, int] = {"catalog": info["pid"]}
         self.containers: list[str] = []
 
-    def add(self, name: str, listen: str = "127.0.0.1:0") -> int:
+    def add(self, name: str, listen: str = "127.0.0.1:0", capacity: int | None = None) -> int:
         from multisite.net.grid_process import start_container
+        if capacity is not None:  # start_container has no --capacity: spawn it as it does, with one
+            return self._add_with_capacity(name, listen, capacity)
         st = start_container(self.root / name, self.address, listen, name=name)
         if not st.get("registered"):
             raise RuntimeError(f"container {name} did not register")
         self.pids[name] = st["pid"]
         self.containers.append(name)
         return st["pid"]
+
+    def _add_with_capacity(self, name: str, listen: str, capacity: int) -> int:
+        from multisite.net import control
+        from multisite.net.grid_process import _spawn, _wait_ready
+        root = self.root / name
+        proc = _spawn(root, "multisite.net.grid_container", ["--catalog", self.address, "--listen", listen,
+                                                             "--name", name, "--capacity", str(capacity)], "container")
+        _wait_ready(proc, root, "container")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            st = control.call(root, "status", timeout=5)
+            if st["registered"]:
+                self.pids[name] = st["pid"]
+                self.containers.append(name)
+                return st["pid"]
+            time.sleep(0.05)
+        raise RuntimeError(f"container {name} did not register")
 
     def status(self) -> dict:
         from multisite.net.grid_process import catalog_status
@@ -318,7 +337,7 @@ def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int
                        max_sync=c["max_sync"], max_async=c["max_async"])
             grids[cname] = g
             for i in range(c["containers"]):
-                g.add(f"c{i + 1}")
+                g.add(f"c{i + 1}", capacity=c.get("capacity"))
         for cname, g in grids.items():
             st = g.settled()
             note(f"{what} {cname}: {configs[cname]['partitions']} partitions, primaries "
@@ -412,18 +431,20 @@ def failover_once(work: Path, hb: float, run: int) -> dict:
                 keys[p] = k
             k += 1
         probe.close()
-        events: dict[int, list[tuple[float, str, str]]] = {p: [] for p in parts}  # (wall time, kind, detail)
+        # (wall time it returned, kind, detail, wall time it was sent)
+        events: dict[int, list[tuple[float, str, str, float]]] = {p: [] for p in parts}
         stop = threading.Event()
 
         def writer(p: int) -> None:
             client = mg.connect(g.address, timeout_s=FAILOVER_CLIENT_TIMEOUT_S)
             i = 0
             while not stop.is_set():
+                t0 = time.time()
                 try:
                     client.put(MAP, (keys[p],), {"n": i})
-                    events[p].append((time.time(), "ok", ""))
+                    events[p].append((time.time(), "ok", "", t0))
                 except (CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback) as e:
-                    events[p].append((time.time(), type(e).__name__, str(e)[:300]))
+                    events[p].append((time.time(), type(e).__name__, str(e)[:300], t0))
                 i += 1
             client.close()
 
@@ -434,7 +455,7 @@ def failover_once(work: Path, hb: float, run: int) -> dict:
         t_kill = g.kill(victim)
         deadline = time.time() + FAILOVER_CLIENT_TIMEOUT_S + 5
         while time.time() < deadline:
-            if all(any(t > t_kill and kind == "ok" for t, kind, _ in ev[-20:]) for ev in events.values()):
+            if all(any(t0 > t_kill and kind == "ok" for _, kind, _, t0 in ev[-20:]) for ev in events.values()):
                 break
             time.sleep(0.02)
         time.sleep(0.5)
@@ -444,15 +465,16 @@ def failover_once(work: Path, hb: float, run: int) -> dict:
         per_part = {}
         msgs = []
         for p, ev in events.items():
-            first_ok = next((t for t, kind, _ in ev if t > t_kill and kind == "ok"), None)
+            # the first commit sent after the kill and accepted: the dead primary cannot have taken it
+            first_ok = next((t for t, kind, _, t0 in ev if t0 > t_kill and kind == "ok"), None)
             errs: dict[str, int] = {}
-            for t, kind, d in ev:
+            for t, kind, d, _ in ev:
                 if t > t_kill and kind != "ok" and (first_ok is None or t <= first_ok):
                     errs[kind] = errs.get(kind, 0) + 1
                     if len(msgs) < 6 and (kind != "ReplicationVotedToRollback" or errs[kind] == 1):
                         msgs.append(f"p{p} +{t - t_kill:.3f} s {kind}: {d}")
             per_part[p] = {"first_ok_s": None if first_ok is None else first_ok - t_kill, "errors": errs,
-                           "commits_before_kill": sum(1 for t, kind, _ in ev if kind == "ok" and t <= t_kill)}
+                           "commits_before_kill": sum(1 for t, kind, _, _ in ev if kind == "ok" and t <= t_kill)}
         cat = g.log("catalog")
         lost = [t for t, _ in log_times(cat, rf"container {victim} lost") if t > t_kill - 1]
         promote = [t for t, _ in log_times(cat, r"promote partition") if lost and t >= lost[0]]
@@ -518,7 +540,13 @@ def failover_figure(work: Path, a) -> dict:
 # -- figure 3: scaling --------------------------------------------------------------------------------
 def scaling_figure(work: Path, a) -> dict:
     levels = [tuple(map(int, s.split("x"))) for s in a.scaling_levels.split(",")]
-    configs = {n: dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=int(n)) for n in ("2", "1")}
+    # capacity: the first container to join takes every primary, and a grid without replicas never moves a
+    # primary to a container that joins later (placement relocates replicas and swaps primaries with
+    # current sync replicas only): 2 containers of capacity 4 split the 8 partitions (--scaling-capacity 0:
+    # as the catalog places them by itself)
+    cap2 = a.scaling_capacity or None
+    configs = {"2": dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=2, capacity=cap2),
+               "1": dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=1)}
     out = compare(work, a, configs, levels, "scaling")
     out["ratio_at_plateau"] = out["best"]["2"]["rate"] / out["best"]["1"]["rate"]
     out["ratio_by_level"] = {lvl: v["2"]["rate"] / v["1"]["rate"] for lvl, v in out["levels"].items()}
@@ -949,6 +977,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="commit figure: partitions of both grids")
     ap.add_argument("--levels", default="2x16,4x64,4x128,6x128", help="commit figure: workers x threads, comma-separated")
     ap.add_argument("--scaling-levels", default="2x16,4x64,4x128,6x128", help="scaling figure: workers x threads")
+    ap.add_argument("--scaling-capacity", type=int, default=4,
+                    help="scaling: --capacity of each of the 2 containers (0: none, the catalog's own placement)")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
