@@ -709,6 +709,9 @@ def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
         ctl = {"seconds": a.control_s, "modified": k1 - k0, "rate": (k1 - k0) / a.control_s,
                "rss_growth_kb": peak_ctl - m0["VmRSS"], "anon_growth_kb": m1["RssAnon"] - m0["RssAnon"]}
     m_before = mem_kb(ppid)
+    shard = g.root / "c1" / f"{g.name}-p0"
+    wal = lambda: sum(f.stat().st_size for f in shard.rglob("*-wal"))  # noqa: E731 - SQLite's WAL: on disk
+    wal0 = wal_peak = wal()
     samples = [(0.0, m_before)]
     ok0 = counts.get("ok", 0)
     cpu0 = cpu_s(ppid)
@@ -720,6 +723,7 @@ def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
     while time.time() - t0 < a.copy_timeout:
         s1, s2 = shard_seqno(g, "c1"), shard_seqno(g, replica)
         samples.append((round(time.time() - t0, 2), mem_kb(ppid)))
+        wal_peak = max(wal_peak, wal())
         if s1 is not None and s2 is not None and s2 >= seqno and s2 >= s1 - max(2, int(rate * 0.05)):
             done_at = time.time() - t0
             break
@@ -745,7 +749,7 @@ def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
     res = {"rate": rate, "replica": replica, "primary_seqno": seqno, "start_kind": kind, "copy_s": done_at,
            "final_seqnos": [s1, s2], "modified_during_copy": modified,
            "achieved_rate": modified / done_at if done_at else None, "writer_alone": ctl,
-           "mem_before_kb": m_before, "growth_kb": grow, "mem_2s_after_kb": after,
+           "mem_before_kb": m_before, "growth_kb": grow, "wal_before_b": wal0, "wal_peak_b": wal_peak, "mem_2s_after_kb": after,
            "primary_cpu_s": cpu1 - cpu0, "primary_cores": (cpu1 - cpu0) / done_at if done_at else None,
            "machine_cores_busy": busy, "load_average": os.getloadavg()[0],
            "writer_counts": dict(counts), "primary_log": [ln[24:] for ln in ck_lines][-3:],
@@ -944,7 +948,8 @@ def write_results(doc: dict) -> None:
               "next.", "",
               "| writer tx/s: asked / alone / during the copy | online in | entries modified during the copy | "
               "VmRSS growth | RssAnon growth | RssFile growth | anon B/entry over the idle copy | VmRSS 2 s after | "
-              "primary cores | machine cores busy |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "store WAL on disk, start → peak | primary cores | machine cores busy |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in ck["runs"]:
             gr = r["growth_kb"]
             alone = (r["writer_alone"] or {}).get("rate", 0)
@@ -953,7 +958,8 @@ def write_results(doc: dict) -> None:
                      f"{'-' if r['copy_s'] is None else format(r['copy_s'], '.1f')} s | {r['modified_during_copy']:,} | "
                      f"+{gr['VmRSS'] / 1024:.1f} MiB | +{gr['RssAnon'] / 1024:.1f} MiB | +{gr['RssFile'] / 1024:.1f} MiB | "
                      f"{'-' if over is None else format(over, ',.0f')} | {r['mem_2s_after_kb'].get('VmRSS', 0) / 1024:.1f} MiB | "
-                     f"{r['primary_cores'] or 0:.2f} | {r['machine_cores_busy']:.2f} |")
+                     + (f"{r['wal_before_b'] / 2**20:.1f} → {r['wal_peak_b'] / 2**20:.1f} MiB" if "wal_peak_b" in r else "-")
+                     + f" | {r['primary_cores'] or 0:.2f} | {r['machine_cores_busy']:.2f} |")
         if ck["runs"]:
             L += ["", "Logs of the last copy: " + "; ".join(f"`{ln}`" for ln in ck["runs"][-1]["primary_log"] +
                                                             ck["runs"][-1]["replica_log"])]
