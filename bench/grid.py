@@ -215,6 +215,10 @@ class GridUp:
                     pass
 
     def remove(self) -> None:
+        logs = OUT / "grid-logs" / self.root.name  # the processes' logs outlive the grid
+        for f in self.root.glob("*/log/*"):
+            (logs / f.parent.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, logs / f.parent.parent.name / f.name)
         if not KEEP:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -305,7 +309,9 @@ def drive(grid: GridUp, workers: int, threads: int, seconds: float, warmup: floa
     for p in procs:
         out, _ = p.communicate(timeout=120)
         if p.returncode != 0 or not out.strip():
-            raise RuntimeError(f"a worker failed (status {p.returncode})")
+            dead = [n for n, pid in grid.pids.items() if not Path(f"/proc/{pid}").exists()]
+            raise RuntimeError(f"a worker failed (status {p.returncode}); grid processes gone: {dead or 'none'} "
+                               f"(their logs: {OUT / 'grid-logs' / grid.root.name})")
         r = json.loads(out.strip().splitlines()[-1])
         load.commits += r["commits"]
         for k, v in r["errors"].items():
