@@ -16,21 +16,26 @@ tables say where the 2 cores went.
 Figures (``--figure``, repeatable; default all):
 
 - ``commit``: one synchronous replica (min_sync = max_sync = 1, max_async = 0, 2 containers) against
-  none (all 0, 1 container), same partitions; several concurrency levels (workers x threads), both
-  configurations alternated over ``--rounds``; the figure is the ratio at each one's plateau (its
-  best level). Target >= 0.8.
+  none (all 0, 1 container), same partitions; several concurrency levels (workers x threads). Both
+  grids are up at once and each level's windows alternate between them over ``--rounds`` (the
+  machine is shared: the other load falls on both alike); the figure is the ratio at each one's
+  plateau (its best level). Target >= 0.8.
 - ``failover``: min_sync = 1, max_sync = 1, max_async = 1 on 3 containers (after the loss the async
   replica takes sync over, so the new primary has a current sync replica to vote); one writer thread
   commits to the partitions whose primary is on the victim; the victim is SIGKILLed; the figure is
   kill -> the first commit accepted after it, split from the catalog's and containers' logs
   (detection: ``container X lost``; promotion: ``promote partition``; the container taking the
   primary role; a sync replica current again) and the client's own retries. ``--heartbeat-timeout``.
-- ``scaling``: 8 partitions, no replicas, on 2 containers against 1; target >= 1.6x.
+- ``scaling``: 8 partitions, no replicas, on 2 containers against 1, alternated as ``commit``; the 2
+  containers get ``--capacity 4`` each (a grid without replicas never moves a primary to a container
+  that joins later, so the first would hold all 8). Target >= 1.6x.
 - ``checkpoint``: a partition of ``--keys`` keys filled with many-key transactions
   (``g.transaction``), then a second container joins and the catalog places an async replica on it
   while writers keep updating; time until the replica's seqno reaches the primary's (``grid status``)
   and the primary container's VmRSS growth against the entries modified during the copy, at several
-  writer rates. See ``checkpoint_step`` for how the copy path is made to trigger.
+  writer rates (one filled grid; each copy to a new container, the previous one stopped). A fill of
+  few big transactions alone gets a catch-up, not a copy (``shipping.start_point``): ``--copy-trigger``
+  adds 201,000 single updates (default) or prunes the journal.
 """
 
 from __future__ import annotations
@@ -130,7 +135,7 @@ class GridUp:
         self.root = work / f"{label}-{time.monotonic_ns()}"
         self.root.mkdir(parents=True)
         self.name = "bench"
-        self.policy = dict(partitions=partitions, min_sync=min_sync, max_sync=max_sync, max_async=max_async)
+        self.policy = {"partitions": partitions, "min_sync": min_sync, "max_sync": max_sync, "max_async": max_async}
         self.toml = self.root / "grid.toml"
         self.toml.write_text(f'name = "{self.name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
                              f'max_sync = {max_sync}\nmax_async = {max_async}\n[maps.{MAP}]\n')
@@ -389,8 +394,8 @@ def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int
 
 def commit_figure(work: Path, a) -> dict:
     levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
-    configs = {"sync1": dict(partitions=a.partitions, min_sync=1, max_sync=1, max_async=0, containers=2),
-               "none": dict(partitions=a.partitions, min_sync=0, max_sync=0, max_async=0, containers=1)}
+    configs = {"sync1": {"partitions": a.partitions, "min_sync": 1, "max_sync": 1, "max_async": 0, "containers": 2},
+               "none": {"partitions": a.partitions, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 1}}
     out = compare(work, a, configs, levels, "commit")
     out["partitions"] = a.partitions
     out["ratio_at_plateau"] = out["best"]["sync1"]["rate"] / out["best"]["none"]["rate"]
@@ -418,8 +423,12 @@ def patch_route_cache() -> None:
 def failover_once(work: Path, hb: float, run: int) -> dict:
     """One SIGKILL of the container with the most primaries, under one writer per lost partition (each
     its own client, committing single updates to one key of its partition in a loop)."""
-    from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback
     import multisite.grid as mg
+    from multisite.errors import (
+        CommitOutcomeUnknown,
+        GridUnavailable,
+        ReplicationVotedToRollback,
+    )
     g = GridUp(work, f"failover-{hb:g}-{run}", partitions=4, min_sync=1, max_sync=1, max_async=1,
                heartbeat_timeout_s=hb)
     try:
@@ -516,7 +525,7 @@ FAILOVER_CLIENT_TIMEOUT_S = 10.0
 
 def failover_series(work: Path, a, hb: float, label: str) -> dict:
     runs = []
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"
     for r in range(a.failover_runs):
         res = failover_once(work, hb, r)
         runs.append(res)
@@ -551,8 +560,8 @@ def scaling_figure(work: Path, a) -> dict:
     # current sync replicas only): 2 containers of capacity 4 split the 8 partitions (--scaling-capacity 0:
     # as the catalog places them by itself)
     cap2 = a.scaling_capacity or None
-    configs = {"2": dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=2, capacity=cap2),
-               "1": dict(partitions=8, min_sync=0, max_sync=0, max_async=0, containers=1)}
+    configs = {"2": {"partitions": 8, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 2, "capacity": cap2},
+               "1": {"partitions": 8, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 1}}
     out = compare(work, a, configs, levels, "scaling")
     out["ratio_at_plateau"] = out["best"]["2"]["rate"] / out["best"]["1"]["rate"]
     out["ratio_by_level"] = {lvl: v["2"]["rate"] / v["1"]["rate"] for lvl, v in out["levels"].items()}
@@ -716,7 +725,7 @@ def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
                "rss_growth_kb": peak_ctl - m0["VmRSS"], "anon_growth_kb": m1["RssAnon"] - m0["RssAnon"]}
     m_before = mem_kb(ppid)
     shard = g.root / "c1" / f"{g.name}-p0"
-    wal = lambda: sum(f.stat().st_size for f in shard.rglob("*-wal"))  # noqa: E731 - SQLite's WAL: on disk
+    wal = lambda: sum(f.stat().st_size for f in shard.rglob("*-wal"))
     wal0 = wal_peak = wal()
     samples = [(0.0, m_before)]
     ok0 = counts.get("ok", 0)
@@ -818,18 +827,18 @@ def report(doc: dict) -> list[str]:
             rows.append((f"  at {lvl} (workers x threads)", f"{v['sync1']['rate']:,.0f} tx/s",
                          f"{v['none']['rate']:,.0f} tx/s", f"{c['ratio_by_level'][lvl]:.2f}", "", ""))
     if "failover" in f:
-        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        fmt = lambda x: "-" if x is None else f"{x:.2f}"
         for which, title in (("client", "client as landed"), ("client_patched", "client with the proposed fix")):
             for hb, v in f["failover"].get(which, {}).items():
                 m = v["median"]
                 tot = m["first_ok_s"]
-                rows.append((f"failover ({title}), heartbeat timeout {hb} s, median of {len(v['runs'])}: first "
-                             f"commit / every lost partition",
+                rows.append(((f"failover ({title}), heartbeat timeout {hb} s, median of {len(v['runs'])}: first "
+                             f"commit / every lost partition"),
                              f"{fmt(tot)} / {fmt(m['all_ok_s'])} s", "", "", "< 2 s",
                              "" if tot is None else verdict(tot < 2.0)))
                 rows.append(("  split: detected / promoted / primary taken / sync current",
-                             f"{fmt(m['detected_s'])} / {fmt(m['promoted_s'])} / {fmt(m['primary_taken_s'])} / "
-                             f"{fmt(m['sync_current_s'])} s", "", "", "", ""))
+                             (f"{fmt(m['detected_s'])} / {fmt(m['promoted_s'])} / {fmt(m['primary_taken_s'])} / "
+                             f"{fmt(m['sync_current_s'])} s"), "", "", "", ""))
                 rows.append(("  runs where a lost partition never came back to the client",
                              f"{v['runs_with_stuck_partition']} of {len(v['runs'])}", "", "", "", ""))
     if "scaling" in f:
@@ -844,15 +853,15 @@ def report(doc: dict) -> list[str]:
     if "checkpoint" in f:
         ck = f["checkpoint"]
         for r in ck["runs"]:
-            rows.append((f"{ck['keys']:,}-key partition online ({r['start_kind']}), writer {r['rate']:g} tx/s "
-                         f"(achieved {r['achieved_rate'] or 0:,.0f})",
+            rows.append(((f"{ck['keys']:,}-key partition online ({r['start_kind']}), writer {r['rate']:g} tx/s "
+                         f"(achieved {r['achieved_rate'] or 0:,.0f})"),
                          "-" if r["copy_s"] is None else f"{r['copy_s']:.1f} s", "", "", "< 30 s",
                          "" if r["copy_s"] is None else verdict(r["copy_s"] < 30)))
             gr = r["growth_kb"]
             over = r.get("anon_bytes_per_modified_over_idle")
             rows.append(("  primary growth VmRSS (anon, file) / entries modified; anon B/entry over the idle copy",
-                         f"+{gr['VmRSS'] / 1024:.1f} MiB (+{gr['RssAnon'] / 1024:.1f}, +{gr['RssFile'] / 1024:.1f}) "
-                         f"/ {r['modified_during_copy']:,}",
+                         (f"+{gr['VmRSS'] / 1024:.1f} MiB (+{gr['RssAnon'] / 1024:.1f}, +{gr['RssFile'] / 1024:.1f}) "
+                         f"/ {r['modified_during_copy']:,}"),
                          "-" if over is None else f"{over:,.0f} B/entry", "", "", ""))
     return rows
 
@@ -879,11 +888,11 @@ def write_results(doc: dict) -> None:
     f = doc["figures"]
     la = doc.get("load_average", [0, 0])
     L = [begin, "## Grid (issue 11)", "",
-         f"Run {doc['time']} on commit {doc.get('commit', '?')}: {doc['machine']}. Load average {la[0]:.1f} before, "
+         (f"Run {doc['time']} on commit {doc.get('commit', '?')}: {doc['machine']}. Load average {la[0]:.1f} before, "
          f"{la[1]:.1f} after: **the 2 CPUs were shared with other sessions' benchmarks and test suites** "
          f"(each table gives the cores the rest of the machine used in the same window, from /proc/stat). "
          f"Every process is on the same 2 CPUs: catalog, containers, the load's worker processes and this script. "
-         f"Containers' shards have `group` durability (the container's default).", "",
+         f"Containers' shards have `group` durability (the container's default)."), "",
          "| figure | measured | baseline | ratio | target | verdict |", "|---|---:|---:|---:|---|---|"]
     for row in report(doc):
         L.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
@@ -894,30 +903,30 @@ def write_results(doc: dict) -> None:
             for k, v in runs.items()) + "."]
     if "commit" in f:
         c = f["commit"]
-        L += ["", f"### Commit rate, one synchronous replica vs none ({c['partitions']} partitions, "
-                  f"{c['rounds']} alternating rounds of {c['seconds']:g} s per level)", "",
-              "Load: W worker processes x T threads, each thread `g.put(\"m\", (k,), {\"n\": i})` on random keys; "
+        L += ["", (f"### Commit rate, one synchronous replica vs none ({c['partitions']} partitions, "
+                  f"{c['rounds']} alternating rounds of {c['seconds']:g} s per level)"), "",
+              ("Load: W worker processes x T threads, each thread `g.put(\"m\", (k,), {\"n\": i})` on random keys; "
               "both grids are up at once and each level's windows alternate between them (the order reversed "
               "every other round), so that the other sessions' load falls on both alike; "
               "sync1 = min_sync 1, max_sync 1, max_async 0 on 2 containers (each primary of half the partitions and "
               "sync replica of the other half); none = all 0 on 1 container. Cores = CPU seconds per second over "
-              "the window (mean of the rounds).", "",
+              "the window (mean of the rounds)."), "",
               "| W x T | sync1 tx/s | none tx/s | ratio | cores, sync1 | cores, none |", "|---|---:|---:|---:|---|---|"]
         for lvl, v in c["levels"].items():
             L.append(f"| {lvl} | {v['sync1']['rate']:,.0f} | {v['none']['rate']:,.0f} | {c['ratio_by_level'][lvl]:.2f} | "
                      f"{md_cpu(v['sync1']['cpu'])} | {md_cpu(v['none']['cpu'])} |")
     if "failover" in f:
         L += ["", "### Failover", "",
-              "min_sync 1, max_sync 1, max_async 1, 4 partitions on 3 containers; the container with the most "
+              ("min_sync 1, max_sync 1, max_async 1, 4 partitions on 3 containers; the container with the most "
               "primaries is SIGKILLed while one writer thread per lost partition (its own client) commits single "
               "updates in a loop. Times from the kill: `detected` = the catalog logs `container X lost`; "
               "`promoted` = its `promote partition` line; `primary taken` = the surviving container logs `shard pN is "
               "primary`; `sync current` = it logs a synchronous replica current again (min_sync 1 needs one); "
               "`first commit` = the first commit a writer got accepted after the kill; `every partition` = the last "
-              "lost partition's first accepted commit.", "",
-              "| client | heartbeat timeout | run | detected | promoted | primary taken | sync current | first commit "
-              "| every partition | client errors before the first accepted commit |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
-        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+              "lost partition's first accepted commit."), "",
+              ("| client | heartbeat timeout | run | detected | promoted | primary taken | sync current | first commit "
+              "| every partition | client errors before the first accepted commit |"), "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"
         for which, title in (("client", "as landed"), ("client_patched", "proposed fix")):
             for hb, v in f["failover"].get(which, {}).items():
                 for i, r in enumerate(v["runs"]):
@@ -942,7 +951,7 @@ def write_results(doc: dict) -> None:
                 "prune": "then the primary's journal pruned (8 MiB segments), so that it no longer starts at seqno 1",
                 "none": "nothing more (the replica replays the journal)"}[ck["trigger"]]
         L += ["", "### Checkpoint copy", "",
-              f"One partition (min_sync 0, max_async 1) on container c1, filled with {ck['keys']:,} keys `(1, i)` in "
+              (f"One partition (min_sync 0, max_async 1) on container c1, filled with {ck['keys']:,} keys `(1, i)` in "
               f"{ck['fill_transactions']} transactions of {doc['args']['per_txn']:,} keys through `g.transaction(1)` "
               f"({ck['fill_s']:.1f} s), {trig}; journal {ck['journal_mib']:.0f} MiB, store {ck['store_mib']:.0f} MiB. "
               "Then, for each writer rate, a new container joins, the catalog places the async replica on it and "
@@ -951,10 +960,10 @@ def write_results(doc: dict) -> None:
               "Before each copy the writer runs alone for a few seconds (`alone`), to tell its own cost from the "
               "copy's. The primary's VmRSS and its parts (RssAnon, RssFile) are sampled every 50 ms; growth = peak "
               "during the copy minus the value at its start. Each copy's replica container is stopped before the "
-              "next.", "",
-              "| writer tx/s: asked / alone / during the copy | online in | entries modified during the copy | "
+              "next."), "",
+              ("| writer tx/s: asked / alone / during the copy | online in | entries modified during the copy | "
               "VmRSS growth | RssAnon growth | RssFile growth | anon B/entry over the idle copy | VmRSS 2 s after | "
-              "store WAL on disk, start → peak | primary cores | machine cores busy |",
+              "store WAL on disk, start → peak | primary cores | machine cores busy |"),
               "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in ck["runs"]:
             gr = r["growth_kb"]
@@ -970,9 +979,9 @@ def write_results(doc: dict) -> None:
             L += ["", "Logs of the last copy: " + "; ".join(f"`{ln}`" for ln in ck["runs"][-1]["primary_log"] +
                                                             ck["runs"][-1]["replica_log"])]
     L += ["", notes or f"{NOTES_BEGIN}\n{NOTES_END}", "",
-          "Reproduce: `make bench-grid` (or `PYTHONPATH=src .venv/bin/python bench/grid.py`, `--figure NAME` for "
+          ("Reproduce: `make bench-grid` (or `PYTHONPATH=src .venv/bin/python bench/grid.py`, `--figure NAME` for "
           "one, `--quick` for a short try); JSON in bench/out/grid.json; `--results-from bench/out/grid.json` "
-          "rewrites this section from a JSON without measuring.", end]
+          "rewrites this section from a JSON without measuring."), end]
     write_section("grid.py", "\n".join(L) + "\n")
 
 
