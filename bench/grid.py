@@ -404,22 +404,6 @@ def commit_figure(work: Path, a) -> dict:
 
 
 # -- figure 2: failover ---------------------------------------------------------------------------------
-def patch_route_cache() -> None:
-    """The proposed client fix (see RESULTS.md), applied in this process only: a container that answers
-    NOT_PRIMARY while knowing the route's own epoch is taking the primary role over (it has the
-    assignment, its PrimaryShard is not up yet): wait and retry, do not mark the partition stale (a
-    stale mark clears only on a newer epoch, which never comes)."""
-    from multisite.grid import routing
-
-    def not_primary(self, partition: int, container_epoch: int):
-        route = self.table.route(partition)
-        if container_epoch <= route.epoch:
-            return routing.Next.WAIT
-        self._stale[partition] = max(route.epoch, self._stale.get(partition, -1))
-        return routing.Next.REFRESH
-    routing.RouteCache.not_primary = not_primary
-
-
 def failover_once(work: Path, hb: float, run: int) -> dict:
     """One SIGKILL of the container with the most primaries, under one writer per lost partition (each
     its own client, committing single updates to one key of its partition in a loop)."""
@@ -542,13 +526,9 @@ def failover_series(work: Path, a, hb: float, label: str) -> dict:
 
 
 def failover_figure(work: Path, a) -> dict:
-    out = {"client": {}, "client_patched": {}}
+    out = {"client": {}}
     for hb in a.heartbeat_timeouts:
-        out["client"][str(hb)] = failover_series(work, a, hb, "client as landed")
-    if a.patched_client:
-        patch_route_cache()
-        for hb in a.heartbeat_timeouts:
-            out["client_patched"][str(hb)] = failover_series(work, a, hb, "client with the proposed fix")
+        out["client"][str(hb)] = failover_series(work, a, hb, "client")
     return out
 
 
@@ -828,7 +808,7 @@ def report(doc: dict) -> list[str]:
                          f"{v['none']['rate']:,.0f} tx/s", f"{c['ratio_by_level'][lvl]:.2f}", "", ""))
     if "failover" in f:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"
-        for which, title in (("client", "client as landed"), ("client_patched", "client with the proposed fix")):
+        for which, title in (("client", "client"),):
             for hb, v in f["failover"].get(which, {}).items():
                 m = v["median"]
                 tot = m["first_ok_s"]
@@ -927,7 +907,7 @@ def write_results(doc: dict) -> None:
               ("| client | heartbeat timeout | run | detected | promoted | primary taken | sync current | first commit "
               "| every partition | client errors before the first accepted commit |"), "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
         fmt = lambda x: "-" if x is None else f"{x:.3f}"
-        for which, title in (("client", "as landed"), ("client_patched", "proposed fix")):
+        for which, title in (("client", "client"),):
             for hb, v in f["failover"].get(which, {}).items():
                 for i, r in enumerate(v["runs"]):
                     errs = "; ".join(f"p{p}: " + ", ".join(f"{k} {n}" for k, n in pv["errors"].items())
@@ -1004,8 +984,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
     ap.add_argument("--failover-runs", type=int, default=5)
-    ap.add_argument("--patched-client", action=argparse.BooleanOptionalAction, default=True,
-                    help="failover: also run with the proposed RouteCache fix applied in this process")
     ap.add_argument("--keys", type=int, default=1_000_000, help="checkpoint: keys in the partition")
     ap.add_argument("--per-txn", type=int, default=10_000, help="checkpoint: keys per fill transaction")
     ap.add_argument("--copy-trigger", choices=("prune", "behind", "none"), default="behind",
