@@ -124,6 +124,8 @@ class CatalogServer:
                     self.log.info("container %s closed its connection", name)
                     return
                 if isinstance(msg, Heartbeat):
+                    if self.conns.get(name, (None,))[0] is not writer:
+                        return  # a newer connection of this container replaced this one: its reports are stale
                     if msg.container != name:
                         refused = Refused(RefusedCode.BAD_REQUEST, f"heartbeat for {msg.container!r} on the "
                                                                    f"connection of {name!r}")

@@ -204,8 +204,9 @@ class ContainerServer:
         for p, (_, names) in currency.items():
             self.shards[p].primary.in_flight_reports[ack] = frozenset(names)
         self._reports[ack] = currency
-        return Heartbeat(self.name, self.applied_version, {p: sh.db.seqno for p, sh in self.shards.items()},
-                         currency, ack)
+        # a primary's seqno is its last committed one, not one of a batch still being voted on
+        seqnos = {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
+        return Heartbeat(self.name, self.applied_version, seqnos, currency, ack)
 
     def _answered(self, msg: HeartbeatAck) -> None:
         """The catalog recorded heartbeat ``msg.ack`` (and, answering in order, every earlier one)."""

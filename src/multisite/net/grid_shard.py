@@ -140,6 +140,8 @@ class PrimaryShard:
         self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
         self.in_flight_reports: dict[int, frozenset[str]] = {}  # heartbeat ack id -> current set sent, unanswered
         self.stopping = False
+        self.in_batch = False
+        self.stopped = asyncio.Event()  # set by stop(): a batch waiting on the catalog gives up
         self.deposed = False  # the catalog said another shard leads this partition now
         self.hardening: set[asyncio.Task] = set()  # committed batches waiting for their fdatasync
         # (seqno, digest) of the last committed frames, so that a subscription compares tails without a
@@ -176,6 +178,7 @@ class PrimaryShard:
     async def stop(self) -> None:
         """Stop taking requests: finish the batch in hand, refuse the queued ones, drop the links."""
         self.stopping = True
+        self.stopped.set()
         self.wake.set()
         try:
             await self.task
@@ -211,7 +214,17 @@ class PrimaryShard:
         commits = [r for r in batch if r.kind == "commit"]
         reads = [r for r in batch if r.kind == "read"]
         if commits:
-            await self._commit(commits)
+            self.in_batch = True  # from the vote to the answers: no replica counts current again
+            try:
+                await self._commit(commits)
+            finally:
+                self.in_batch = False
+        if reads and (self.deposed or not self.host.lease_ok()):  # a cut-off primary serves no stale reads
+            why = "was deposed" if self.deposed else "is cut off from the catalog"
+            for r in reads:
+                _fail(r, FailCode.NOT_PRIMARY if self.deposed else FailCode.UNAVAILABLE,
+                      f"partition {self.partition}'s primary here {why}; ask the catalog", epoch=self.epoch)
+            reads = []
         if reads:
             values = await self._engine(self._read_all, reads)
             for r, v in zip(reads, values):
@@ -233,6 +246,8 @@ class PrimaryShard:
     def _rejoin(self) -> None:
         """At a batch boundary (no vote in flight): live synchronous replicas holding every committed
         transaction count as current again."""
+        if self.in_batch:  # a decided batch not yet answered: a voter it left behind may hold its frames
+            return
         for name in list(self.sync.behind):
             link = self.links.get(name)
             if link is not None and link.live and link.acked >= self.committed:
@@ -312,6 +327,7 @@ class PrimaryShard:
         if decision is not None and not decision.commit:
             await self._engine(prep.abort)
             self._send_outcome(decision, False, prep.first_seqno - 1)
+            self._drop_holders(decision)
             counts = {"commit_votes": len(decision.commit_votes), "min_sync": decision.min_sync,
                       "voters": len(decision.voters), "rollback_votes": len(decision.rollback_votes),
                       "timed_out": len(decision.timed_out)}
@@ -325,6 +341,7 @@ class PrimaryShard:
                 for name in decision.commit_votes:
                     self.sync.fell_behind(name)
                 self._send_outcome(decision, False, prep.first_seqno - 1)
+                self._drop_holders(decision)
             code = FailCode.TRANSACTION if await self._report_if_narrower() else FailCode.OUTCOME_UNKNOWN
             for r in commits:
                 _fail(r, code, f"partition {p}: the primary could not journal the commit: {e}")
@@ -390,11 +407,27 @@ class PrimaryShard:
             if link is not None:
                 link.writer.write(msg)
 
+    def _drop_holders(self, decision: Decision) -> None:
+        """After a rollback outcome: a voter that voted COMMIT or timed out holds (or will journal)
+        the rolled-back frames until it reads the Outcome, and ``acked >= committed`` cannot tell:
+        it subscribes again (its tail digests get it a Resync) before it can count current."""
+        for name in decision.voters:
+            if name not in decision.rollback_votes:
+                self.drop(name, f"holds vote {decision.txn}, rolled back: subscribe again")
+
     async def _report_if_narrower(self) -> bool:
         """Before answering: the catalog must not count current a replica this primary does not.
         False if the catalog says this primary was deposed meanwhile."""
         while not self.deposed and not self._catalog_within(frozenset(self.sync.current)):
-            await self.host.report_currency()
+            if self.stopping:  # handing over or shutting down without the catalog's word: neither "rolled
+                return False   # back" nor "committed" is certain; the caller aborts, OUTCOME_UNKNOWN
+            report = asyncio.ensure_future(self.host.report_currency())
+            stop = asyncio.ensure_future(self.stopped.wait())
+            try:
+                await asyncio.wait({report, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                report.cancel()
+                stop.cancel()
         return not self.deposed
 
     def _catalog_within(self, current: frozenset[str]) -> bool:
