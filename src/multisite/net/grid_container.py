@@ -46,7 +46,7 @@ from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, He
                          Register, Side,
                          Status, StatusRequest, View)
 from ..keys import encode_key
-from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
+from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
@@ -138,6 +138,7 @@ class ContainerServer:
 
     def _open(self, grid: str, p: int, role: str) -> "Shard":
         d = shard_dir(self.root, grid, p)
+        restore_interrupted_swap(d)
         made = not d.exists()
         if made:
             create(d, f"{grid}-p{p}", group=grid, durability="group")
@@ -185,9 +186,6 @@ class ContainerServer:
         """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
         if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
-
-    def shard_closed(self, p: int) -> None:
-        pass
 
     def shard_reopened(self, p: int, db: Database) -> None:
         sh = self.shards.get(p)

@@ -45,7 +45,7 @@ from ..engine import Database
 from ..engine import open as open_db
 from ..engine.checkpoint import install_state, read_state
 from ..errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, fsync_dir
 from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
                                Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
 from ..grid.shipping import TAIL_FRAMES, StartKind, digest, start_point
@@ -605,6 +605,34 @@ async def reopen(db: Database, ex: ThreadPoolExecutor, partition: int) -> Databa
         return new
 
 
+def staging_dir(path: Path) -> Path:
+    """Where a replica builds a checkpoint copy before swapping it in for ``path``."""
+    return path.with_name(path.name + ".checkpoint")
+
+
+def restore_interrupted_swap(path: Path) -> None:
+    """A crash between the two renames of a checkpoint swap left ``path`` missing: take the whole
+    copy (it has its state file, written last) or else the old instance back."""
+    if path.exists():
+        return
+    staging, old = staging_dir(path), path.with_name(path.name + ".old")
+    if (staging / SHARD_STATE).exists():
+        staging.rename(path)
+    elif old.exists():
+        old.rename(path)
+
+
+async def _offer(q: queue.Queue, item, consumer: asyncio.Future) -> None:
+    """Put ``item`` for a consumer thread without blocking forever if the consumer died."""
+    loop = asyncio.get_running_loop()
+    while not consumer.done():
+        try:
+            await loop.run_in_executor(None, lambda: q.put(item, timeout=0.5))
+            return
+        except queue.Full:
+            continue
+
+
 def _runs(db: Database, lo: int, hi: int):
     return iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi)
 
@@ -739,14 +767,14 @@ class ReplicaShard:
         self.host.shard_reopened(self.partition, self.db)
 
     async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        """Build the checkpoint beside the shard, then swap it in: the old instance stays open (and the
+        shard usable) until the copy is whole, so a copy cut short leaves the shard as it was."""
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         log.info("partition %d: a checkpoint of the primary at seqno %d (%d keys) replaces this shard",
                  self.partition, ck.seqno, ck.keys)
         name, group, durability = self.db.name, self.db.info.group, self.db.durability.value
-        await loop.run_in_executor(self.ex, self.db.close)
-        self.host.shard_closed(self.partition)
-        staging = self.path.with_name(self.path.name + ".checkpoint")
+        staging = staging_dir(self.path)
         await loop.run_in_executor(None, shutil.rmtree, staging, True)
         q: queue.Queue = queue.Queue(maxsize=16)
         fut = loop.run_in_executor(None, lambda: install_state(
@@ -756,25 +784,27 @@ class ReplicaShard:
             while True:
                 msg = await read_into(reader, wire)
                 if isinstance(msg, Rows):
-                    await loop.run_in_executor(None, q.put, msg.rows)
+                    await _offer(q, msg.rows, fut)
                 elif isinstance(msg, CheckpointEnd):
                     break
                 else:
                     raise RemoteProtocolError(f"{type(msg).__name__ if msg else 'the end'} in a checkpoint copy")
         finally:
-            await loop.run_in_executor(None, q.put, None)
+            await _offer(q, None, fut)
         keys = await fut
         atomic_write(staging / SHARD_STATE, json.dumps({"seqno": ck.seqno, "digest": ck.digest.hex()}).encode())
+        old_db = self.db
 
         def swap() -> Database:
+            old_db.close()
             old = self.path.with_name(self.path.name + ".old")
             shutil.rmtree(old, ignore_errors=True)
-            if self.path.exists():
-                self.path.rename(old)
+            self.path.rename(old)  # a crash from here on: the container's open finds .checkpoint or .old
             staging.rename(self.path)
+            fsync_dir(self.path.parent)
             shutil.rmtree(old, ignore_errors=True)
             return open_db(self.path)
-        self.db = await loop.run_in_executor(self.ex, swap)
+        self.db = await asyncio.shield(loop.run_in_executor(self.ex, swap))
         self.host.shard_reopened(self.partition, self.db)
         log.info("partition %d: checkpoint installed: %d keys at seqno %d in %.1f s", self.partition, keys, ck.seqno,
                  time.monotonic() - t0)
