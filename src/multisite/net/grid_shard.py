@@ -335,7 +335,7 @@ class PrimaryShard:
                 _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
             return
         try:
-            token = await self._engine(prep.write)
+            token = await self._engine(lambda: prep.write(flush_store=False))
         except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
             if decision is not None:
                 for name in decision.commit_votes:
@@ -367,16 +367,18 @@ class PrimaryShard:
                     link.sent = self.committed
                 elif decision is not None and link.name in decision.voters:
                     link.sent = self.committed
-        if token is None:
+        if token is None:  # nothing to harden (durability none, or nothing replicated)
             self._answer(commits, prep.results)
+            await self._flush_store()
         else:  # the next batch is prepared and voted on while this one's fdatasync runs
             task = asyncio.create_task(self._harden(token, commits, prep.results))
             self.hardening.add(task)
             task.add_done_callback(self.hardening.discard)
 
     async def _harden(self, token: tuple, commits: list[Request], results: list) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.db.harden, token)
+            await loop.run_in_executor(None, self.db.harden, token)
         except Exception as e:  # noqa: BLE001 - an fsync that failed: the commit may or may not be on disk
             log.error("partition %d: fdatasync failed after a commit: %s", self.partition, e)
             for r in commits:
@@ -384,6 +386,15 @@ class PrimaryShard:
                                                    f"the commit: {e}")
             return
         self._answer(commits, results)
+        await self._flush_store()
+
+    async def _flush_store(self) -> None:
+        """The store's periodic commit (it fsyncs the journal first), in the shard's thread, not the loop;
+        a failure is the store's (logged by the engine), never the answered commits'."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.ex, self.db.flush_if_due)
+        except MultisiteError as e:
+            log.warning("partition %d: the store could not be flushed: %s", self.partition, e)
 
     @staticmethod
     def _answer(commits: list[Request], results: list) -> None:
