@@ -40,16 +40,16 @@ from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.routing import check_in_partition
+from ..grid.shard_wire import (FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe,
+                               encode)
 from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
-from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
-                         Register, Side,
-                         Status, StatusRequest, View)
+                         Register, Side, Status, StatusRequest, View)
 from ..keys import encode_key
-from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
+from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
 from .tls import parse_hostport
 
 RECONNECT_S = 0.5
