@@ -574,7 +574,9 @@ class PrimaryShard:
         await loop.run_in_executor(None, self.db.flush)
         t0 = time.monotonic()
         with read_state(self.db.layout.root) as st:
-            d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
+            d = dict(self.recent).get(st.seqno)  # the store's seqno is recent: it was just flushed
+            if d is None:
+                d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
             link.send(Checkpoint(st.seqno, d, st.regions, st.keys))
             it = st.batches(CHECKPOINT_ROWS)
             sent = 0
