@@ -198,7 +198,7 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
                         "applied_transactions": rep.applied_transactions, "conflicts": rep.conflicts,
                         "duplicates": rep.duplicates, "waiting": rep.waiting, "rejected": rep.rejected,
                         "sent_messages": rep.sent_messages, "sent_transactions": rep.sent_transactions,
-                        "resend_requests": rep.resend_requests}
+                        "resend_requests": rep.resend_requests, "busy": rep.busy}
                 if as_json:
                     click.echo(json.dumps(line), nl=True)
                 elif rep.busy or rep.rejected:

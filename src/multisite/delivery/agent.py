@@ -53,10 +53,15 @@ class PollReport:
     sent_messages: int = 0
     sent_transactions: int = 0
     resend_requests: int = 0
+    controls: int = 0  # control messages taken in (confirmations, resend requests, probes)
+    controls_sent: int = 0
 
     @property
     def busy(self) -> bool:
-        return bool(self.applied_messages or self.sent_messages or self.received)
+        """Did the poll change anything? Messages still waiting (read again each poll) and control
+        messages sent (a probe to a peer that is away goes out every few polls) do not count."""
+        return bool(self.applied_messages or self.sent_messages or self.duplicates or self.rejected
+                    or self.controls)
 
 
 class Agent:
@@ -121,6 +126,7 @@ class Agent:
                 continue
             verdict = self.receivers[sender].offer(msg)
             if verdict in (DUPLICATE, CONTROL):
+                rep.controls += verdict == CONTROL
                 if verdict == DUPLICATE:
                     rep.duplicates += 1
                     log.info("dropped duplicate %s from %s", msg.name, sender)
@@ -209,6 +215,7 @@ class Agent:
                 pos = snd.state.log_sent
                 msg = self._message(user, pos, pos, now, resend_from, probe=probe)
                 outbox.send(file_name(msg), encode(msg, self.keys[user]))
+                rep.controls_sent += 1
                 log.info("sent control %s to %s: confirm %s%s%s", msg.name, user, msg.confirm,
                          f", resend after {resend_from}" if resend_from is not None else "",
                          ", probe" if probe else "")
