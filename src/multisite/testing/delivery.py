@@ -82,12 +82,12 @@ def rows(path: Path, region: str = REGION) -> dict[tuple, object]:
 
 
 def settle(top: Topology, rounds: int = 12, **kwargs) -> int:
-    """Poll every site in turn until a whole round does nothing; the rounds it took."""
+    """Poll every site in turn until a whole round does nothing and nothing waits; the rounds it took."""
     for n in range(1, rounds + 1):
         busy = False
         for path in top.sites.values():
             rep = poll(path, **kwargs)
-            busy |= rep.busy
+            busy |= rep.busy or bool(rep.waiting or rep.resend_requests)
         if not busy:
             return n
     return rounds
