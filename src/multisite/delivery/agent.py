@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DeliveryConfigError, MessageAuthFailed, MessageCorrupt, OffsetMismatch
+from ..journal.offsets import end_offset
 from . import sysremote
 from .apply import apply_message
 from .build import MESSAGE_BYTES_DEFAULT, Route, cut, scan
@@ -134,12 +135,16 @@ class Agent:
             else:
                 self._files.setdefault((sender, msg.group), []).append(path)
 
+    def _journal_end(self, offset: int, snd: Sender) -> int | None:
+        """The journal's end offset, read only when a peer names an offset past ``log_sent`` (rare)."""
+        return end_offset(self.db.layout.journal) if offset > snd.state.log_sent else None
+
     def _control(self, msg: Message, rep: PollReport, probes: set[str]) -> None:
         snd = self.senders[msg.sender]
-        if msg.confirm and snd.on_confirm(msg.confirm):
+        if msg.confirm and snd.on_confirm(msg.confirm, self._journal_end(msg.confirm, snd)):
             log.info("%s confirmed up to %s", msg.sender, msg.confirm)
         if msg.resend:
-            at = snd.on_resend(msg.resend_from)
+            at = snd.on_resend(msg.resend_from, self._journal_end(msg.resend_from, snd))
             log.info("%s asked for a resend after %s: resending after %s as generation %s", msg.sender,
                      msg.resend_from, at, snd.state.gen)
         if msg.probe:

@@ -80,25 +80,33 @@ class Sender:
         if last > st.log_sent:
             st.log_sent, st.time_sent = last, now
 
-    def on_confirm(self, offset: int) -> bool:
+    def _catch_up(self, offset: int, journal_end: int | None, what: str) -> None:
+        """``offset`` is past ``log_sent``: messages up to it were sent by a run that died before it
+        stored ``log_sent`` (the recipient has them). Past the journal's end it is someone else's."""
+        st = self.state
+        if journal_end is not None and offset > journal_end:
+            raise OffsetMismatch(f"{self.user} {what} offset {offset}, past the end of this journal ({journal_end}): "
+                                 f"the two sides' state does not agree (restored from a backup?); re-extract "
+                                 f"{self.user}")
+        st.log_sent = offset
+
+    def on_confirm(self, offset: int, journal_end: int | None = None) -> bool:
         """The recipient applied everything up to ``offset``; True if ``confirm_sent`` moved."""
         st = self.state
         if offset == 0 or offset <= st.confirm_sent:
             return False
         if offset > st.log_sent:
-            raise OffsetMismatch(f"{self.user} confirms offset {offset}, past log_sent {st.log_sent}: the two sides' "
-                                 f"state does not agree (restored from a backup?); re-extract {self.user}")
+            self._catch_up(offset, journal_end, "confirms")
         st.confirm_sent, st.idle_polls = offset, 0
         return True
 
-    def on_resend(self, offset: int) -> int:
+    def on_resend(self, offset: int, journal_end: int | None = None) -> int:
         """The recipient asks for everything after ``offset`` (its ``confirm_received``; 0: from the start)
         again: ``log_sent`` goes back to it (never below ``confirm_sent``), and the next messages
         are a new generation. Returns where the resend starts."""
         st = self.state
         if offset > st.log_sent:
-            raise OffsetMismatch(f"{self.user} asks for a resend after offset {offset}, past log_sent {st.log_sent}: "
-                                 f"the two sides' state does not agree; re-extract {self.user}")
+            self._catch_up(offset, journal_end, "asks for a resend after")
         at = max(offset, st.confirm_sent)
         st.confirm_sent = at
         st.log_sent = at
