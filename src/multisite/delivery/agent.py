@@ -71,8 +71,8 @@ class Agent:
     def __init__(self, db, *, message_bytes: int = MESSAGE_BYTES_DEFAULT, max_poll_txs: int = MAX_POLL_TXS,
                  clock: Callable[[], float] = time.time, outbox: Callable[[str], Outbox] = open_outbox,
                  gap_polls_before_resend: int | None = None, probe_after_polls: int | None = None):
-        if message_bytes < 256:
-            raise DeliveryConfigError(f"message_bytes must be at least 256, got {message_bytes}")
+        if message_bytes < 1:
+            raise DeliveryConfigError(f"message_bytes must be at least 1, got {message_bytes}")
         self.db, self.clock, self.message_bytes, self.max_poll_txs = db, clock, message_bytes, max_poll_txs
         self.setup = sysremote.load(db)
         if not self.setup.role:
@@ -206,7 +206,7 @@ class Agent:
             now = self.clock()
             sent_any = False
             outbox = self._outbox(link)
-            for d in cut(route.after, route.txs, self.message_bytes, route.advance_to):
+            for d in cut(route.after, route.txs, self.message_bytes, route.advance_to, route.sizes):
                 msg = self._message(user, d.prev, d.last, now, resend_from, txs=d.txs, seq=d.seq, parts=d.parts)
                 outbox.send(file_name(msg), encode(msg, self.keys[user]))
                 sent_any = True

@@ -36,6 +36,7 @@ class Route:
     field: str | None
     value: str | None
     txs: list[Tx] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # each transaction's estimated bytes in a message
     scanned: int = 0  # the offset of the last transaction scanned for it
     skipped: int = 0  # transactions scanned after the last one it takes
 
@@ -92,6 +93,7 @@ def scan(journal_dir: Path, route: Route, max_txs: int = 0) -> None:
         sel = select(route, data) if data and route.link.user != origin else None
         if sel:
             route.txs.append(Tx(offset, seqno, sel))
+            route.sizes.append(len(payload) if len(sel) == len(ups) else sum(update_bytes(u) for u in sel))
             route.skipped = 0
         else:
             route.skipped += 1
@@ -116,14 +118,15 @@ class Draft:
     parts: int = 1
 
 
-def cut(after: int, txs: list[Tx], message_bytes: int, scanned_to: int = 0) -> Iterator[Draft]:
+def cut(after: int, txs: list[Tx], message_bytes: int, scanned_to: int = 0, sizes: list[int] | None = None
+        ) -> Iterator[Draft]:
     """The messages that carry ``txs`` (in offset order, all after ``after``), each under
     ``message_bytes`` (estimated) unless it is a part of one transaction cut into several. The last
     message ends at ``scanned_to`` when that is further (transactions the link does not take still
     move its ``log_sent``), so an empty route yields one message that only moves the offsets."""
     prev, batch, size = after, [], 0
-    for tx in txs:
-        tb = sum(update_bytes(u) for u in tx.updates)
+    for k, tx in enumerate(txs):
+        tb = sizes[k] if sizes is not None else sum(update_bytes(u) for u in tx.updates)
         if batch and size + tb > message_bytes:
             yield Draft(prev, batch[-1].offset, batch)
             prev, batch, size = batch[-1].offset, [], 0

@@ -34,11 +34,11 @@ class Topology:
 
 
 def make_topology(root: Path, remotes: dict[str, str], *, durability: str = "fsync", key: str = "",
-                  subscribe_by: str | None = FIELD) -> Topology:
+                  subscribe_by: str | None = FIELD, hq_durability: str | None = None) -> Topology:
     """HQ publishing ``orders`` subscribed by ``site``; each remote ``name`` subscribed with its value."""
     root = Path(root)
     top = Topology(root, root / "HQ", values=dict(remotes))
-    engine.create(top.hq, "HQ", durability=durability)
+    engine.create(top.hq, "HQ", durability=hq_durability or durability)
     with engine.open(top.hq) as db:
         api.publish(db, PUBLICATION, [REGION], subscribe_by, inbox=str(top.inbox("HQ")))
         for name, value in remotes.items():
