@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from .. import engine
 from ..delivery import api
+from ..delivery.api import status_table, when
 from ..delivery.agent import Agent
 from ..delivery.build import MESSAGE_BYTES_DEFAULT
 from ..journal.offsets import format_offset
@@ -106,25 +106,9 @@ def remote_setup_cmd(dir: str, consolidated: str, address: str, publication: str
     console.print(f"{db.name} is a remote of {link.user} (at {link.address}); inbox {inbox_now}")
 
 
-def _when(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
-
-
-def print_status(st: dict, title: str | None = None, out: Console | None = None) -> None:
+def print_status(st: dict, title: str | None = None) -> None:
     """The SYSREMOTEUSER table, wide enough for whole offsets (13 digits past the first segment)."""
-    t = Table(title=title or f"SYSREMOTEUSER of {st['instance']} ({st['role']})")
-    for c in ("user", "publication", "log_sent", "confirm_sent", "log_received", "confirm_received", "last sent",
-              "last received"):
-        t.add_column(c, no_wrap=True)
-    for r in _status_rows(st):
-        t.add_row(*r)
-    (out or Console(width=max(console.width, 150))).print(t)
-
-
-def _status_rows(st: dict) -> list[tuple]:
-    return [(r["user"], r["publication"] + (f"={r['value']}" if r["value"] else ""), format_offset(r["log_sent"]),
-            format_offset(r["confirm_sent"]), format_offset(r["log_received"]), format_offset(r["confirm_received"]),
-             _when(r["time_sent"]), _when(r["time_received"])) for r in st["remote_users"]]
+    Console(width=max(console.width, 150)).print(status_table(st, title))
 
 
 @delivery.command("status")
@@ -157,7 +141,7 @@ def conflicts_cmd(dir: str, as_json: bool) -> None:
         print_json([{k: (v.hex() if isinstance(v, bytes) else v) for k, v in r.items()} for r in rows])
         return
     table("update conflicts", ("user", "offset", "region", "key", "rule", "time"),
-          [(r["user"], format_offset(r["offset"]), r["region"], tuple(r["key"]), r["rule"], _when(r["time"]))
+          [(r["user"], format_offset(r["offset"]), r["region"], tuple(r["key"]), r["rule"], when(r["time"]))
            for r in rows])
 
 

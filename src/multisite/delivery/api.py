@@ -9,7 +9,10 @@ the journal's end offset when it is made: what was committed before reaches the 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
+
+from rich.table import Table
 
 from ..errors import DeliveryConfigError
 from ..journal.offsets import end_offset, format_offset
@@ -134,6 +137,23 @@ def status(db) -> dict:
             "publications": {p.name: {"regions": p.regions, "subscribe_by": p.subscribe_by}
                              for p in setup.publications.values()},
             "remote_users": rows}
+
+
+def when(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def status_table(st: dict, title: str | None = None) -> Table:
+    """``status``'s SYSREMOTEUSER table for people (the CLI, the demo)."""
+    t = Table(title=title or f"SYSREMOTEUSER of {st['instance']} ({st['role']})")
+    for c in ("user", "publication", "log_sent", "confirm_sent", "log_received", "confirm_received", "last sent",
+              "last received"):
+        t.add_column(c, no_wrap=True)
+    for r in st["remote_users"]:
+        t.add_row(r["user"], r["publication"] + (f"={r['value']}" if r["value"] else ""), format_offset(r["log_sent"]),
+                  format_offset(r["confirm_sent"]), format_offset(r["log_received"]),
+                  format_offset(r["confirm_received"]), when(r["time_sent"]), when(r["time_received"]))
+    return t
 
 
 def conflicts(db) -> list[dict]:

@@ -12,6 +12,9 @@ them in order, every act even after a failure, and passes only if all of them do
 - Act 4, ``rolling_upgrade``: a value-shape change carried across a switchover by filters: B's
   receiver upgrades A's old shapes on the way in; after the switchover A, still on the old
   version, catches up through B's source's out-filter that turns new shapes back into old ones.
+- Act 5, ``delivery``: guaranteed message delivery: a consolidated instance and three remote sites
+  exchange changes both ways through the file transport, one remote's messages delayed, duplicated
+  and reordered, another offline for a while; every site ends with exactly its subscribed rows.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -27,14 +30,15 @@ from typing import Callable
 from rich.console import Console
 
 from .crash_recovery import act_crash_recovery
+from .delivery import act_delivery
 from .failover import act_failover
 from .log_shipping import act_log_shipping
 from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
-ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade)
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_delivery)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "act_rolling_upgrade", "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_log_shipping", "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:
