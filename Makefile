@@ -14,7 +14,15 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[all]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The delivery tests' message broker (Debian's mosquitto); the tests start their own on a free port.
+BROKER := $(VENV)/.mosquitto
+$(BROKER): $(BIN)/python
+	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
+	touch $@
+
+setup: $(STAMP) $(BROKER)
 
 demo: setup
 	$(BIN)/multisite demo

@@ -92,12 +92,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--baseline-n", type=int, default=20_000)
+    ap.add_argument("--baseline-n", type=int, default=3_000)
     ap.add_argument("--catchup-n", type=int, default=1_000_000)
     args = ap.parse_args()
     if args.quick:
         args.n, args.baseline_n, args.catchup_n = 20_000, 2_000, 50_000
     OUT.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     results = {}
 
     hq, p, last = fresh(OUT / "tput", args.n)
@@ -124,7 +125,7 @@ def main() -> None:
     inbox_bytes = sum(f.stat().st_size for f in (OUT / "catchup" / "inbox" / "P").glob("*.msg"))
     dt, polls, msgs = exchange(hq, p, 1 << 20, last, p_first=True)
     results["catchup"] = (args.catchup_n, dt, polls, send_s, inbox_bytes)
-    print(f"catch-up of {args.catchup_n:,} tx waiting in the inbox ({inbox_bytes / 2**20:.0f} MiB): {dt:.2f} s "
+    print(f"catch-up of {args.catchup_n:,} tx waiting in the inbox ({inbox_bytes / 2**20:.1f} MiB): {dt:.2f} s "
           f"({args.catchup_n / dt:,.0f} tx/s); HQ had sent them in {send_s:.2f} s while P was away", flush=True)
     # the whole way: nothing sent yet when P comes back
     hq, p, last = fresh(OUT / "catchup2", args.catchup_n)
@@ -134,11 +135,63 @@ def main() -> None:
     for d in ("tput", "base", "catchup", "catchup2"):
         shutil.rmtree(OUT / d, ignore_errors=True)
     if not args.quick:
-        write_results(results)
+        write_results(results, load_before)
 
 
-def write_results(r: dict) -> None:
-    pass
+def write_results(r: dict, load_before: float) -> None:
+    """Replace (or append) this benchmark's section of bench/RESULTS.md."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=HERE).stdout.strip()
+    n, dt, polls, msgs = r["ours"]
+    bn, bdt, bpolls, bmsgs = r["base"]
+    cn, cdt, cpolls, send_s, inbox_bytes = r["catchup"]
+    wn, wdt = r["catchup_whole"]
+    ours, base = n / dt, bn / bdt
+    lines = [
+        "<!-- bench/delivery.py: begin -->",
+        "## Guaranteed message delivery (issue 13)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on commit {commit}: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; on the repository's disk (bench/out/). Load "
+        f"average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other work shared the machine).",
+        "",
+        "HQ (durability none: it only holds the load) publishes region `orders` to one remote P (durability fsync: "
+        "each applied message is one fsynced commit with its `log_received`), file transport (P's inbox folder, "
+        "atomic fsynced writes). Single-update transactions (key `(i,)`, value `{n: i, pad: 32 x}`). The agents "
+        "poll in turn in one process; the clock stops when HQ holds P's confirmation of the last transaction "
+        "(send + apply + confirm).",
+        "",
+        "| measure | figure | target | verdict | note |",
+        "|---|---:|---|---|---|",
+        f"| throughput, 1 MiB messages | {ours:,.0f} tx/s ({n:,} tx in {dt:.2f} s) | ≥ 50,000 tx/s | "
+        f"{'PASS' if ours >= 50_000 else 'MISS'} | {msgs} messages |",
+        f"| baseline in the same run: SQL Anywhere's one message per batch, a batch of one transaction | "
+        f"{base:,.0f} tx/s ({bn:,} tx in {bdt:.2f} s) | | | {bmsgs:,} messages of one transaction each |",
+        f"| ratio | {ours / base:,.0f}x | | | |",
+        f"| catch-up of a remote offline for {cn:,} transactions (waiting in its inbox, {inbox_bytes / 2**20:.1f} MiB "
+        f"of messages) | {cdt:.1f} s ({cn / cdt:,.0f} tx/s) | < 60 s | {'PASS' if cdt < 60 else 'MISS'} | "
+        f"HQ had sent them in {send_s:.1f} s while P was away |",
+        f"| same, nothing sent yet when P comes back (HQ scans, sends; P applies; HQ takes the confirmation) | "
+        f"{wdt:.1f} s ({wn / wdt:,.0f} tx/s) | < 60 s | {'PASS' if wdt < 60 else 'MISS'} | |",
+        "",
+        "The baseline is bound by a message's fixed costs: an atomic file write (two fsyncs) and one fsynced "
+        "commit on the remote per transaction; multisite's messages carry up to 1 MiB of transactions each, "
+        "so those costs are shared by thousands of transactions and the scan, the msgpack/zstd encoding and "
+        "the apply's store writes dominate.",
+        "",
+        "Reproduce: `.venv/bin/python bench/delivery.py` (`--quick` for a short run that only prints).",
+        "<!-- bench/delivery.py: end -->",
+    ]
+    path = HERE / "RESULTS.md"
+    text = path.read_text()
+    begin, end = "<!-- bench/delivery.py: begin -->", "<!-- bench/delivery.py: end -->"
+    section = "\n".join(lines)
+    if begin in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

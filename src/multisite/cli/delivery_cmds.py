@@ -154,7 +154,11 @@ def conflicts_cmd(dir: str, as_json: bool) -> None:
 @click.option("--message-bytes", type=click.IntRange(256, 1 << 30), default=MESSAGE_BYTES_DEFAULT, show_default=True,
               help="The message size limit; a larger transaction spans several messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print each poll's report as one JSON line.")
-def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_bytes: int, as_json: bool) -> None:
+@click.option("--listen-mqtt", default=None, metavar="mqtt://HOST:PORT/TOPIC",
+              help="Also take this agent's messages from an MQTT broker's topic (a persistent session, QoS 1) "
+                   "into its inbox folder.")
+def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_bytes: int, as_json: bool,
+              listen_mqtt: str | None) -> None:
     """Run the Message Agent: receive, apply and confirm messages, send new transactions. It logs to
     DIR/log/delivery-agent.log; SIGTERM stops it between polls.
 
@@ -172,8 +176,16 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
     lg.setLevel(logging.INFO)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    from ..delivery.transport import inbox_folder
+    from ..net import delivery_mqtt
+
+    delivery_mqtt.register()
     with engine.open(dir) as db:
-        agent = Agent(db, message_bytes=message_bytes)
+        feeders = []
+        if listen_mqtt:
+            inbox = inbox_folder(api.status(db)["inbox"] or "")
+            feeders.append(delivery_mqtt.MqttFeeder(listen_mqtt, inbox, f"multisite-agent-{db.name}"))
+        agent = Agent(db, message_bytes=message_bytes, feeders=tuple(feeders))
         lg.info("agent of %s started (pid %d)", db.name, os.getpid())
         try:
             while not stop:

@@ -70,7 +70,10 @@ class Agent:
 
     def __init__(self, db, *, message_bytes: int = MESSAGE_BYTES_DEFAULT, max_poll_txs: int = MAX_POLL_TXS,
                  clock: Callable[[], float] = time.time, outbox: Callable[[str], Outbox] = open_outbox,
-                 gap_polls_before_resend: int | None = None, probe_after_polls: int | None = None):
+                 gap_polls_before_resend: int | None = None, probe_after_polls: int | None = None,
+                 feeders: tuple = ()):
+        """``feeders``: objects whose ``feed()`` moves messages from a wire into the inbox folder (the http
+        and broker transports, in ``net``); each poll calls them first."""
         if message_bytes < 1:
             raise DeliveryConfigError(f"message_bytes must be at least 1, got {message_bytes}")
         self.db, self.clock, self.message_bytes, self.max_poll_txs = db, clock, message_bytes, max_poll_txs
@@ -94,6 +97,7 @@ class Agent:
             self.receivers[u] = Receiver(u, sysremote.receive_state(db, u), **kw)
         self._saved = {(u, h): self._half(u, h).to_dict() for u in self.setup.links for h in ("out", "in")}
         self._files: dict[tuple[str, tuple], list[Path]] = {}
+        self.feeders = list(feeders)
 
     def _half(self, user: str, half: str):
         return self.senders[user].state if half == "out" else self.receivers[user].state
@@ -253,6 +257,8 @@ class Agent:
         """One round: receive, apply, confirm, send."""
         rep = PollReport()
         probes: set[str] = set()
+        for f in self.feeders:
+            f.feed()
         self._receive(rep, probes)
         confirmed = self._apply(rep)
         self._send(rep, confirmed, probes)
@@ -262,3 +268,6 @@ class Agent:
         for ob in self._outboxes.values():
             ob.close()
         self._outboxes.clear()
+        for f in self.feeders:
+            f.close()
+        self.feeders.clear()

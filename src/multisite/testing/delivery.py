@@ -34,20 +34,23 @@ class Topology:
 
 
 def make_topology(root: Path, remotes: dict[str, str], *, durability: str = "fsync", key: str = "",
-                  subscribe_by: str | None = FIELD, hq_durability: str | None = None) -> Topology:
-    """HQ publishing ``orders`` subscribed by ``site``; each remote ``name`` subscribed with its value."""
+                  subscribe_by: str | None = FIELD, hq_durability: str | None = None,
+                  addresses: dict[str, str] | None = None) -> Topology:
+    """HQ publishing ``orders`` subscribed by ``site``; each remote ``name`` subscribed with its value.
+    ``addresses``: where messages to a site go (default: its inbox folder, the file transport)."""
     root = Path(root)
     top = Topology(root, root / "HQ", values=dict(remotes))
+    addr = {n: (addresses or {}).get(n) or str(top.inbox(n)) for n in ["HQ", *remotes]}
     engine.create(top.hq, "HQ", durability=hq_durability or durability)
     with engine.open(top.hq) as db:
         api.publish(db, PUBLICATION, [REGION], subscribe_by, inbox=str(top.inbox("HQ")))
         for name, value in remotes.items():
-            api.subscribe(db, PUBLICATION, name, str(top.inbox(name)), value if subscribe_by else None, key)
+            api.subscribe(db, PUBLICATION, name, addr[name], value if subscribe_by else None, key)
     for name in remotes:
         path = root / name
         engine.create(path, name, durability=durability)
         with engine.open(path) as db:
-            api.remote_setup(db, "HQ", str(top.inbox("HQ")), PUBLICATION, [REGION], inbox=str(top.inbox(name)),
+            api.remote_setup(db, "HQ", addr["HQ"], PUBLICATION, [REGION], inbox=str(top.inbox(name)),
                              key=key)
         top.remotes[name] = path
     return top
