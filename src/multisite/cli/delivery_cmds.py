@@ -157,8 +157,10 @@ def conflicts_cmd(dir: str, as_json: bool) -> None:
 @click.option("--listen-mqtt", default=None, metavar="mqtt://HOST:PORT/TOPIC",
               help="Also take this agent's messages from an MQTT broker's topic (a persistent session, QoS 1) "
                    "into its inbox folder.")
+@click.option("--listen-http", default=None, metavar="HOST:PORT",
+              help="Also serve POST /messages/NAME here: peers whose address for this instance is http://HOST:PORT.")
 def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_bytes: int, as_json: bool,
-              listen_mqtt: str | None) -> None:
+              listen_mqtt: str | None, listen_http: str | None) -> None:
     """Run the Message Agent: receive, apply and confirm messages, send new transactions. It logs to
     DIR/log/delivery-agent.log; SIGTERM stops it between polls.
 
@@ -177,14 +179,17 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     from ..delivery.transport import inbox_folder
-    from ..net import delivery_mqtt
+    from ..net import delivery_http, delivery_mqtt
 
     delivery_mqtt.register()
+    delivery_http.register()
     with engine.open(dir) as db:
         feeders = []
         if listen_mqtt:
             inbox = inbox_folder(api.status(db)["inbox"] or "")
             feeders.append(delivery_mqtt.MqttFeeder(listen_mqtt, inbox, f"multisite-agent-{db.name}"))
+        if listen_http:
+            feeders.append(delivery_http.HttpInbox(listen_http, inbox_folder(api.status(db)["inbox"] or "")))
         agent = Agent(db, message_bytes=message_bytes, feeders=tuple(feeders))
         lg.info("agent of %s started (pid %d)", db.name, os.getpid())
         try:

@@ -69,7 +69,7 @@ class Agent:
     """The Message Agent of one open instance (``db``)."""
 
     def __init__(self, db, *, message_bytes: int = MESSAGE_BYTES_DEFAULT, max_poll_txs: int = MAX_POLL_TXS,
-                 clock: Callable[[], float] = time.time, outbox: Callable[[str], Outbox] = open_outbox,
+                 clock: Callable[[], float] = time.time, outbox: Callable[[str, Path], Outbox] = open_outbox,
                  gap_polls_before_resend: int | None = None, probe_after_polls: int | None = None,
                  feeders: tuple = ()):
         """``feeders``: objects whose ``feed()`` moves messages from a wire into the inbox folder (the http
@@ -192,7 +192,8 @@ class Agent:
     # -- 3. send -----------------------------------------------------------------------------------
     def _outbox(self, link: Link) -> Outbox:
         if link.user not in self._outboxes:
-            self._outboxes[link.user] = self._outbox_factory(link.address)
+            spool = self.db.layout.root / "delivery" / "outbox" / link.user
+            self._outboxes[link.user] = self._outbox_factory(link.address, spool)
         return self._outboxes[link.user]
 
     def _send(self, rep: PollReport, confirmed: set[str], probes: set[str]) -> None:
@@ -210,6 +211,8 @@ class Agent:
             now = self.clock()
             sent_any = False
             outbox = self._outbox(link)
+            if hasattr(outbox, "retry"):
+                outbox.retry()  # what an earlier poll could not deliver goes first
             for d in cut(route.after, route.txs, self.message_bytes, route.advance_to, route.sizes):
                 msg = self._message(user, d.prev, d.last, now, resend_from, txs=d.txs, seq=d.seq, parts=d.parts)
                 outbox.send(file_name(msg), encode(msg, self.keys[user]))

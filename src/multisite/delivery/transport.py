@@ -40,6 +40,8 @@ def file_name(msg: Message) -> str:
 class Outbox(Protocol):
     def send(self, name: str, data: bytes) -> None: ...
 
+    # optional: ``retry() -> int`` delivers what waits in the outbox's spool (the agent calls it each poll)
+
     def close(self) -> None: ...
 
 
@@ -86,16 +88,17 @@ class Inbox:
         return target
 
 
-_SCHEMES: dict[str, Callable[[str], Outbox]] = {}
+_SCHEMES: dict[str, Callable[[str, Path], Outbox]] = {}
 
 
-def register_scheme(scheme: str, factory: Callable[[str], Outbox]) -> None:
-    """Make addresses ``scheme://...`` go through ``factory(address)`` (called by ``net``)."""
+def register_scheme(scheme: str, factory: Callable[[str, Path], Outbox]) -> None:
+    """Make addresses ``scheme://...`` go through ``factory(address, spool)`` (called by ``net``);
+    ``spool`` is a local folder the outbox may keep undeliverable messages in, to retry them."""
     _SCHEMES[scheme] = factory
 
 
-def open_outbox(address: str) -> Outbox:
-    """The outbox for a recipient's address."""
+def open_outbox(address: str, spool: Path | None = None) -> Outbox:
+    """The outbox for a recipient's address (``spool``: see ``register_scheme``)."""
     if "://" in address:
         scheme = address.split("://", 1)[0]
         if scheme == "file":
@@ -103,7 +106,7 @@ def open_outbox(address: str) -> Outbox:
         if scheme not in _SCHEMES:
             raise DeliveryConfigError(f"address {address!r}: no transport for {scheme}:// here (file paths, "
                                       f"{', '.join(s + '://' for s in sorted(_SCHEMES)) or 'no other scheme'})")
-        return _SCHEMES[scheme](address)
+        return _SCHEMES[scheme](address, spool)
     if address.startswith("file:"):
         address = address[5:]
     if not address:

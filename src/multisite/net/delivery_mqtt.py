@@ -77,7 +77,7 @@ def _connect(client, host: str, port: int, what: str) -> None:
 class MqttOutbox:
     """Publishes messages to one recipient's topic, QoS 1, waiting for the broker's PUBACK."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, spool: Path | None = None):
         self.host, self.port, self.topic = parse_address(address)
         self.client = _client(f"multisite-out-{id(self):x}-{time.time_ns()}", persistent=False)
         _connect(self.client, self.host, self.port, f"sending to {self.topic}")
