@@ -128,3 +128,23 @@ def test_bad_setup_is_a_clear_error(tmp_path):
             api.publish(db, "pub2", ["sysremoteuser"])
         with pytest.raises(DeliveryConfigError, match="64 hex digits"):
             api.subscribe(db, "pub", "P", str(tmp_path / "in"), "x", key="beef")
+
+
+def test_extract_builds_a_remote_with_exactly_its_rows_that_then_keeps_up(tmp_path):
+    top = make_topology(tmp_path, {"P": "fr", "Q": "de"})
+    with engine.open(top.hq) as db:
+        for i in range(40):
+            db.set(REGION, ("o", i), {FIELD: "fr" if i % 2 else "de", "n": i})
+    poll(top.hq)  # messages for the old P wait in its inbox; P itself is lost
+    new_p = tmp_path / "P-new"
+    with engine.open(top.hq) as db:
+        out = api.extract(db, "P", new_p)
+    assert out["rows"] == 20
+    assert rows(new_p) == {k: v for k, v in rows(top.hq).items() if v[FIELD] == "fr"}
+    assert list(top.inbox("P").glob("*.msg"))  # what was sent to the old P: in the extract, dropped on arrival
+    top.remotes["P"] = new_p
+    _set(top.hq, ("o", 100), {FIELD: "fr", "n": 100})
+    _set(new_p, ("p", 1), {FIELD: "fr", "n": 1})
+    settle(top)
+    assert rows(new_p) == {k: v for k, v in rows(top.hq).items() if v[FIELD] == "fr"}
+    assert ("p", 1) in rows(top.hq) and ("o", 100) in rows(new_p)
