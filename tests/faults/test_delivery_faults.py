@@ -75,6 +75,7 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
     p = top.remotes["P"]
     hq_n = p_n = 0
     kills = 0
+    phases: set[str] = set()  # what the agent had just logged when it was killed
     t0 = time.monotonic()
     for rnd in range(ROUNDS):
         _commit(top.hq, "hq", hq_n, 300, "fr")
@@ -92,11 +93,14 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
+            last = logf.read_text().splitlines()[-1] if logf.exists() else ""
+            phases.update(w for w in ("sent", "applied", "confirmed", "dropped") if f" {w} " in last)
         proc.wait()
         if proc.returncode not in (0, -signal.SIGKILL):
             pytest.fail(f"round {rnd}: the agent failed: {proc.stderr.read().decode()}")
         proc.stderr.close()
     assert kills >= ROUNDS // 2, f"only {kills} agents were killed mid-poll: the rounds test too little"
+    assert {"sent", "applied"} <= phases, phases  # killed while sending and while applying (confirming between)
     _settle(top)
     hq_keys, p_keys = _applied_keys(p, "hq"), _applied_keys(top.hq, "p")
     assert sorted(hq_keys) == [("hq", i) for i in range(hq_n)]  # each once: nothing lost or applied twice
