@@ -199,7 +199,7 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
                         "applied_transactions": rep.applied_transactions, "conflicts": rep.conflicts,
                         "duplicates": rep.duplicates, "waiting": rep.waiting, "rejected": rep.rejected,
                         "sent_messages": rep.sent_messages, "sent_transactions": rep.sent_transactions,
-                        "resend_requests": rep.resend_requests, "busy": rep.busy}
+                        "resend_requests": rep.resend_requests, "link_errors": rep.link_errors, "busy": rep.busy}
                 if as_json:
                     click.echo(json.dumps(line), nl=True)
                 elif rep.busy or rep.rejected:
@@ -208,6 +208,8 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
                                   f"waiting), sent {rep.sent_transactions} in {rep.sent_messages} messages")
                 for r in rep.rejected:
                     console.print(f"[red]rejected[/red] {r}")
+                for r in rep.link_errors:
+                    console.print(f"[red]not sent[/red] to {r}")
                 if once or (until_idle and not rep.busy):
                     break
                 if not rep.busy:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..errors import DeliveryConfigError, MessageAuthFailed, MessageCorrupt, OffsetMismatch
+from ..errors import DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch
 from ..journal.offsets import end_offset
 from . import sysremote
 from .apply import apply_message
@@ -56,6 +56,7 @@ class PollReport:
     sent_transactions: int = 0
     resend_requests: int = 0
     controls: int = 0  # control messages taken in (confirmations, resend requests, probes)
+    link_errors: list[str] = field(default_factory=list)  # links whose transport failed this poll
     controls_sent: int = 0
 
     @property
@@ -99,6 +100,10 @@ class Agent:
         self._saved = {(u, h): self._half(u, h).to_dict() for u in self.setup.links for h in ("out", "in")}
         self._files: dict[tuple[str, tuple], list[Path]] = {}
         self.feeders = list(feeders)
+        for u, l in self.setup.links.items():
+            if "://" in l.address and not l.address.startswith("file:") and not l.key:
+                log.warning("the link to %s goes through %s without a key: its messages are readable and "
+                            "unauthenticated on the way (subscribe with --key-file)", u, l.address)
 
     def _half(self, user: str, half: str):
         return self.senders[user].state if half == "out" else self.receivers[user].state
@@ -198,43 +203,52 @@ class Agent:
         return self._outboxes[link.user]
 
     def _send(self, rep: PollReport, confirmed: set[str], probes: set[str]) -> None:
-        jdir = self.db.layout.journal
-        for user, snd in self.senders.items():
-            link, rcv = self.setup.links[user], self.receivers[user]
-            resend_from = rcv.end_poll()
-            if resend_from is not None:
-                rep.resend_requests += 1
-                log.info("gap from %s (log_received %s, %d waiting, sender at %s): asking for a resend after %s",
-                         user, rcv.state.log_received, rcv.waiting(), rcv.state.seen_upto, resend_from)
-            pub = self.setup.publications[link.publication]
-            route = Route.of(link, pub, snd.scan_from())
-            scan(jdir, route, self.max_poll_txs)
-            now = self.clock()
-            sent_any = False
-            outbox = self._outbox(link)
-            if hasattr(outbox, "retry"):
-                outbox.retry()  # what an earlier poll could not deliver goes first
-            for d in cut(route.after, route.txs, self.message_bytes, route.advance_to, route.sizes):
-                msg = self._message(user, d.prev, d.last, now, resend_from, txs=d.txs, seq=d.seq, parts=d.parts)
-                outbox.send(file_name(msg), encode(msg, self.keys[user]))
-                sent_any = True
-                rep.sent_messages += 1
-                log.info("sent %s to %s: %d transactions", msg.name, user, len(d.txs))
-                if d.seq == d.parts - 1:
-                    rep.sent_transactions += len(d.txs) if d.parts == 1 else 1
-                    snd.sent(d.last, now)
-            probe = snd.end_poll() if not sent_any else False
-            if not sent_any and (user in confirmed or user in probes or resend_from is not None or probe):
-                pos = snd.state.log_sent
-                msg = self._message(user, pos, pos, now, resend_from, probe=probe)
-                outbox.send(file_name(msg), encode(msg, self.keys[user]))
-                rep.controls_sent += 1
-                log.info("sent control %s to %s: confirm %s%s%s", msg.name, user, msg.confirm,
-                         f", resend after {resend_from}" if resend_from is not None else "",
-                         ", probe" if probe else "")
-            snd.check()
+        for user in self.senders:
+            try:
+                self._send_link(user, rep, confirmed, probes)
+            except DeliveryError as e:  # this link's transport is down: the others go on
+                rep.link_errors.append(f"{user}: {e}")
+                log.error("sending to %s failed: %s (log_sent stays at %s; sent again next poll)", user, e,
+                          self.senders[user].state.log_sent)
         self._save("out")
         self._save("in")  # the receivers' gap counters
+
+    def _send_link(self, user: str, rep: PollReport, confirmed: set[str], probes: set[str]) -> None:
+        jdir = self.db.layout.journal
+        snd = self.senders[user]
+        link, rcv = self.setup.links[user], self.receivers[user]
+        resend_from = rcv.end_poll()
+        if resend_from is not None:
+            rep.resend_requests += 1
+            log.info("gap from %s (log_received %s, %d waiting, sender at %s): asking for a resend after %s",
+                     user, rcv.state.log_received, rcv.waiting(), rcv.state.seen_upto, resend_from)
+        pub = self.setup.publications[link.publication]
+        route = Route.of(link, pub, snd.scan_from())
+        scan(jdir, route, self.max_poll_txs)
+        now = self.clock()
+        sent_any = False
+        outbox = self._outbox(link)
+        if hasattr(outbox, "retry"):
+            outbox.retry()  # what an earlier poll could not deliver goes first
+        for d in cut(route.after, route.txs, self.message_bytes, route.advance_to, route.sizes):
+            msg = self._message(user, d.prev, d.last, now, resend_from, txs=d.txs, seq=d.seq, parts=d.parts)
+            outbox.send(file_name(msg), encode(msg, self.keys[user]))
+            sent_any = True
+            rep.sent_messages += 1
+            log.info("sent %s to %s: %d transactions", msg.name, user, len(d.txs))
+            if d.seq == d.parts - 1:
+                rep.sent_transactions += len(d.txs) if d.parts == 1 else 1
+                snd.sent(d.last, now)
+        probe = snd.end_poll() if not sent_any else False
+        if not sent_any and (user in confirmed or user in probes or resend_from is not None or probe):
+            pos = snd.state.log_sent
+            msg = self._message(user, pos, pos, now, resend_from, probe=probe)
+            outbox.send(file_name(msg), encode(msg, self.keys[user]))
+            rep.controls_sent += 1
+            log.info("sent control %s to %s: confirm %s%s%s", msg.name, user, msg.confirm,
+                     f", resend after {resend_from}" if resend_from is not None else "",
+                     ", probe" if probe else "")
+        snd.check()
 
     def _message(self, user: str, prev: int, last: int, now: float, resend_from: int | None, *,
                  txs=(), seq: int = 0, parts: int = 1, probe: bool = False) -> Message:
