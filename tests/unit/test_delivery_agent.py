@@ -148,3 +148,16 @@ def test_extract_builds_a_remote_with_exactly_its_rows_that_then_keeps_up(tmp_pa
     settle(top)
     assert rows(new_p) == {k: v for k, v in rows(top.hq).items() if v[FIELD] == "fr"}
     assert ("p", 1) in rows(top.hq) and ("o", 100) in rows(new_p)
+
+
+def test_a_link_that_cannot_send_is_reported_and_the_others_go_on(tmp_path):
+    top = make_topology(tmp_path, {"P": "fr", "Q": "fr"}, addresses={"Q": "nope://somewhere"})
+    _set(top.hq, ("o", 1), {FIELD: "fr"})
+    rep = poll(top.hq)
+    assert len(rep.link_errors) == 1 and rep.link_errors[0].startswith("Q: ") and "nope://" in rep.link_errors[0]
+    assert rep.sent_messages == 1
+    poll(top.remotes["P"])
+    assert ("o", 1) in rows(top.remotes["P"])
+    with engine.open(top.hq) as db:
+        q = next(r for r in api.status(db)["remote_users"] if r["user"] == "Q")
+    assert q["log_sent"] == q["confirm_sent"]  # nothing counted as sent to Q

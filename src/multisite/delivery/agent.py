@@ -206,7 +206,7 @@ class Agent:
         for user in self.senders:
             try:
                 self._send_link(user, rep, confirmed, probes)
-            except DeliveryError as e:  # this link's transport is down: the others go on
+            except (DeliveryError, DeliveryConfigError) as e:  # this link cannot send now: the others go on
                 rep.link_errors.append(f"{user}: {e}")
                 log.error("sending to %s failed: %s (log_sent stays at %s; sent again next poll)", user, e,
                           self.senders[user].state.log_sent)
