@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..errors import DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch
+from ..errors import (DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch,
+                      StorageFull)
 from ..journal.offsets import end_offset
 from . import sysremote
 from .apply import apply_message
@@ -206,7 +207,7 @@ class Agent:
         for user in self.senders:
             try:
                 self._send_link(user, rep, confirmed, probes)
-            except (DeliveryError, DeliveryConfigError) as e:  # this link cannot send now: the others go on
+            except (DeliveryError, DeliveryConfigError, StorageFull) as e:  # this link cannot send now: the others go on
                 rep.link_errors.append(f"{user}: {e}")
                 log.error("sending to %s failed: %s (log_sent stays at %s; sent again next poll)", user, e,
                           self.senders[user].state.log_sent)

@@ -23,6 +23,7 @@ from .sysremote import SYSTEM_REGIONS, Link, Publication, origin_user
 
 MESSAGE_BYTES_DEFAULT = 1 << 20
 ADVANCE_AFTER_SKIPPED_TXS = 1000  # see Route.advance_to
+ADVANCE_AFTER_SKIPPED_BYTES = 1 << 20  # (a received message's apply is one large transaction to skip)
 _UPDATE_OVERHEAD_BYTES = 24  # op, array headers and offsets of an update in a message (an estimate)
 
 
@@ -39,6 +40,7 @@ class Route:
     sizes: list[int] = field(default_factory=list)  # each transaction's estimated bytes in a message
     scanned: int = 0  # the offset of the last transaction scanned for it
     skipped: int = 0  # transactions scanned after the last one it takes
+    skipped_bytes: int = 0  # and their bytes
 
     @classmethod
     def of(cls, link: Link, pub: Publication, after: int) -> "Route":
@@ -49,7 +51,8 @@ class Route:
         """Where the last message may end past the last transaction taken: the end of the scan once
         many transactions were skipped (so a later scan does not read them again), else nowhere. Not
         after every skipped one: the agent's own state commits would make a message each poll."""
-        return self.scanned if self.skipped >= ADVANCE_AFTER_SKIPPED_TXS else 0
+        far = self.skipped >= ADVANCE_AFTER_SKIPPED_TXS or self.skipped_bytes >= ADVANCE_AFTER_SKIPPED_BYTES
+        return self.scanned if far else 0
 
 
 def _field_matches(vb: bytes | None, fname: str, value: str) -> bool:
@@ -94,9 +97,10 @@ def scan(journal_dir: Path, route: Route, max_txs: int = 0) -> None:
         if sel:
             route.txs.append(Tx(offset, seqno, sel))
             route.sizes.append(len(payload) if len(sel) == len(ups) else sum(update_bytes(u) for u in sel))
-            route.skipped = 0
+            route.skipped = route.skipped_bytes = 0
         else:
             route.skipped += 1
+            route.skipped_bytes += len(payload)
         n += 1
         if max_txs and n >= max_txs:
             return
