@@ -161,3 +161,14 @@ def test_a_link_that_cannot_send_is_reported_and_the_others_go_on(tmp_path):
     with engine.open(top.hq) as db:
         q = next(r for r in api.status(db)["remote_users"] if r["user"] == "Q")
     assert q["log_sent"] == q["confirm_sent"]  # nothing counted as sent to Q
+
+
+def test_a_remote_moving_a_row_out_of_its_subscription_loses_it_and_the_new_subscriber_gets_it(tmp_path):
+    top = make_topology(tmp_path, {"P": "fr", "Q": "de"})
+    _set(top.hq, ("o", 1), {FIELD: "fr", "n": 1})
+    settle(top)
+    _set(top.remotes["P"], ("o", 1), {FIELD: "de", "n": 2})  # P hands the order over to Q's site
+    settle(top)
+    assert rows(top.hq)[("o", 1)] == {FIELD: "de", "n": 2}
+    assert rows(top.remotes["Q"]) == {("o", 1): {FIELD: "de", "n": 2}}
+    assert rows(top.remotes["P"]) == {}  # no longer one of P's rows: deleted there

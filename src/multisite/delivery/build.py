@@ -62,22 +62,26 @@ def _field_matches(vb: bytes | None, fname: str, value: str) -> bool:
     return isinstance(v, dict) and fname in v and str(v[fname]) == value
 
 
-def select(route: Route, updates: list[Update]) -> list[Update]:
-    """The updates of one transaction that go to ``route``'s subscriber."""
+def select(route: Route, updates: list[Update], *, from_it: bool = False) -> list[Update]:
+    """The updates of one transaction that go to ``route``'s subscriber. ``from_it``: the transaction
+    came from that subscriber, which has its changes already: only the deletes of rows its change
+    moved out of its subscription go back."""
     out = []
     regions, fname = route.regions, route.field
     for u in updates:
         if u.region not in regions:
             continue
         if fname is None or route.value is None:
-            out.append(u)
+            if not from_it:
+                out.append(u)
             continue
         now = _field_matches(u.value, fname, route.value) if u.op == SET else False
         was = _field_matches(u.before, fname, route.value)
         if u.op == KILL and not was and u.killed:
             was = any(_field_matches(vb, fname, route.value) for _, vb in u.killed)
         if now:
-            out.append(u)
+            if not from_it:
+                out.append(u)
         elif was:  # gone from this subscriber's rows: deleted there
             out.append(u if u.op != SET else Update(ZKILL, u.region, u.key, None, u.before))
     return out
@@ -93,7 +97,7 @@ def scan(journal_dir: Path, route: Route, max_txs: int = 0) -> None:
         data = [u for u in ups if u.region not in SYSTEM_REGIONS]
         origin = origin_user(ups) if len(data) != len(ups) else None
         route.scanned = offset
-        sel = select(route, data) if data and route.link.user != origin else None
+        sel = select(route, data, from_it=route.link.user == origin) if data else None
         if sel:
             route.txs.append(Tx(offset, seqno, sel))
             route.sizes.append(len(payload) if len(sel) == len(ups) else sum(update_bytes(u) for u in sel))
