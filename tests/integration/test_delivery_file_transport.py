@@ -97,3 +97,25 @@ def test_a_transaction_spanning_several_messages_is_applied_whole(tmp_path):
     (poll,) = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert poll["applied_messages"] == 1 and poll["applied_transactions"] == 1
     assert len(rows(top.remotes["P"])) == 400
+
+
+def test_keygen_an_encrypted_link_conflicts_and_extract_through_the_commands(tmp_path):
+    key = ms("delivery", "keygen").stdout.strip()
+    assert len(key) == 64
+    top = make_topology(tmp_path / "t", {"P": "fr"}, key=key)
+    _commit(top.hq, 0, 3)
+    for site in (top.hq, top.remotes["P"]):
+        assert run_agent(site, "--once").returncode == 0
+    with engine.open(top.hq) as db:  # both sides change ("hq", 0) before the next exchange
+        db.set(REGION, ("hq", 0), {FIELD: "fr", "n": 100})
+    with engine.open(top.remotes["P"]) as db:
+        db.set(REGION, ("hq", 0), {FIELD: "fr", "n": -1})
+    for site in (top.remotes["P"], top.hq, top.remotes["P"], top.hq):
+        assert run_agent(site, "--once").returncode == 0
+    r = ms("delivery", "conflicts", str(top.hq), "--json")
+    (c,) = json.loads(r.stdout)
+    assert c["user"] == "P" and c["key"] == ["hq", 0] and c["rule"] == "consolidated-wins"
+    assert rows(top.remotes["P"])[("hq", 0)]["n"] == 100  # the consolidated copy, on both sides
+    r = ms("delivery", "extract", str(top.hq), "--subscriber", "P", "--to", str(tmp_path / "P2"))
+    assert r.returncode == 0 and "extracted 3 rows of P" in r.stdout, r.stderr
+    assert rows(tmp_path / "P2") == rows(top.hq)
