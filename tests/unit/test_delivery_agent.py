@@ -172,3 +172,24 @@ def test_a_remote_moving_a_row_out_of_its_subscription_loses_it_and_the_new_subs
     assert rows(top.hq)[("o", 1)] == {FIELD: "de", "n": 2}
     assert rows(top.remotes["Q"]) == {("o", 1): {FIELD: "de", "n": 2}}
     assert rows(top.remotes["P"]) == {}  # no longer one of P's rows: deleted there
+
+
+def test_prune_keeps_the_journal_a_subscriber_has_not_confirmed(tmp_path):
+    from multisite.instance.maintenance import prune
+    from multisite.journal.segments import list_segments
+
+    top = make_topology(tmp_path, {"P": "fr"}, hq_durability="none")  # no preallocation: small segments
+    with engine.open(top.hq, segment_bytes=4096) as db:
+        for i in range(300):
+            db.set(REGION, ("o", i), {FIELD: "fr", "pad": "p" * 40})
+    poll(top.hq)  # sent, not confirmed: a resend may need all of it
+    first = list_segments(top.hq / "journal")[0].index
+    assert len(list_segments(top.hq / "journal")) > 3
+    prune(top.hq, 10**9)
+    assert list_segments(top.hq / "journal")[0].index == first
+    poll(top.remotes["P"])
+    poll(top.hq)  # the confirmation: the mark moves to the newest segment
+    rep = prune(top.hq, 10**9)
+    assert list_segments(top.hq / "journal")[0].index > first, rep
+    assert list_segments(top.hq / "journal")[0].index > first
+    assert len(rows(top.remotes["P"])) == 300

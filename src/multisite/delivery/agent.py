@@ -30,7 +30,7 @@ from typing import Callable
 
 from ..errors import (DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch,
                       StorageFull)
-from ..journal.offsets import end_offset
+from ..journal.offsets import end_offset, split_offset
 from . import sysremote
 from .apply import apply_message
 from .build import MESSAGE_BYTES_DEFAULT, Route, cut, scan
@@ -101,6 +101,7 @@ class Agent:
         self._saved = {(u, h): self._half(u, h).to_dict() for u in self.setup.links for h in ("out", "in")}
         self._files: dict[tuple[str, tuple], list[Path]] = {}
         self.feeders = list(feeders)
+        self._kept: dict[str, int] = {}  # the journal segment each link's prune mark keeps
         for u, l in self.setup.links.items():
             if "://" in l.address and not l.address.startswith("file:") and not l.key:
                 log.warning("the link to %s goes through %s without a key: its messages are readable and "
@@ -213,6 +214,11 @@ class Agent:
                           self.senders[user].state.log_sent)
         self._save("out")
         self._save("in")  # the receivers' gap counters
+        for user, snd in self.senders.items():
+            index = split_offset(snd.state.confirm_sent)[0]
+            if self._kept.get(user) != index:
+                sysremote.keep_journal_for(self.db, user, snd.state.confirm_sent)
+                self._kept[user] = index
 
     def _send_link(self, user: str, rep: PollReport, confirmed: set[str], probes: set[str]) -> None:
         jdir = self.db.layout.journal

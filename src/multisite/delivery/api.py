@@ -92,6 +92,7 @@ def subscribe(db, publication: str, user: str, address: str, value: str | None =
     out = SendState(log_sent=start, confirm_sent=start, start=start)
     db.commit_updates([sysremote.def_op(link), sysremote.state_op(user, "out", out),
                        sysremote.state_op(user, "in", ReceiveState())])
+    sysremote.keep_journal_for(db, user, start)
     return link
 
 

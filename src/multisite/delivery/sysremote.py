@@ -126,3 +126,17 @@ def check_name(what: str, name: str) -> str:
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name) or name == ".":
         raise DeliveryConfigError(f"{what} {name!r} must be letters, digits, '-', '_' or '.'")
     return name
+
+
+def keep_journal_for(db, user: str, confirm_sent: int) -> None:
+    """Make ``multisite prune`` keep the journal ``user`` may still need: the segment holding
+    ``confirm_sent`` and every later one (a resend starts there), as a consumer mark
+    (``instance.consumers``) named ``delivery-USER`` at the seqno before that segment."""
+    from ..instance import consumers
+    from ..journal.offsets import split_offset
+    from ..journal.segments import list_segments
+
+    index = split_offset(confirm_sent)[0]
+    firsts = [i.first_seqno for i in list_segments(db.layout.journal) if i.index == index]
+    mark = firsts[0] - 1 if firsts else 0
+    consumers.record(db.layout, f"delivery-{user}", mark)
