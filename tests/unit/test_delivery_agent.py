@@ -193,3 +193,19 @@ def test_prune_keeps_the_journal_a_subscriber_has_not_confirmed(tmp_path):
     assert list_segments(top.hq / "journal")[0].index > first, rep
     assert list_segments(top.hq / "journal")[0].index > first
     assert len(rows(top.remotes["P"])) == 300
+
+
+def test_updates_outside_the_links_publication_are_not_applied(tmp_path):
+    top = make_topology(tmp_path, {"P": "fr"})
+    _set(top.remotes["P"], ("p", 1), {FIELD: "fr"})
+    _set(top.remotes["P"], ("p", 2), {FIELD: "fr"})
+    poll(top.remotes["P"])
+    (f,) = top.inbox("HQ").glob("*.msg")
+    msg = decode(f.read_bytes(), "m")
+    msg.txs[0].updates[0].region = "secret"  # a remote writing where it does not subscribe
+    f.write_bytes(encode(msg))
+    rep = poll(top.hq)
+    assert rep.applied_transactions == 2
+    assert set(rows(top.hq)) == {("p", 2)}
+    with engine.open(top.hq) as db:
+        assert "secret" not in db.regions()

@@ -101,7 +101,9 @@ class Agent:
         self._saved = {(u, h): self._half(u, h).to_dict() for u in self.setup.links for h in ("out", "in")}
         self._files: dict[tuple[str, tuple], list[Path]] = {}
         self.feeders = list(feeders)
-        self._kept: dict[str, int] = {}  # the journal segment each link's prune mark keeps
+        self._kept: dict[str, int] = {}
+        self._regions = {u: frozenset(self.setup.publications[l.publication].regions) if l.publication in
+                         self.setup.publications else frozenset() for u, l in self.setup.links.items()}  # the journal segment each link's prune mark keeps
         for u, l in self.setup.links.items():
             if "://" in l.address and not l.address.startswith("file:") and not l.key:
                 log.warning("the link to %s goes through %s without a key: its messages are readable and "
@@ -173,7 +175,8 @@ class Agent:
                 txs = rcv.transactions(parts)
                 new = replace(rcv.state, log_received=parts[0].last, time_received=now, gap_polls=0, resends=0)
                 res = apply_message(self.db, user, txs, sysremote.state_op(user, "in", new),
-                                    check_conflicts=link.peer_role == ROLE_REMOTE, now=now)
+                                    check_conflicts=link.peer_role == ROLE_REMOTE, now=now,
+                                    regions_allowed=self._regions[user])
                 rcv.applied(parts, now)
                 self._saved[(user, "in")] = rcv.state.to_dict()
                 applied = True
@@ -182,6 +185,9 @@ class Agent:
                 rep.conflicts += res.conflicts
                 log.info("applied %s from %s: %d transactions, %d updates, %d conflicts (log_received %s)",
                          parts[0].name, user, res.transactions, res.updates, res.conflicts, rcv.state.log_received)
+                if res.refused:
+                    log.warning("refused %d update(s) from %s in %s to regions outside publication %s",
+                                res.refused, user, parts[0].name, link.publication)
                 for p in self._files.pop((user, parts[0].group), []):
                     self.inbox.remove(p)
             for (u, group), paths in list(self._files.items()):

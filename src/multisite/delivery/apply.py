@@ -31,6 +31,7 @@ class Applied:
     transactions: int = 0
     updates: int = 0
     conflicts: int = 0
+    refused: int = 0
     seqno: int = 0
 
 
@@ -45,8 +46,10 @@ def _current(db, region: str, key: tuple, overlay: dict) -> bytes | None:
 
 
 def apply_message(db, user: str, txs: list[Tx], state_op: tuple, *, check_conflicts: bool,
-                  now: float | None = None) -> Applied:
-    """Commit ``txs`` and ``state_op`` as one transaction; see the module's docstring for conflicts."""
+                  regions_allowed: frozenset[str] | None = None, now: float | None = None) -> Applied:
+    """Commit ``txs`` and ``state_op`` as one transaction; see the module's docstring for conflicts.
+    Updates outside ``regions_allowed`` (the link's publication; None: any) are not applied: a remote
+    changes only what it subscribes to (counted in ``refused``)."""
     now = time.time() if now is None else now
     res = Applied()
     ops: list[tuple] = []
@@ -55,8 +58,9 @@ def apply_message(db, user: str, txs: list[Tx], state_op: tuple, *, check_confli
     for tx in txs:
         res.transactions += 1
         for n, u in enumerate(tx.updates):
-            if u.region in SYSTEM_REGIONS:
-                continue  # never published; a message holding one is not ours to apply
+            if u.region in SYSTEM_REGIONS or (regions_allowed is not None and u.region not in regions_allowed):
+                res.refused += 1  # never published, or not this link's: not ours to apply
+                continue
             if u.region not in regions:
                 db.create_region(u.region)
                 regions[u.region] = True
