@@ -19,7 +19,7 @@ from ..journal.offsets import end_offset, format_offset
 from ..journal.records import SET
 from ..keys import decode_key
 from . import sysremote
-from .build import _field_matches
+from .build import field_matches
 from .machine import ReceiveState, SendState
 from .message import parse_key
 from .sysremote import (CONFLICT_REGION, ROLE_CONSOLIDATED, ROLE_REMOTE, SYSTEM_REGIONS, Link, Publication,
@@ -68,6 +68,7 @@ def publish(db, name: str, regions: list[str], subscribe_by: str | None = None, 
 
 
 def _new_link(db, setup: sysremote.Setup, link: Link) -> int:
+    """Check a new remote user; its link starts at the journal's end offset (returned)."""
     check_name("user", link.user)
     if link.user in setup.links:
         raise DeliveryConfigError(f"{link.user} is already a remote user of {db.name}")
@@ -75,8 +76,7 @@ def _new_link(db, setup: sysremote.Setup, link: Link) -> int:
         raise DeliveryConfigError(f"{link.user} is this instance's own name")
     if link.key:
         parse_key(link.key, f"--key of {link.user}")
-    start = end_offset(db.layout.journal)
-    return start
+    return end_offset(db.layout.journal)
 
 
 def subscribe(db, publication: str, user: str, address: str, value: str | None = None, key: str = "") -> Link:
@@ -183,7 +183,7 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fs
             new.create_region(r)
             batch = []
             for key, vb in _rows(db, r):
-                if pub.subscribe_by and not _field_matches(vb, pub.subscribe_by, link.value or ""):
+                if pub.subscribe_by and not field_matches(vb, pub.subscribe_by, link.value or ""):
                     continue
                 batch.append((SET, r, key, vb))
                 if len(batch) >= 10_000:

@@ -55,7 +55,8 @@ class Route:
         return self.scanned if far else 0
 
 
-def _field_matches(vb: bytes | None, fname: str, value: str) -> bool:
+def field_matches(vb: bytes | None, fname: str, value: str) -> bool:
+    """Does the encoded row ``vb`` hold ``value`` in its field ``fname`` (compared as text)?"""
     if vb is None:
         return False
     v = decode_value(vb)
@@ -75,10 +76,10 @@ def select(route: Route, updates: list[Update], *, from_it: bool = False) -> lis
             if not from_it:
                 out.append(u)
             continue
-        now = _field_matches(u.value, fname, route.value) if u.op == SET else False
-        was = _field_matches(u.before, fname, route.value)
+        now = field_matches(u.value, fname, route.value) if u.op == SET else False
+        was = field_matches(u.before, fname, route.value)
         if u.op == KILL and not was and u.killed:
-            was = any(_field_matches(vb, fname, route.value) for _, vb in u.killed)
+            was = any(field_matches(vb, fname, route.value) for _, vb in u.killed)
         if now:
             if not from_it:
                 out.append(u)
