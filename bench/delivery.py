@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--baseline-n", type=int, default=3_000)
     ap.add_argument("--catchup-n", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=3, help="throughput runs (the median is the figure)")
     args = ap.parse_args()
     if args.quick:
         args.n, args.baseline_n, args.catchup_n = 20_000, 2_000, 50_000
@@ -101,11 +102,16 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     results = {}
 
-    hq, p, last = fresh(OUT / "tput", args.n)
-    dt, polls, msgs = exchange(hq, p, 1 << 20, last)
+    runs = []
+    for k in range(args.runs):  # the machine may be shared: the median of a few runs
+        hq, p, last = fresh(OUT / "tput", args.n)
+        dt, polls, msgs = exchange(hq, p, 1 << 20, last)
+        runs.append(dt)
+        print(f"throughput, 1 MiB messages, run {k + 1}: {args.n:,} tx in {dt:.2f} s = {args.n / dt:,.0f} tx/s "
+              f"({msgs} messages, {polls} rounds)", flush=True)
+    dt = sorted(runs)[len(runs) // 2]
     results["ours"] = (args.n, dt, polls, msgs)
-    print(f"throughput, 1 MiB messages: {args.n:,} tx in {dt:.2f} s = {args.n / dt:,.0f} tx/s ({msgs} messages, "
-          f"{polls} rounds)", flush=True)
+    results["ours_runs"] = runs
 
     hq, p, last = fresh(OUT / "base", args.baseline_n)
     dt, polls, msgs = exchange(hq, p, 1, last)
@@ -163,8 +169,9 @@ def write_results(r: dict, load_before: float) -> None:
         "",
         "| measure | figure | target | verdict | note |",
         "|---|---:|---|---|---|",
-        f"| throughput, 1 MiB messages | {ours:,.0f} tx/s ({n:,} tx in {dt:.2f} s) | ≥ 50,000 tx/s | "
-        f"{'PASS' if ours >= 50_000 else 'MISS'} | {msgs} messages |",
+        f"| throughput, 1 MiB messages (median of {len(r['ours_runs'])} runs) | {ours:,.0f} tx/s ({n:,} tx in {dt:.2f} s) "
+        f"| ≥ 50,000 tx/s | {'PASS' if ours >= 50_000 else 'MISS'} | {msgs} messages; runs "
+        f"{', '.join(f'{n / x:,.0f}' for x in r['ours_runs'])} tx/s |",
         f"| baseline in the same run: SQL Anywhere's one message per batch, a batch of one transaction | "
         f"{base:,.0f} tx/s ({bn:,} tx in {bdt:.2f} s) | | | {bmsgs:,} messages of one transaction each |",
         f"| ratio | {ours / base:,.0f}x | | | |",
