@@ -223,14 +223,20 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--subscriber", required=True)
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="The new remote instance's folder.")
-def extract_cmd(dir: str, subscriber: str, to: str) -> None:
+@click.option("--spark", "use_spark", is_flag=True, help="Read the rows with Spark (local[*]), for large publications.")
+def extract_cmd(dir: str, subscriber: str, to: str, use_spark: bool) -> None:
     """Build a new remote instance holding exactly a subscriber's rows, its link restarted at the
     journal's end offset on both sides.
 
-    Example: multisite delivery extract /data/HQ --subscriber paris --to /data/paris-new
+    Example: multisite delivery extract /data/HQ --subscriber paris --to /data/paris-new --spark
     """
     with engine.open(dir) as db:
-        out = api.extract(db, subscriber, to)
+        if use_spark:
+            from ..pipeline.delivery_extract import extract
+
+            out = extract(db, subscriber, to)
+        else:
+            out = api.extract(db, subscriber, to)
     console.print(f"extracted {out['rows']} rows of {subscriber} into {out['instance']} at offset {out['offset']}")
 
 

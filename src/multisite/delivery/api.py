@@ -164,10 +164,13 @@ def conflicts(db) -> list[dict]:
     return [dict(row, user=k[0], offset=k[1]) for k, row in db.items(CONFLICT_REGION)]
 
 
-def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fsync") -> dict:
+def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fsync", rows=None) -> dict:
     """Build a new remote instance at ``to`` holding exactly ``subscriber``'s rows, consistent with the
     offsets: the link restarts at the journal's end offset on both sides (a new generation), and
-    messages of the old remote waiting in this instance's inbox are removed."""
+    messages of the old remote waiting in this instance's inbox are removed. ``rows``: an iterable of
+    ``(region, key, encoded value)`` to copy instead of paging the store here (the Spark path,
+    ``pipeline.delivery_extract``); the rows are filtered by the subscription either way. ``db`` is
+    held open meanwhile, so nothing commits between the rows read and the offset taken."""
     from .. import engine
 
     setup = sysremote.load(db)
@@ -175,24 +178,14 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fs
     if link is None or link.peer_role != ROLE_REMOTE:
         raise DeliveryConfigError(f"{subscriber!r} is not a subscriber of {db.name}")
     pub = setup.publications[link.publication]
+    if rows is None:
+        rows = ((r, key, vb) for r in pub.regions for key, vb in _rows(db, r))
     root = engine.create(to, subscriber, durability=durability)
     new = engine.open(root)
     try:
-        copied = 0
         for r in pub.regions:
             new.create_region(r)
-            batch = []
-            for key, vb in _rows(db, r):
-                if pub.subscribe_by and not field_matches(vb, pub.subscribe_by, link.value or ""):
-                    continue
-                batch.append((SET, r, key, vb))
-                if len(batch) >= 10_000:
-                    new.commit_updates(batch)
-                    copied += len(batch)
-                    batch = []
-            if batch:
-                new.commit_updates(batch)
-                copied += len(batch)
+        copied = _copy(new, rows, pub, link)
         at = end_offset(db.layout.journal)
         remote_setup(new, db.name, setup.inbox, pub.name, pub.regions, key=link.key,
                      inbox=link.address if inbox_folder(link.address) is not None else None)
@@ -203,6 +196,7 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fs
         out = SendState(log_sent=at, confirm_sent=at, start=at, gen=old_out.gen + 1)
         db.commit_updates([sysremote.state_op(subscriber, "out", out),
                            sysremote.state_op(subscriber, "in", ReceiveState(start=remote_start))])
+        sysremote.keep_journal_for(db, subscriber, at)
         folder = inbox_folder(setup.inbox)
         removed = 0
         if folder is not None and folder.is_dir():
@@ -213,6 +207,27 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fs
                 "offset": format_offset(at), "stale_messages_removed": removed}
     finally:
         new.close()
+
+
+EXTRACT_BATCH_ROWS = 10_000  # rows per commit into the new remote
+
+
+def _copy(new, rows, pub: Publication, link: Link) -> int:
+    """Commit the subscriber's rows of ``rows`` into ``new`` in batches; how many."""
+    copied, batch = 0, []
+    regions = set(pub.regions)
+    for r, key, vb in rows:
+        if r not in regions or (pub.subscribe_by and not field_matches(vb, pub.subscribe_by, link.value or "")):
+            continue
+        batch.append((SET, r, key, vb))
+        if len(batch) >= EXTRACT_BATCH_ROWS:
+            new.commit_updates(batch)
+            copied += len(batch)
+            batch = []
+    if batch:
+        new.commit_updates(batch)
+        copied += len(batch)
+    return copied
 
 
 def _rows(db, region: str):
