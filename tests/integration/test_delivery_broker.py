@@ -54,3 +54,35 @@ def test_messages_cross_a_restarted_broker_both_ways_encrypted_to_a_remote_that_
     with engine.open(top.hq) as db:
         out = db.get("sysremoteuser", ("P", "out"))
     assert out["confirm_sent"] == out["log_sent"]
+
+
+def test_a_receiving_agent_killed_while_it_takes_messages_off_the_broker_loses_none(tmp_path, broker):
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from multisite.testing.delivery import agent_process
+
+    top = make_topology(tmp_path / "t", {"P": "fr"},
+                        addresses={"HQ": broker.address("multisite/HQ"), "P": broker.address("multisite/P")})
+    p = top.remotes["P"]
+    listen_p = ("--listen-mqtt", broker.address("multisite/P"))
+    _polls(run_agent(p, "--json", "--once", *listen_p))  # P's persistent session
+    with engine.open(top.hq) as db:
+        for i in range(400):
+            db.set(REGION, ("hq", i), {FIELD: "fr", "n": i})
+    polls = _polls(run_agent(top.hq, "--json", "--once", "--message-bytes", "1024"))
+    assert sum(x["sent_messages"] for x in polls) > 20
+    rng = random.Random(7)
+    for _ in range(3):  # P's agent SIGKILLed at random moments while it drains the broker and applies
+        proc = agent_process(p, "--interval", "0", *listen_p, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.4, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    _polls(run_agent(p, "--json", "--until-idle", "--interval", "0", *listen_p))
+    for _ in range(3):  # any gap is resent
+        _polls(run_agent(top.hq, "--json", "--until-idle", "--interval", "0", "--listen-mqtt",
+                         broker.address("multisite/HQ")))
+        _polls(run_agent(p, "--json", "--until-idle", "--interval", "0", *listen_p))
+    assert sorted(rows(p)) == [("hq", i) for i in range(400)]
