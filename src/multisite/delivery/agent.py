@@ -101,9 +101,9 @@ class Agent:
         self._saved = {(u, h): self._half(u, h).to_dict() for u in self.setup.links for h in ("out", "in")}
         self._files: dict[tuple[str, tuple], list[Path]] = {}
         self.feeders = list(feeders)
-        self._kept: dict[str, int] = {}
+        self._kept: dict[str, int] = {}  # the journal segment each link's prune mark keeps
         self._regions = {u: frozenset(self.setup.publications[l.publication].regions) if l.publication in
-                         self.setup.publications else frozenset() for u, l in self.setup.links.items()}  # the journal segment each link's prune mark keeps
+                         self.setup.publications else frozenset() for u, l in self.setup.links.items()}
         for u, l in self.setup.links.items():
             if "://" in l.address and not l.address.startswith("file:") and not l.key:
                 log.warning("the link to %s goes through %s without a key: its messages are readable and "
