@@ -18,6 +18,7 @@ from rich.console import Console
 
 from .. import engine
 from ..delivery import api
+from ..journal.offsets import format_offset
 from ..testing.delivery import FIELD, REGION, make_topology, poll
 
 SITES = {"paris": "fr", "berlin": "de", "oslo": "no"}
@@ -114,7 +115,7 @@ def act_delivery(console: Console, root: Path) -> bool:
     console.print(f"courier to paris: {courier.delayed} deliveries delayed, {courier.duplicated} duplicated "
                   f"(dropped on arrival)")
     for c in conflicts:
-        console.print(f"conflict logged: {c['user']} changed {tuple(c['key'])} at offset {c['offset']}; "
+        console.print(f"conflict logged: {c['user']} changed {tuple(c['key'])} at offset {format_offset(c['offset'])}; "
                       f"rule {c['rule']}: HQ's copy kept")
     ok &= len(conflicts) == 1 and hq[("o", 0)]["by"] == "HQ"
     ok &= all(r["confirm_sent"] == r["log_sent"] for r in st["remote_users"])
