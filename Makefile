@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-delivery clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,9 @@ bench: setup
 
 bench-catchup: setup  # a secondary 1,000,000 transactions behind, beside PostgreSQL
 	$(BIN)/python bench/catchup.py $(ARGS)
+
+bench-delivery: setup  # delivery through the file transport, and a remote 1,000,000 transactions behind
+	$(BIN)/python bench/delivery.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
