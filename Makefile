@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-delivery clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,9 @@ bench-catchup: setup  # a secondary 1,000,000 transactions behind, beside Postgr
 
 bench-delivery: setup  # delivery through the file transport, and a remote 1,000,000 transactions behind
 	$(BIN)/python bench/delivery.py $(ARGS)
+
+bench-grid: setup  # the grid's figures of issue 11 (real catalog and container processes); ARGS="--figure commit --quick"
+	PYTHONPATH=src $(BIN)/python bench/grid.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

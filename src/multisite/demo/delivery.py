@@ -1,4 +1,4 @@
-"""Act 5 (guaranteed message delivery): a consolidated instance HQ and three remote sites exchange
+"""Act 6 (guaranteed message delivery): a consolidated instance HQ and three remote sites exchange
 changes both ways through the file transport. Paris's messages go through an unreliable courier that
 delays, duplicates and reorders them; Oslo is offline for a few rounds (its messages pile up in its
 inbox, and its own changes wait in its journal). Every site changes data every round; in round 2 HQ
@@ -58,7 +58,7 @@ def _commit(path: Path, rows: dict) -> None:
 
 
 def act_delivery(console: Console, root: Path) -> bool:
-    console.rule("[bold]Act 5: guaranteed message delivery, a consolidated instance and three remote sites")
+    console.rule("[bold]Act 6: guaranteed message delivery, a consolidated instance and three remote sites")
     rng = random.Random(5)
     top = make_topology(root / "delivery", SITES)
     console.print(f"HQ publishes {REGION} subscribed by {FIELD}; remotes {', '.join(f'{n} ({v})' for n, v in SITES.items())}; "
