@@ -45,5 +45,11 @@ def test_demo_passes_and_tells_its_story(tmp_path: Path):
                    "A's {'name': 'Ann Lee1'}", "switchover at seqno", "through B's out-filter",
                    "every value on A is the old shape of B's"):
         assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
+    # Act 6: guaranteed message delivery through the file transport
+    for phrase in ("Act 6: guaranteed message delivery", "round 1 (oslo offline): SYSREMOTEUSER of HQ",
+                   "paris: 12 rows, exactly its subscribed rows (site=fr): yes",
+                   "oslo: 12 rows, exactly its subscribed rows (site=no): yes", "rule consolidated-wins",
+                   "act_delivery: OK"):
+        assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
     assert re.search(r"demo finished in [\d.]+ s: OK", text)
     assert {p.name for p in (workdir / "log-shipping").iterdir()} >= {"A", "B", "C"}
