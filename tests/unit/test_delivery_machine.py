@@ -196,6 +196,18 @@ def test_a_resend_goes_back_to_confirm_sent_at_least_and_starts_a_new_generation
     assert s.on_resend(30) == 30 and s.state.confirm_sent == 30
 
 
+def test_a_resend_request_is_served_once_however_often_its_message_is_read():
+    s = Sender("R", SendState(log_sent=50, confirm_sent=20, start=5))
+    assert s.on_resend(20, request=1) == 20 and s.state.gen == 1
+    s.sent(50)
+    # the same request again (its message waits in the inbox, or came twice): no second resend
+    assert s.on_resend(20, request=1) is None and (s.state.log_sent, s.state.gen) == (50, 1)
+    assert s.on_resend(20, request=2) == 20 and s.state.gen == 2  # a new request is served
+    r = Receiver("S", ReceiveState(), gap_polls_before_resend=1)
+    r.state.seen_upto = 10  # the sender sent past what arrived: a gap
+    assert r.end_poll() == 0 and r.state.resend_id == 1
+
+
 def test_a_message_waits_for_its_predecessor_and_a_duplicate_is_dropped():
     r = Receiver("S", ReceiveState())
     m1 = Message("S", "R", 0, 100, 110, start=100, txs=[Tx(110, 1, [])])

@@ -30,6 +30,7 @@ from typing import Callable
 
 from ..errors import (DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch,
                       StorageFull)
+from ..journal.durability import Durability
 from ..journal.offsets import end_offset, split_offset
 from . import sysremote
 from .apply import apply_message
@@ -158,9 +159,10 @@ class Agent:
         if msg.confirm and snd.on_confirm(msg.confirm, self._journal_end(msg.confirm, snd)):
             log.info("%s confirmed up to %s", msg.sender, msg.confirm)
         if msg.resend:
-            at = snd.on_resend(msg.resend_from, self._journal_end(msg.resend_from, snd))
-            log.info("%s asked for a resend after %s: resending after %s as generation %s", msg.sender,
-                     msg.resend_from, at, snd.state.gen)
+            at = snd.on_resend(msg.resend_from, self._journal_end(msg.resend_from, snd), msg.resend_id)
+            if at is not None:
+                log.info("%s asked for a resend after %s: resending after %s as generation %s", msg.sender,
+                         msg.resend_from, at, snd.state.gen)
         if msg.probe:
             probes.add(msg.sender)
 
@@ -269,7 +271,8 @@ class Agent:
         return Message(sender=self.db.name, recipient=user, gen=snd.gen, prev=prev, last=last, seq=seq,
                        parts=parts, start=snd.start, confirm=rcv.confirm_received,
                        resend=resend_from is not None, resend_from=resend_from or 0, probe=probe,
-                       sent_upto=max(snd.log_sent, last), time=now, txs=list(txs))
+                       sent_upto=max(snd.log_sent, last), time=now, txs=list(txs),
+                       resend_id=rcv.resend_id if resend_from is not None else 0)
 
     def _save(self, half: str) -> None:
         """Commit the rows of ``half`` that changed since they were last stored (one transaction)."""
@@ -303,6 +306,10 @@ class Agent:
             f.feed()
         self._receive(rep, probes)
         confirmed = self._apply(rep)
+        if self.db.durability is Durability.NONE:
+            # nothing is confirmed, and no offset leaves, before it is on disk: after a power cut a
+            # confirmed transaction would be gone here, or an offset reused for another one
+            self.db.flush()
         self._send(rep, confirmed, probes)
         return rep
 

@@ -43,6 +43,7 @@ class SendState:
     gen: int = 0
     idle_polls: int = 0
     time_sent: float = 0.0
+    resend_seen: int = 0  # the last resend request served (a request waiting or duplicated is served once)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +58,7 @@ class ReceiveState:
     gap_polls: int = 0
     resends: int = 0  # resend requests since the last progress (the backoff's exponent)
     time_received: float = 0.0
+    resend_id: int = 0  # numbers this side's resend requests, so that the sender serves each once
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,11 +102,16 @@ class Sender:
         st.confirm_sent, st.idle_polls = offset, 0
         return True
 
-    def on_resend(self, offset: int, journal_end: int | None = None) -> int:
+    def on_resend(self, offset: int, journal_end: int | None = None, request: int = 0) -> int | None:
         """The recipient asks for everything after ``offset`` (its ``confirm_received``; 0: from the start)
         again: ``log_sent`` goes back to it (never below ``confirm_sent``), and the next messages
-        are a new generation. Returns where the resend starts."""
+        are a new generation. Returns where the resend starts, or None for a request (numbered
+        ``request``) already served: a message carrying it may wait, or come twice, and must not
+        make the sender resend its whole backlog each time it is read."""
         st = self.state
+        if request and request == st.resend_seen:  # (not "<=": a re-extracted remote numbers from 1 again)
+            return None
+        st.resend_seen = request
         if offset > st.log_sent:
             self._catch_up(offset, journal_end, "asks for a resend after")
         at = max(offset, st.confirm_sent)
@@ -216,6 +223,7 @@ class Receiver:
             return None
         st.gap_polls = 0
         st.resends += 1
+        st.resend_id += 1
         return st.confirm_received
 
     def confirm(self) -> int:

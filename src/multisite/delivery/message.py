@@ -65,6 +65,7 @@ class Message(msgspec.Struct, array_like=True):
     sent_upto: int = 0
     time: float = 0.0
     txs: list[Tx] = []
+    resend_id: int = 0  # with ``resend``: the request's number (the sender serves each number once)
 
     @property
     def is_data(self) -> bool:
