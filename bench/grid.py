@@ -26,9 +26,9 @@ Figures (``--figure``, repeatable; default all):
   kill -> the first commit accepted after it, split from the catalog's and containers' logs
   (detection: ``container X lost``; promotion: ``promote partition``; the container taking the
   primary role; a sync replica current again) and the client's own retries. ``--heartbeat-timeout``.
-- ``scaling``: 8 partitions, no replicas, on 2 containers against 1, alternated as ``commit``; the 2
-  containers get ``--capacity 4`` each (a grid without replicas never moves a primary to a container
-  that joins later, so the first would hold all 8). Target >= 1.6x.
+- ``scaling``: 8 partitions, no replicas, on 2 containers against 1, alternated as ``commit``; the
+  grid of 2 has ``initial_containers = 2`` (the first placement waits for both: a grid without
+  replicas never moves a primary to a container that joins later). Target >= 1.6x.
 - ``checkpoint``: a partition of ``--keys`` keys filled with many-key transactions
   (``g.transaction``), then a second container joins and the catalog places an async replica on it
   while writers keep updating; time until the replica's seqno reaches the primary's (``grid status``)
@@ -130,7 +130,7 @@ class GridUp:
     """A catalog and its containers, started here and stopped by ``close`` (SIGKILL as the last resort)."""
 
     def __init__(self, work: Path, label: str, *, partitions: int, min_sync: int, max_sync: int, max_async: int,
-                 heartbeat_timeout_s: float = 1.0) -> None:
+                 heartbeat_timeout_s: float = 1.0, initial_containers: int = 1) -> None:
         from multisite.net.grid_process import start_catalog
         self.root = work / f"{label}-{time.monotonic_ns()}"
         self.root.mkdir(parents=True)
@@ -138,39 +138,21 @@ class GridUp:
         self.policy = {"partitions": partitions, "min_sync": min_sync, "max_sync": max_sync, "max_async": max_async}
         self.toml = self.root / "grid.toml"
         self.toml.write_text(f'name = "{self.name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
-                             f'max_sync = {max_sync}\nmax_async = {max_async}\n[maps.{MAP}]\n')
+                             f'max_sync = {max_sync}\nmax_async = {max_async}\n'
+                             f'initial_containers = {initial_containers}\n[maps.{MAP}]\n')
         info = start_catalog(self.root / "catalog", self.toml, "127.0.0.1:0", heartbeat_timeout_s)
         self.address = info["listen"]
         self.pids: dict[str, int] = {"catalog": info["pid"]}
         self.containers: list[str] = []
 
-    def add(self, name: str, listen: str = "127.0.0.1:0", capacity: int | None = None) -> int:
+    def add(self, name: str, listen: str = "127.0.0.1:0") -> int:
         from multisite.net.grid_process import start_container
-        if capacity is not None:  # start_container has no --capacity: spawn it as it does, with one
-            return self._add_with_capacity(name, listen, capacity)
         st = start_container(self.root / name, self.address, listen, name=name)
         if not st.get("registered"):
             raise RuntimeError(f"container {name} did not register")
         self.pids[name] = st["pid"]
         self.containers.append(name)
         return st["pid"]
-
-    def _add_with_capacity(self, name: str, listen: str, capacity: int) -> int:
-        from multisite.net import control
-        from multisite.net.grid_process import _spawn, _wait_ready
-        root = self.root / name
-        proc = _spawn(root, "multisite.net.grid_container", ["--catalog", self.address, "--listen", listen,
-                                                             "--name", name, "--capacity", str(capacity)], "container")
-        _wait_ready(proc, root, "container")
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            st = control.call(root, "status", timeout=5)
-            if st["registered"]:
-                self.pids[name] = st["pid"]
-                self.containers.append(name)
-                return st["pid"]
-            time.sleep(0.05)
-        raise RuntimeError(f"container {name} did not register")
 
     def status(self) -> dict:
         from multisite.net.grid_process import catalog_status
@@ -345,10 +327,10 @@ def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int
     try:
         for cname, c in configs.items():
             g = GridUp(work, f"{what}-{cname}", partitions=c["partitions"], min_sync=c["min_sync"],
-                       max_sync=c["max_sync"], max_async=c["max_async"])
+                       max_sync=c["max_sync"], max_async=c["max_async"], initial_containers=c["containers"])
             grids[cname] = g
             for i in range(c["containers"]):
-                g.add(f"c{i + 1}", capacity=c.get("capacity"))
+                g.add(f"c{i + 1}")
         for cname, g in grids.items():
             st = g.settled()
             note(f"{what} {cname}: {configs[cname]['partitions']} partitions, primaries "
@@ -535,12 +517,9 @@ def failover_figure(work: Path, a) -> dict:
 # -- figure 3: scaling --------------------------------------------------------------------------------
 def scaling_figure(work: Path, a) -> dict:
     levels = [tuple(map(int, s.split("x"))) for s in a.scaling_levels.split(",")]
-    # capacity: the first container to join takes every primary, and a grid without replicas never moves a
-    # primary to a container that joins later (placement relocates replicas and swaps primaries with
-    # current sync replicas only): 2 containers of capacity 4 split the 8 partitions (--scaling-capacity 0:
-    # as the catalog places them by itself)
-    cap2 = a.scaling_capacity or None
-    configs = {"2": {"partitions": 8, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 2, "capacity": cap2},
+    # initial_containers = 2: the first placement waits for both (a grid without replicas never moves a
+    # primary to a container that joins later), so they split the 8 partitions
+    configs = {"2": {"partitions": 8, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 2},
                "1": {"partitions": 8, "min_sync": 0, "max_sync": 0, "max_async": 0, "containers": 1}}
     out = compare(work, a, configs, levels, "scaling")
     out["ratio_at_plateau"] = out["best"]["2"]["rate"] / out["best"]["1"]["rate"]
@@ -978,8 +957,6 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="commit figure: partitions of both grids")
     ap.add_argument("--levels", default="2x16,4x64,4x128,6x128", help="commit figure: workers x threads, comma-separated")
     ap.add_argument("--scaling-levels", default="2x16,4x64,4x128,6x128", help="scaling figure: workers x threads")
-    ap.add_argument("--scaling-capacity", type=int, default=4,
-                    help="scaling: --capacity of each of the 2 containers (0: none, the catalog's own placement)")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from multisite.errors import LocalProtocolError, RemoteProtocolError
+from multisite.errors import GridPolicyError, LocalProtocolError, RemoteProtocolError
 from multisite.grid.catalog import Catalog
-from multisite.grid.policy import GridPolicy, MapPolicy
+from multisite.grid.policy import GridPolicy, MapPolicy, parse_policy, policy_from_dict
 from multisite.grid.wire import (GRID_WIRE_VERSION, NEED_DATA, Assignments, GridWire, Heartbeat, Refused, RefusedCode,
                                  Register, RouteRequest, Routes, Side, State, Status, StatusRequest)
 
@@ -298,3 +298,25 @@ def test_route_exchange_on_the_wire():
     m, c = pair()
     assert deliver(m, c, RouteRequest()) == RouteRequest()
     assert deliver(c, m, Routes("{}")).json == "{}" and m.state is State.DONE
+
+
+def test_the_first_placement_waits_for_the_initial_containers():
+    pol = GridPolicy("orders", 8, maps=(MapPolicy("m"),), initial_containers=2)
+    cat = Catalog(pol, now=0.0, heartbeat_timeout_s=TIMEOUT)
+    assert cat.register(reg("c1"), 0.0) is None
+    assert all(s.primary is None for s in cat.placement.partitions)  # nothing placed on the first alone
+    short = cat.status(0.0)["under_replicated"]
+    assert len(short) == 8 and "waits for 2 container(s) to be up (1 now" in short[0]["reason"]
+    assert cat.register(reg("c2"), 0.1) is None
+    prim = [s.primary for s in cat.placement.partitions]
+    assert prim.count("c1") == 4 and prim.count("c2") == 4  # spread over both from the start
+    cat.tick(2.5)  # c1 and c2 lost later: the placement stays (it is not the first any more)
+    assert cat.register(reg("c1"), 2.6) is None
+    assert any(s.primary for s in cat.placement.partitions)
+
+
+def test_initial_containers_is_checked_and_read_back():
+    with pytest.raises(GridPolicyError, match="initial_containers: must be 1..1024, got 0"):
+        parse_policy('name = "g"\npartitions = 2\ninitial_containers = 0\n[maps.m]\n')
+    p = parse_policy('name = "g"\npartitions = 2\ninitial_containers = 3\n[maps.m]\n')
+    assert p.initial_containers == 3 and policy_from_dict(p.to_dict()) == p

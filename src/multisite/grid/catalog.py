@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, plan
+from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, Role, Shortfall, plan
 from .policy import NAME_RE, GridPolicy
 from .routing import RouteTable, table_from_routes
 from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register, View
@@ -161,7 +161,14 @@ class Catalog:
 
     # -- decisions -----------------------------------------------------------------------------------
     def _plan(self, why: str) -> Plan:
-        p = plan(self.policy, [m.container() for m in self.members.values() if m.up], self.placement)
+        up = [m.container() for m in self.members.values() if m.up]
+        need = self.policy.initial_containers
+        if len(up) < need and not any(s.primary for s in self.placement.partitions):
+            # the first placement waits for the initial containers (numInitialContainers)
+            reason = f"the first placement waits for {need} container(s) to be up ({len(up)} now: initial_containers)"
+            return Plan(self.placement, shortfalls=tuple(
+                Shortfall(i, Role.PRIMARY, 1, 0, reason, blocks_commits=True) for i in range(self.policy.partitions)))
+        p = plan(self.policy, up, self.placement)
         for mv in p.moves:
             self._log.append(f"{why}: {mv.kind.value} partition {mv.partition} {mv.role.value} on {mv.container}"
                              + (f" (from {mv.source})" if mv.source else "")

@@ -30,7 +30,8 @@ MAX_PARTITIONS = 4096  # one instance directory per shard: more would be a file-
 MAX_REPLICAS = 16  # per kind (sync, async) and partition
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
-TOP_KEYS = ("name", "partitions", "min_sync", "max_sync", "max_async", "zones", "maps")
+TOP_KEYS = ("name", "partitions", "min_sync", "max_sync", "max_async", "zones", "initial_containers", "maps")
+MAX_INITIAL_CONTAINERS = 1024
 MAP_KEYS: tuple[str, ...] = ()  # a later session adds "loader" here (the seed's write-through Loader)
 RESERVED_MAP_KEYS = {"loader": "a map's loader is not built yet"}
 
@@ -55,6 +56,10 @@ class GridPolicy:
     zones: tuple[str, ...] | None = None
     maps: tuple[MapPolicy, ...] = ()
     source: str = field(default="<policy>", compare=False)  # where it was read from, for messages
+    # The first placement waits until this many containers are up (the seed's deployment policy's
+    # numInitialContainers): the first to register would otherwise take every primary, and a grid
+    # without replicas never moves a primary afterwards.
+    initial_containers: int = 1
 
     def __post_init__(self) -> None:
         # The same checks as the file's, so that a policy built in code is as safe as one read. to_dict
@@ -90,6 +95,8 @@ class GridPolicy:
                              "max_sync": self.max_sync, "max_async": self.max_async}
         if self.zones is not None:
             d["zones"] = list(self.zones)
+        if self.initial_containers != 1:
+            d["initial_containers"] = self.initial_containers
         d["maps"] = {m.name: {k: v for k, v in m.to_dict().items() if k != "name"} for m in self.maps}
         return d
 
@@ -121,7 +128,8 @@ def policy_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> GridPol
     return GridPolicy(name=data["name"], partitions=data["partitions"], min_sync=data.get("min_sync", 0),
                       max_sync=data.get("max_sync", 0), max_async=data.get("max_async", 0),
                       zones=None if zones is None else tuple(zones),
-                      maps=tuple(MapPolicy(n) for n in data["maps"]), source=source)
+                      maps=tuple(MapPolicy(n) for n in data["maps"]), source=source,
+                      initial_containers=data.get("initial_containers", 1))
 
 
 # -- the checks ----------------------------------------------------------------------------------------
@@ -159,6 +167,7 @@ def _check(data: Mapping[str, Any], source: str) -> None:
     min_sync = _int(data, "min_sync", source, default=0, lo=0, hi=MAX_REPLICAS)
     max_sync = _int(data, "max_sync", source, default=0, lo=0, hi=MAX_REPLICAS)
     _int(data, "max_async", source, default=0, lo=0, hi=MAX_REPLICAS)
+    _int(data, "initial_containers", source, default=1, lo=1, hi=MAX_INITIAL_CONTAINERS)
     if min_sync > max_sync:
         _fail(source, "min_sync", f"min_sync = {min_sync} is more than max_sync = {max_sync}: no commit could "
                                   f"ever gather {min_sync} votes; raise max_sync or lower min_sync")
