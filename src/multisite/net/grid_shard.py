@@ -368,7 +368,7 @@ class PrimaryShard:
                 elif decision is not None and link.name in decision.voters:
                     link.sent = self.committed
         if token is None:  # nothing to harden (durability none, or nothing replicated)
-            self._answer(commits, prep.results)
+            self._settle(commits, prep.results)
             await self._flush_store()
         else:  # the next batch is prepared and voted on while this one's fdatasync runs
             task = asyncio.create_task(self._harden(token, commits, prep.results))
@@ -385,8 +385,18 @@ class PrimaryShard:
                 _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {self.partition}: the primary could not harden "
                                                    f"the commit: {e}")
             return
-        self._answer(commits, results)
+        self._settle(commits, results)
         await self._flush_store()
+
+    def _settle(self, commits: list[Request], results: list) -> None:
+        """Answer a committed batch. With ``min_sync = 0`` nobody else holds it: if the lease ran out
+        while it hardened, a promotion may already have left it behind, so it is not acknowledged."""
+        if self.sync.min_sync == 0 and not self.host.lease_ok():
+            for r in commits:
+                _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {self.partition}: the primary lost its lease while "
+                                                   f"the commit hardened (min_sync 0: another may be promoted)")
+            return
+        self._answer(commits, results)
 
     async def _flush_store(self) -> None:
         """The store's periodic commit (it fsyncs the journal first), in the shard's thread, not the loop;
