@@ -12,8 +12,9 @@ other) has the fields:
 ``days``                      weekdays it runs on (0 = Monday; default every day)
 ``enabled``                   true or false
 
-``next_run(conn, last_run, now)`` is the first time the connection is due at or after ``now`` and
-after ``last_run``: a server that was down fires once for what it missed, not once per miss.
+``next_run(conn, last_run, now)`` is the first time the connection is due after ``last_run`` (or at
+or after ``now`` when it never ran). A time in the past means "due now": a server that was down fires
+once for what it missed, not once per miss, and the next run is counted from that run.
 """
 
 from __future__ import annotations
@@ -110,12 +111,11 @@ def parse(unid: str, fields: dict) -> Connection:
 
 
 def next_run(conn: Connection, last_run: float | None, now: float) -> float | None:
-    """When ``conn`` is next due (epoch seconds, UTC), at or after ``now`` and after ``last_run``;
-    None if it is disabled or never runs."""
+    """When ``conn`` is next due (epoch seconds, UTC): the first time after ``last_run``, or at or after
+    ``now`` if it never ran; None if it is disabled or never runs."""
     if not conn.enabled or not conn.days:
         return None
-    after = now if last_run is None else max(now, last_run + 1e-6)
-    # A run missed while the server was down fires at once, once.
+    after = now if last_run is None else last_run + 1e-6
     day0 = int(after // DAY_S) * DAY_S
     for k in range(LOOKAHEAD_DAYS):
         midnight = day0 + k * DAY_S

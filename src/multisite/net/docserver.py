@@ -46,6 +46,15 @@ SESSION_TIMEOUT_S = 600.0
 CONNECTION_FORM = "Connection"
 
 
+class _PausedAtConnect(asyncio.StreamReaderProtocol):
+    """Reads nothing until ``handle`` resumes it or starts TLS (as the Receiver Server does): TLS starts
+    inside ``handle`` so that a refused handshake is logged, not lost in asyncio's debug log."""
+
+    def connection_made(self, transport) -> None:
+        transport.pause_reading()
+        super().connection_made(transport)
+
+
 async def _read(reader: asyncio.StreamReader, wire: DocWire, timeout_s: float) -> Any:
     while True:
         ev = wire.next_event()
@@ -81,6 +90,7 @@ class DocServer:
         self.busy_peers: set[str] = set()
         self.active: dict[int, str] = {}  # worker -> what it runs
         self.conn_state: dict[str, dict] = self._load_conn_state()
+        self.armed: dict[str, float] = {}  # connection -> when first seen (a connection that never ran)
         self.sessions_done = 0
         self._stop = asyncio.Event()
         self.port = 0
@@ -88,6 +98,17 @@ class DocServer:
     # -- serving other servers' Replicators ------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_addr = writer.get_extra_info("peername")
+        if self._tls_ctx is not None:
+            try:
+                await asyncio.wait_for(writer.start_tls(self._tls_ctx), CONNECT_TIMEOUT_S)
+            except (ssl.SSLError, OSError, asyncio.TimeoutError) as e:
+                self.log.error("refused a replicator connection from %s: TLS handshake failed: %s (a server needs "
+                               "a certificate signed by the CA %s)", peer_addr, str(e) or type(e).__name__,
+                               self.tls.ca if self.tls else "-")
+                writer.transport.abort()
+                return
+        else:
+            writer.transport.resume_reading()
         wire = DocWire(Side.RESPONDER)
         resp = Responder(self.name, self.dbs, log=lambda s: self.log.warning("%s", s), on_pull_back=self._pull_back)
         try:
@@ -123,7 +144,7 @@ class DocServer:
         """One session with the docserver at ``address`` (HOST:PORT or a --peer name), this server initiating."""
         address = self.peers.get(address, address)
         host, port = parse_hostport(address)
-        t0 = time.perf_counter()
+        t0, started_at = time.perf_counter(), time.time()
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=self._client_ctx()), CONNECT_TIMEOUT_S)
@@ -163,6 +184,7 @@ class DocServer:
         out = report.to_dict()
         out["seconds"] = round(time.perf_counter() - t0, 3)
         out["address"] = address
+        out["started_at"], out["ended_at"] = started_at, time.time()
         self.log.info("session %s with %s (%s): %s in %.3f s%s", mode.value, report.peer, address,
                       ", ".join(f"{k} {v}" for k, v in out["totals"].items()), out["seconds"],
                       "".join(f"; {d['title']}: refused: {'; '.join(d['refused'])}" for d in out["dbs"] if d["refused"]))
@@ -220,8 +242,11 @@ class DocServer:
                 out.append({"unid": d.unid, "error": e.message, "mine": False})
                 continue
             row = c.to_dict()
+            # Counted from the last run, or from when this server first saw the document.
+            ref = st.get("last_run") or self.armed.setdefault(d.unid, now)
             row.update(mine=c.source == self.name, last_run=st.get("last_run"), last_result=st.get("result"),
-                       next_run=schedule.next_run(c, st.get("last_run"), now) if c.source == self.name else None)
+                       runs=st.get("runs", 0),
+                       next_run=schedule.next_run(c, ref, ref) if c.source == self.name else None)
             out.append(row)
         return out
 
@@ -309,6 +334,9 @@ class DocServer:
         if op == "doc.delete":
             db = self._db_by(args["db"])
             return (await asyncio.to_thread(db.delete, args["unid"])).public()
+        if op == "doc.list":
+            db = self._db_by(args["db"])
+            return await asyncio.to_thread(lambda: [d.public() for d in db.documents(include_deleted=True)])
         if op == "doc.get":
             d = self._db_by(args["db"]).get(args["unid"], include_deleted=True)
             return None if d is None else d.public()
@@ -318,9 +346,10 @@ class DocServer:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.host, port = parse_hostport(self.listen)
-        ctx = self.tls.server_context() if self.tls else None
+        self._tls_ctx = self.tls.server_context() if self.tls else None
         try:
-            srv = await asyncio.start_server(self.handle, self.host, port, ssl=ctx, limit=READ_BYTES)
+            srv = await self.loop.create_server(
+                lambda: _PausedAtConnect(asyncio.StreamReader(limit=READ_BYTES), self.handle), self.host, port)
         except OSError as e:
             raise ConfigError(f"the document server cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
