@@ -328,6 +328,9 @@ class DocServer:
         if op == "doc.create":
             db = self._db_by(args["db"])
             return await asyncio.to_thread(db.create, args["form"], args["fields"])
+        if op == "doc.create_many":
+            db = self._db_by(args["db"])
+            return await asyncio.to_thread(db.create_many, [(args["form"], f) for f in args["docs"]])
         if op == "doc.update":
             db = self._db_by(args["db"])
             return (await asyncio.to_thread(db.update, args["unid"], args["fields"])).public()
