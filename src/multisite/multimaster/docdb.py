@@ -218,6 +218,26 @@ class DocDB:
             self._write([(d, c)])
             return d
 
+    def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> list[Doc]:
+        """New versions of several documents, in one transaction (each UNID at most once)."""
+        with self._lock:
+            out: list[tuple[Doc, int | None]] = []
+            seen = set()
+            for unid, fields in changes:
+                if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
+                    raise MalformedDocument("fields must be a map of names (strings) to values")
+                if unid in seen:
+                    raise MalformedDocument(f"document {unid} appears twice in one update_many")
+                seen.add(unid)
+                cur, c = self._current(check_unid(unid))
+                if cur is None:
+                    raise DocumentNotFound(f"no document {unid} in {self.title}")
+                if cur.deleted:
+                    raise DocumentDeleted(f"document {unid} in {self.title} was deleted")
+                out.append((cur.next_version(self._now(), self.db_id, fields, merge=self._merge_on(cur.form, cur.merge)), c))
+            self._write(out)
+            return [d for d, _ in out]
+
     def delete(self, unid: str) -> Doc:
         """Delete ``unid``: a deletion stub (no fields, the next sequence number) that replicates."""
         with self._lock:
