@@ -12,6 +12,8 @@ them in order, every act even after a failure, and passes only if all of them do
 - Act 4, ``rolling_upgrade``: a value-shape change carried across a switchover by filters: B's
   receiver upgrades A's old shapes on the way in; after the switchover A, still on the old
   version, catches up through B's source's out-filter that turns new shapes back into old ones.
+- Act 5, ``multimaster``: two document servers write to replicas of one database and reconcile: new
+  documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -29,12 +31,14 @@ from rich.console import Console
 from .crash_recovery import act_crash_recovery
 from .failover import act_failover
 from .log_shipping import act_log_shipping
+from .multimaster import act_multimaster
 from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
-ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade)
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_multimaster)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "act_rolling_upgrade", "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "act_multimaster", "act_rolling_upgrade",
+           "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

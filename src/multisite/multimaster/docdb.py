@@ -33,6 +33,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import msgspec
+
 from .. import engine
 from ..errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
                       NotADocumentDatabase)
@@ -44,6 +46,7 @@ from .document import Doc, first_version
 from .ids import Stamp, check_unid, new_id, new_unid
 
 REGIONS = ("meta", "docs", "changes", "history")
+_raw_encode = msgspec.msgpack.Encoder().encode
 IDENTITY_FILE = "docdb.json"
 ACCESS_LEVELS = ("none", "reader", "writer")
 DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
@@ -250,16 +253,19 @@ class DocDB:
             self._write([(d, c)])
             return d
 
-    def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None) -> None:
-        """Write new versions (each with the change number it replaces) and ``extra`` ops, atomically."""
+    def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None, *, checked: bool = False) -> None:
+        """Write new versions (each with the change number it replaces) and ``extra`` ops, atomically.
+        ``checked``: the documents came off the wire through ``Doc.from_value`` (every value is a msgpack
+        type already), so they skip the document-type check that local fields get."""
         ops: list = []
         n = self._changeno
+        enc = _raw_encode if checked else encode_value
         for d, old in docs:
             n += 1
             if old is not None:
                 ops.append((ZKILL, "changes", (old,), None))
-            ops.append((SET, "changes", (n,), encode_value([d.unid, d.seq, d.time_us, d.origin])))
-            ops.append((SET, "docs", (d.unid,), encode_value([n, d.to_value()])))
+            ops.append((SET, "changes", (n,), _raw_encode([d.unid, d.seq, d.time_us, d.origin])))
+            ops.append((SET, "docs", (d.unid,), enc([n, d.to_value()])))
         ops.append((SET, "meta", ("changeno",), encode_value(n)))
         ops.extend(extra or ())
         self.db.commit_updates(ops)
@@ -270,7 +276,7 @@ class DocDB:
         v = self.db.get("docs", (unid,))
         if v is None:
             return None, None
-        return Doc.from_value(v[1]), v[0]
+        return Doc.trusted(v[1]), v[0]
 
     def get(self, unid: str, *, include_deleted: bool = False) -> Doc | None:
         """The document ``unid`` (None if absent; a deletion stub only with ``include_deleted``)."""
@@ -282,7 +288,7 @@ class DocDB:
     def documents(self, *, include_deleted: bool = False) -> Iterator[Doc]:
         """Every document in UNID order."""
         for _, v in self.db.items("docs"):
-            d = Doc.from_value(v[1])
+            d = Doc.trusted(v[1])
             if include_deleted or not d.deleted:
                 yield d
 
@@ -303,6 +309,24 @@ class DocDB:
 
     def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
         return {u: self._current(u)[0] for u in unids}
+
+    def stored_many(self, unids: Iterable[str]) -> list[list]:
+        """The stored form (``Doc.to_value``) of each document that exists, as read (to send it on)."""
+        out = []
+        for u in unids:
+            v = self.db.get("docs", (u,))
+            if v is not None:
+                out.append(v[1])
+        return out
+
+    def verify(self) -> int:
+        """Check every stored document's shape (``Doc.from_value``); the count. Local reads trust the
+        store (its writes were checked); this is the slow, full check for tools and tests."""
+        n = 0
+        for _, v in self.db.items("docs"):
+            Doc.from_value(v[1])
+            n += 1
+        return n
 
     # -- replication --------------------------------------------------------------------------------
     def bookmark(self, peer_db_id: str, direction: str) -> int:
@@ -342,7 +366,7 @@ class DocDB:
                 old = self.bookmark(peer_db_id, "in")
                 extra.append((SET, "history", (peer_db_id, "in"), encode_value(max(old, bookmark))))
             if writes or extra:
-                self._write(writes, extra)
+                self._write(writes, extra, checked=True)
         return counts
 
     # -- lifecycle ----------------------------------------------------------------------------------

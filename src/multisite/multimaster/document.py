@@ -93,6 +93,13 @@ class Doc:
                 [list(s) for s in self.merged]]
 
     @classmethod
+    def trusted(cls, v: list) -> "Doc":
+        """A document this database stored itself (checked when it was written): no checks, fast."""
+        unid, form, fields, seq, time_us, origin, revs, fs, deleted, merge, merged = v
+        return cls(unid, form, fields, seq, time_us, origin, tuple((t, o) for t, o in revs), fs, deleted, merge,
+                   tuple(Stamp(*m) for m in merged) if merged else ())
+
+    @classmethod
     def from_value(cls, v: Any) -> "Doc":
         """The document stored as ``v``; MalformedDocument / RevisionsCorrupt naming what is wrong."""
         if not isinstance(v, (list, tuple)) or len(v) != 11:

@@ -209,8 +209,7 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
         unids = want.unids
         batches = [unids[i:i + FETCH_BATCH_DOCS] for i in range(0, len(unids), FETCH_BATCH_DOCS)] or [[]]
         for i, batch in enumerate(batches):
-            cur = db.current_many(batch)
-            docs = [d.to_value() for d in (cur[u] for u in batch) if d is not None]
+            docs = db.stored_many(batch)
             final = i == len(batches) - 1
             got = yield Push(rid, db.db_id, docs, last if final else -1)
             if isinstance(got, Refused):
@@ -282,8 +281,7 @@ class Responder:
             return ChangePage(_entries(changes), last, len(changes) >= limit)
         if isinstance(req, Fetch):
             db = self._db(req.replica_id)
-            cur = db.current_many(req.unids[:FETCH_BATCH_DOCS])
-            return Docs([d.to_value() for d in cur.values() if d is not None])
+            return Docs(db.stored_many(req.unids[:FETCH_BATCH_DOCS]))
         if isinstance(req, PullDone):
             self._db(req.replica_id).set_bookmark(req.peer_db_id, "out", req.upto)
             return Ok()
