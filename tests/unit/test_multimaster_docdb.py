@@ -60,8 +60,11 @@ def test_changes_since_a_bookmark_list_each_document_once_at_its_latest_change(t
         db.update(us[0], {"i": 11})
         ch, last = db.changes(mark)
         assert [u for u, _ in ch] == [us[0]] and ch[0][1].seq == 3 and last == db.changeno
-        page, last2 = db.changes(0, limit=2)
-        assert len(page) == 2 and last2 < db.changeno
+        for i in range(3):  # one write, one change block each
+            db.create("F", {"j": i})
+        page, last2 = db.changes(db.changeno - 3, limit=2)
+        assert len(page) == 2 and last2 == db.changeno - 1  # a page ends with a block
+        assert db.changes(last2) == ([(u, s) for u, s in db.changes(db.changeno - 1)[0]], db.changeno)
         assert db.changes(db.changeno) == ([], db.changeno)
 
 

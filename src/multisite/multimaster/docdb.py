@@ -9,13 +9,17 @@ region     key                      value
 meta       ``(name,)``              identity (``replica_id``, ``db_id``, ``title``), ACL, forms,
                                     the last change number
 docs       ``(unid,)``              ``[changeno, document]`` (``Doc.to_value``)
-changes    ``(changeno,)``          ``[unid, seq, time_us, origin]``: the latest change per document
+changes    ``(first changeno,)``    a change block: ``[[unid, seq, time_us, origin], ...]``, the
+                                    documents of one write, change numbers ``first ..``
 history    ``(peer_db_id, dir)``    a bookmark: the peer's change number up to which ``in`` (we
                                     hold the peer's changes) or ``out`` (the peer holds ours)
 =========  =======================  ==========================================================
 
-Every write of a document takes the next **change number** and moves the document's entry in
-``changes`` to it, so "what changed since bookmark N" is a range read of ``changes`` after ``N``.
+Every write of a document takes the next **change number**; the documents of one write are listed in
+one change block (one journaled op for the lot, not one each: half the writes of a document), so
+"what changed since bookmark N" is a range read of ``changes`` from the block holding ``N + 1``,
+keeping each document's latest entry. A rewritten document leaves its old entry behind in an older
+block, where it is skipped (a bookmark past it never reads it; a read from before it keeps the later one).
 Each write (a document, a batch received from a peer with its bookmark) is one engine transaction:
 the bookmark is stored in the same transaction as the documents it covers, so after a crash it is
 never ahead of what was applied. ``docdb.json`` beside the instance repeats the identity, so that
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 import secrets
 import threading
 import time
@@ -46,6 +51,7 @@ from .document import Doc, first_version
 from .ids import Stamp, check_unid, new_id, new_unid
 
 REGIONS = ("meta", "docs", "changes", "history")
+CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
 _raw_encode = msgspec.msgpack.Encoder().encode
 IDENTITY_FILE = "docdb.json"
 ACCESS_LEVELS = ("none", "reader", "writer")
@@ -114,6 +120,12 @@ def open(path: str | os.PathLike, **kwargs: Any) -> "DocDB":  # noqa: A001 - the
     return DocDB(path, **kwargs)
 
 
+@dataclass
+class Snapshot:
+    epoch: int
+    docs: dict[str, Doc | None]
+
+
 class DocDB:
     """An open document database. Thread-safe; one per process (the instance lock)."""
 
@@ -137,6 +149,7 @@ class DocDB:
         self._clock = clock or _wall_us
         self._rand = rand or _rand64
         self._last_time = 0
+        self._epoch = 0  # bumped by every write: a read made at the same epoch is still current
         self._lock = threading.RLock()
 
     # -- identity, ACL, forms -----------------------------------------------------------------------
@@ -254,22 +267,27 @@ class DocDB:
             return d
 
     def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None, *, checked: bool = False) -> None:
-        """Write new versions (each with the change number it replaces) and ``extra`` ops, atomically.
+        """Write new versions and ``extra`` ops, atomically: one op per document and one per change block.
         ``checked``: the documents came off the wire through ``Doc.from_value`` (every value is a msgpack
         type already), so they skip the document-type check that local fields get."""
         ops: list = []
         n = self._changeno
         enc = _raw_encode if checked else encode_value
-        for d, old in docs:
+        block: list = []
+        for d, _old in docs:
             n += 1
-            if old is not None:
-                ops.append((ZKILL, "changes", (old,), None))
-            ops.append((SET, "changes", (n,), _raw_encode([d.unid, d.seq, d.time_us, d.origin])))
+            if len(block) == CHANGE_BLOCK_ENTRIES:
+                ops.append((SET, "changes", (n - len(block),), _raw_encode(block)))
+                block = []
+            block.append([d.unid, d.seq, d.time_us, d.origin])
             ops.append((SET, "docs", (d.unid,), enc([n, d.to_value()])))
+        if block:
+            ops.append((SET, "changes", (n + 1 - len(block),), _raw_encode(block)))
         ops.append((SET, "meta", ("changeno",), encode_value(n)))
         ops.extend(extra or ())
         self.db.commit_updates(ops)
         self._changeno = n
+        self._epoch += 1
 
     # -- reads --------------------------------------------------------------------------------------
     def _current(self, unid: str) -> tuple[Doc | None, int | None]:
@@ -296,16 +314,21 @@ class DocDB:
         return sum(1 for _ in self.db.items("docs"))
 
     def changes(self, since: int = 0, limit: int | None = None) -> tuple[list[tuple[str, Stamp]], int]:
-        """``([(unid, stamp)], last)``: documents whose latest change is after change number ``since``, in
-        change order, at most ``limit``; ``last`` is the change number to continue from (the bookmark)."""
-        out = []
+        """``([(unid, stamp)], last)``: the documents changed after change number ``since``, each once at
+        its latest change in this range, in change order; about ``limit`` of them (a page ends with a
+        change block); ``last`` is the change number to continue from (the bookmark)."""
+        latest: dict[str, Stamp] = {}
         last = since
-        for (n,), (unid, seq, t, origin) in self.db.items("changes", start=(since + 1,)):
-            out.append((unid, Stamp(seq, t, origin)))
-            last = n
-            if limit is not None and len(out) >= limit:
-                return out, last
-        return out, last
+        start = max(1, since + 2 - CHANGE_BLOCK_ENTRIES)  # the block that holds since + 1 starts here or later
+        for (first,), block in self.db.items("changes", start=(start,)):
+            for i, (unid, seq, t, origin) in enumerate(block):
+                if first + i > since:
+                    latest.pop(unid, None)  # keep the latest entry, in its place
+                    latest[unid] = Stamp(seq, t, origin)
+            last = max(last, first + len(block) - 1)
+            if limit is not None and len(latest) >= limit:
+                break
+        return list(latest.items()), last
 
     def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
         return {u: self._current(u)[0] for u in unids}
@@ -338,17 +361,27 @@ class DocDB:
         with self._lock:
             self.db.set("history", (peer_db_id, direction), max(changeno, self.bookmark(peer_db_id, direction)))
 
-    def apply_incoming(self, docs: list[Doc], *, peer_db_id: str | None = None,
-                       bookmark: int | None = None) -> Counter:
+    def current_at(self, unids: Iterable[str]) -> "Snapshot":
+        """The current documents and the write epoch they were read at; passed to ``apply_incoming`` as
+        ``known``, they save reading them again if nothing else was written since."""
+        with self._lock:
+            return Snapshot(self._epoch, self.current_many(unids))
+
+    def apply_incoming(self, docs: list[Doc], *, peer_db_id: str | None = None, bookmark: int | None = None,
+                       known: "Snapshot | None" = None) -> Counter:
         """Reconcile versions received from a replica (seed step 9) and write the outcome and, in the same
-        transaction, the ``in`` bookmark for ``peer_db_id``; counts per outcome kind."""
+        transaction, the ``in`` bookmark for ``peer_db_id``; counts per outcome kind. ``known`` (from
+        ``current_at``) is used if no write came in between, and is brought up to date with this one's."""
         counts: Counter = Counter()
         with self._lock:
             writes: list[tuple[Doc, int | None]] = []
             pending: dict[str, tuple[Doc, int | None]] = {}  # a batch may hold a document twice
+            hint = known.docs if known is not None and known.epoch == self._epoch else None
             for inc in docs:
                 if inc.unid in pending:
                     cur, c = pending[inc.unid]
+                elif hint is not None and inc.unid in hint:
+                    cur, c = hint[inc.unid], None
                 else:
                     cur, c = self._current(inc.unid)
                 out: Outcome = reconcile(cur, inc)
@@ -367,6 +400,9 @@ class DocDB:
                 extra.append((SET, "history", (peer_db_id, "in"), encode_value(max(old, bookmark))))
             if writes or extra:
                 self._write(writes, extra, checked=True)
+            if hint is not None:  # still current: add what this call wrote
+                hint.update((u, d) for u, (d, _) in pending.items())
+                known.epoch = self._epoch
         return counts
 
     # -- lifecycle ----------------------------------------------------------------------------------

@@ -33,8 +33,13 @@ from .ids import Stamp
 from .wire import (DOC_WIRE_VERSION, Applied, Bookmarks, ChangePage, Changes, DbList, Docs, Fetch, GetBookmarks,
                    Hello, HelloOk, ListDbs, Offer, Ok, PullBack, PullDone, Push, Refused, Want)
 
-CHANGES_PAGE_ENTRIES = 5000
+CHANGES_PAGE_ENTRIES = 10_000  # entries of a change list page (a stale entry is dropped within its page only)
 FETCH_BATCH_DOCS = 1000
+
+
+class Pipeline(list):
+    """Several requests sent at once; the driver answers with an iterator of their replies, in order
+    (lazily: the initiator applies the first batch while the responder reads the next)."""
 
 
 class Mode(str, Enum):
@@ -163,29 +168,31 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
             rep.refused.append(f"pull: {page.code}: {page.message}")
             return
         assert isinstance(page, ChangePage)
-        cur = db.current_many(u for u, *_ in page.entries)
+        snap = db.current_at(u for u, *_ in page.entries)
+        cur = snap.docs
         need = []
         for u, seq, t, origin in page.entries:
             if knows(cur.get(u), Stamp(seq, t, origin)):
                 rep.pulled["same"] += 1
             else:
                 need.append(u)
-        batches = [need[i:i + FETCH_BATCH_DOCS] for i in range(0, len(need), FETCH_BATCH_DOCS)] or [[]]
-        for i, batch in enumerate(batches):
-            docs: list[Doc] = []
-            if batch:
-                got = yield Fetch(rid, batch)
-                if isinstance(got, Refused):
-                    rep.refused.append(f"pull: {got.code}: {got.message}")
-                    return
-                assert isinstance(got, Docs)
-                try:
-                    docs = _decode_docs(got.docs)
-                except MalformedDocument as e:  # nothing of the batch is applied, the bookmark stays
-                    rep.refused.append(f"pull: {e}")
-                    return
+        batches = [need[i:i + FETCH_BATCH_DOCS] for i in range(0, len(need), FETCH_BATCH_DOCS)]
+        replies = (yield Pipeline(Fetch(rid, b) for b in batches)) if batches else iter(())
+        for i, got in enumerate(replies):
+            if isinstance(got, Refused):
+                rep.refused.append(f"pull: {got.code}: {got.message}")
+                return
+            assert isinstance(got, Docs)
+            try:
+                docs = _decode_docs(got.docs)
+            except MalformedDocument as e:  # nothing of the batch is applied, the bookmark stays
+                rep.refused.append(f"pull: {e}")
+                return
             last_batch = i == len(batches) - 1
-            rep.pulled.update(db.apply_incoming(docs, peer_db_id=bm.db_id, bookmark=page.last if last_batch else None))
+            rep.pulled.update(db.apply_incoming(docs, peer_db_id=bm.db_id, bookmark=page.last if last_batch else None,
+                                                known=snap))
+        if not batches:
+            rep.pulled.update(db.apply_incoming([], peer_db_id=bm.db_id, bookmark=page.last))
         since = page.last
         if not page.more:
             break
@@ -208,10 +215,9 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
         rep.pushed["same"] += len(changes) - len(want.unids)
         unids = want.unids
         batches = [unids[i:i + FETCH_BATCH_DOCS] for i in range(0, len(unids), FETCH_BATCH_DOCS)] or [[]]
-        for i, batch in enumerate(batches):
-            docs = db.stored_many(batch)
-            final = i == len(batches) - 1
-            got = yield Push(rid, db.db_id, docs, last if final else -1)
+        pushes = Pipeline(Push(rid, db.db_id, db.stored_many(b), last if i == len(batches) - 1 else -1)
+                          for i, b in enumerate(batches))
+        for got in (yield pushes):
             if isinstance(got, Refused):
                 rep.refused.append(f"push: {got.code}: {got.message}")
                 return
@@ -244,6 +250,7 @@ class Responder:
         self.peer_listen = ""
         self.log = log
         self.on_pull_back = on_pull_back
+        self._push_refused: set[str] = set()  # a refused Push poisons the rest of the pipeline for its replica
 
     def handle(self, req: Any) -> Any:
         try:
@@ -290,8 +297,15 @@ class Responder:
             cur = db.current_many(u for u, *_ in req.entries)
             return Want([u for u, seq, t, o in req.entries if not knows(cur.get(u), Stamp(seq, t, o))])
         if isinstance(req, Push):
-            db = self._db(req.replica_id, write=True)
-            docs = _decode_docs(req.docs)  # MalformedDocument: the whole batch is refused, nothing applied
+            if req.replica_id in self._push_refused:  # a batch before this one was refused: its bookmark must
+                raise AccessDenied(f"an earlier push batch for {req.replica_id} was refused in this session; "
+                                   f"this one is not applied")  # not move past what was not applied
+            try:
+                db = self._db(req.replica_id, write=True)
+                docs = _decode_docs(req.docs)  # MalformedDocument: the whole batch is refused, nothing applied
+            except MultisiteError:
+                self._push_refused.add(req.replica_id)
+                raise
             counts = db.apply_incoming(docs, peer_db_id=req.peer_db_id, bookmark=req.upto if req.upto >= 0 else None)
             return Applied(dict(counts))
         if isinstance(req, PullBack):
@@ -306,7 +320,10 @@ def drive(gen: Generator[Any, Any, SessionReport], answer: Callable[[Any], Any])
     try:
         req = next(gen)
         while True:
-            req = gen.send(answer(req))
+            if isinstance(req, Pipeline):
+                req = gen.send(answer(r) for r in req)
+            else:
+                req = gen.send(answer(req))
     except StopIteration as stop:
         return stop.value
 

@@ -2,8 +2,10 @@
 
 Every message is one frame: ``u32 length | u8 type | msgpack body`` (array-like structs). The
 **initiator** (the server whose Replicator runs the session) sends requests; the **responder**
-answers each with exactly one reply. ``Hello`` comes first and names the initiator (and where its
-own server listens, for pull-pull); then requests and replies alternate. ``Refused`` answers any
+answers each with exactly one reply, in order. ``Hello`` comes first and names the initiator (and
+where its own server listens, for pull-pull) and is answered before anything else is sent; after it
+the initiator may pipeline: send several requests before the replies come (at most
+``MAX_OUTSTANDING_REQUESTS``), so the responder reads the next batch while the initiator applies one. ``Refused`` answers any
 request it cannot serve (no such replica, access denied, a malformed document) and the session may
 go on with its next database; a ``Refused`` to ``Hello`` ends the connection. Anything else out of
 turn, a malformed frame or an oversized one raises Remote/LocalProtocolError and the wire stays in
@@ -13,6 +15,7 @@ turn, a malformed frame or an oversized one raises Remote/LocalProtocolError and
 from __future__ import annotations
 
 import struct
+from collections import deque
 from enum import Enum
 from typing import Any, Union
 
@@ -23,6 +26,7 @@ from ..errors import LocalProtocolError, RemoteProtocolError
 DOC_WIRE_VERSION = 1
 FRAME_PREFIX = struct.Struct("<IB")
 MAX_DOC_FRAME_BYTES = 64 * 1024 * 1024
+MAX_OUTSTANDING_REQUESTS = 64
 
 
 class _M(msgspec.Struct, array_like=True):
@@ -144,7 +148,7 @@ class State(Enum):
     IDLE = "idle"  # nothing yet: the initiator's Hello comes first
     GREETING = "greeting"  # Hello sent, HelloOk awaited
     READY = "ready"  # the initiator may send a request
-    WAITING = "waiting"  # a request is out; one reply answers it
+    WAITING = "waiting"  # requests are out; a reply answers the oldest
     DONE = "done"  # the Hello was refused
     CLOSED = "closed"
     ERROR = "error"
@@ -160,7 +164,7 @@ class DocWire:
         self.side = side
         self.state = State.IDLE
         self.max_frame_bytes = max_frame_bytes
-        self._asked: type | None = None
+        self._asked: deque[type] = deque()  # the requests not yet answered, oldest first
         self._buf = bytearray()
         self._eof = False
 
@@ -171,16 +175,19 @@ class DocWire:
         t = type(msg)
         st = self.state
         if sender is Side.INITIATOR and isinstance(msg, REQUESTS) and (
-                (st is State.IDLE and t is Hello) or (st is State.READY and t is not Hello)):
-            self._asked = t
+                (st is State.IDLE and t is Hello) or (st in (State.READY, State.WAITING) and t is not Hello
+                                                      and len(self._asked) < MAX_OUTSTANDING_REQUESTS)):
+            self._asked.append(t)
             self.state = State.GREETING if t is Hello else State.WAITING
             return
         if sender is Side.RESPONDER and st in (State.GREETING, State.WAITING) and (
-                t is Refused or t is ANSWERS[self._asked]):  # type: ignore[index]
-            self.state = State.DONE if (st is State.GREETING and t is Refused) else State.READY
+                t is Refused or t is ANSWERS[self._asked[0]]):
+            self._asked.popleft()
+            self.state = (State.DONE if (st is State.GREETING and t is Refused)
+                          else State.WAITING if self._asked else State.READY)
             return
         self.state = State.ERROR
-        want = (f"a {ANSWERS[self._asked].__name__} or Refused" if st in (State.GREETING, State.WAITING)
+        want = (f"a {ANSWERS[self._asked[0]].__name__} or Refused" if st in (State.GREETING, State.WAITING)
                 else "Hello" if st is State.IDLE else "a request" if st is State.READY else "nothing")
         raise err(f"the {sender.value} may not send {t.__name__} in state {st.value}: expected {want}")
 

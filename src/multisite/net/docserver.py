@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import queue
 import signal
 import ssl
 import time
@@ -32,7 +33,7 @@ from ..errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..multimaster import schedule
 from ..multimaster.docdb import DocDB
-from ..multimaster.session import Mode, Responder, initiate
+from ..multimaster.session import Mode, Pipeline, Responder, initiate
 from ..multimaster.wire import NEED_DATA, DocWire, Side
 from .control import control_address
 from .process import run_logged
@@ -53,6 +54,15 @@ class _PausedAtConnect(asyncio.StreamReaderProtocol):
     def connection_made(self, transport) -> None:
         transport.pause_reading()
         super().connection_made(transport)
+
+
+def _replies(q: "queue.Queue", n: int):
+    """The replies of a pipeline as the reading task delivers them (in the generator's thread)."""
+    for _ in range(n):
+        r = q.get(timeout=SESSION_TIMEOUT_S)
+        if isinstance(r, BaseException):
+            raise ConnectionLost(f"the session was cut during a pipelined batch: {r}")
+        yield r
 
 
 async def _read(reader: asyncio.StreamReader, wire: DocWire, timeout_s: float) -> Any:
@@ -168,6 +178,15 @@ class DocServer:
         try:
             req = await asyncio.to_thread(step, None)
             while not done:
+                if isinstance(req, Pipeline):  # send them all; the generator takes the replies as they come
+                    replies: queue.Queue = queue.Queue()
+                    reading = asyncio.create_task(self._read_n(reader, wire, len(req), replies, address))
+                    for r in req:
+                        writer.write(wire.send(r))
+                    await writer.drain()
+                    req = await asyncio.to_thread(step, _replies(replies, len(req)))
+                    await reading
+                    continue
                 writer.write(wire.send(req))
                 await writer.drain()
                 reply = await _read(reader, wire, SESSION_TIMEOUT_S)
@@ -190,6 +209,18 @@ class DocServer:
                       "".join(f"; {d['title']}: refused: {'; '.join(d['refused'])}" for d in out["dbs"] if d["refused"]))
         self.sessions_done += 1
         return out
+
+    async def _read_n(self, reader, wire, n: int, out: "queue.Queue", address: str) -> None:
+        """Read ``n`` replies into ``out``; a failure goes in too, for the generator's thread to raise."""
+        try:
+            for _ in range(n):
+                reply = await _read(reader, wire, SESSION_TIMEOUT_S)
+                if reply is None:
+                    raise ConnectionLost(f"the document server at {address} closed the session")
+                out.put(reply)
+        except BaseException as e:  # noqa: BLE001 - handed to the consuming thread
+            out.put(e)
+            raise
 
     async def worker(self, i: int) -> None:
         while True:
