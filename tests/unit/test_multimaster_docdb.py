@@ -132,3 +132,14 @@ def test_bad_configuration_is_named(tmp_path):
             db.set_access("B", "admin")
         with pytest.raises(MalformedDocument):
             db.create("", {})
+
+
+def test_a_backup_of_a_document_database_opens_as_the_same_replica(tmp_path):
+    from multisite.instance.maintenance import backup
+    with documents.create(tmp_path / "a", "T", durability="none") as db:
+        u = db.create("F", {"x": 1})
+        ident = (db.replica_id, db.db_id)
+        backup(tmp_path / "a", tmp_path / "copy")
+    with documents.open(tmp_path / "copy") as copy:
+        assert (copy.replica_id, copy.db_id) == ident and copy.get(u).fields == {"x": 1}
+    assert documents.read_identity(tmp_path / "copy")["replica_id"] == ident[0]

@@ -148,6 +148,10 @@ class DocDB:
         except BaseException:
             self.db.close()
             raise
+        ident = self.path / IDENTITY_FILE
+        if not ident.exists():  # a restored backup carries the instance; the identity file is rewritten from meta
+            atomic_write(ident, json.dumps({"replica_id": self.replica_id, "db_id": self.db_id,
+                                            "title": self.title}).encode())
         self._clock = clock or _wall_us
         self._rand = rand or _rand64
         self._last_time = 0
