@@ -319,22 +319,33 @@ class DocDB:
     def count(self) -> int:
         return sum(1 for _ in self.db.items("docs"))
 
-    def changes(self, since: int = 0, limit: int | None = None) -> tuple[list[tuple[str, Stamp]], int]:
+    def changes(self, since: int = 0, limit: int | None = None, *, current_only: bool = False
+                ) -> tuple[list[tuple[str, Stamp]], int]:
         """``([(unid, stamp)], last)``: the documents changed after change number ``since``, each once at
         its latest change in this range, in change order; about ``limit`` of them (a page ends with a
-        change block); ``last`` is the change number to continue from (the bookmark)."""
-        latest: dict[str, Stamp] = {}
+        change block); ``last`` is the change number to continue from (the bookmark). An entry may be
+        stale (its document was rewritten after ``last``, and is listed again on a later page);
+        ``current_only`` reads each document to drop those (one read each: the pusher's own list, whose
+        stale entries would otherwise cost the peer a fetch)."""
+        latest: dict[str, tuple[int, Stamp]] = {}
         last = since
         start = max(1, since + 2 - CHANGE_BLOCK_ENTRIES)  # the block that holds since + 1 starts here or later
         for (first,), block in self.db.items("changes", start=(start,)):
             for i, (unid, seq, t, origin) in enumerate(block):
                 if first + i > since:
                     latest.pop(unid, None)  # keep the latest entry, in its place
-                    latest[unid] = Stamp(seq, t, origin)
+                    latest[unid] = (first + i, Stamp(seq, t, origin))
             last = max(last, first + len(block) - 1)
             if limit is not None and len(latest) >= limit:
                 break
-        return list(latest.items()), last
+        if current_only:
+            out = []
+            for unid, (n, stamp) in latest.items():
+                v = self.db.get("docs", (unid,))
+                if v is not None and v[0] == n:
+                    out.append((unid, stamp))
+            return out, last
+        return [(u, st) for u, (_, st) in latest.items()], last
 
     def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
         return {u: self._current(u)[0] for u in unids}

@@ -204,9 +204,12 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
 def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any, None]:
     since = max(db.bookmark(bm.db_id, "out"), bm.bm_in)
     while True:
-        changes, last = db.changes(since, CHANGES_PAGE_ENTRIES)
-        if not changes:
+        changes, last = db.changes(since, CHANGES_PAGE_ENTRIES, current_only=True)
+        if last == since:
             return
+        if not changes:  # only stale entries: their documents are on a later page
+            since = last
+            continue
         want = yield Offer(rid, _entries(changes))
         if isinstance(want, Refused):
             rep.refused.append(f"push: {want.code}: {want.message}")
@@ -225,8 +228,6 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
             rep.pushed.update(got.counts)
         db.set_bookmark(bm.db_id, "out", last)
         since = last
-        if len(changes) < CHANGES_PAGE_ENTRIES:
-            return
 
 
 def _error(r: Refused) -> MultisiteError:
