@@ -44,7 +44,8 @@ from .. import engine
 from ..errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
                       NotADocumentDatabase)
 from ..fsutil import atomic_write
-from ..journal.records import SET, ZKILL
+from ..journal.records import SET
+from ..keys import decode_key, encode_key
 from ..values import encode_value
 from .conflicts import Kind, Outcome, reconcile
 from .document import Doc, first_version
@@ -53,6 +54,7 @@ from .ids import Stamp, check_unid, new_id, new_unid
 REGIONS = ("meta", "docs", "changes", "history")
 CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
 _raw_encode = msgspec.msgpack.Encoder().encode
+_raw_decode = msgspec.msgpack.decode
 IDENTITY_FILE = "docdb.json"
 ACCESS_LEVELS = ("none", "reader", "writer")
 DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
@@ -347,17 +349,40 @@ class DocDB:
             return out, last
         return [(u, st) for u, (_, st) in latest.items()], last
 
-    def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
-        return {u: self._current(u)[0] for u in unids}
-
-    def stored_many(self, unids: Iterable[str]) -> list[list]:
-        """The stored form (``Doc.to_value``) of each document that exists, as read (to send it on)."""
-        out = []
+    def _rows(self, unids: list[str]) -> dict[str, list]:
+        """The stored ``[changeno, doc]`` of each of ``unids`` that exists. UNIDs start with their creation
+        time, so a batch of new documents is often one key range: one range read when the range holds
+        few other documents, else one read per document."""
+        if not unids:
+            return {}
+        want = set(unids)
+        lo, hi = min(want), max(want)
+        limit = 2 * len(want) + 16
+        rows = self.db.page("docs", encode_key((lo,)), encode_key((hi + "!",)), limit)  # "!": just past hi
+        if len(rows) < limit:
+            out = {}
+            for kb, vb in rows:
+                u = decode_key(kb)[0]
+                if u in want:
+                    out[u] = _raw_decode(vb)
+            return out
+        out = {}
         for u in unids:
             v = self.db.get("docs", (u,))
             if v is not None:
-                out.append(v[1])
+                out[u] = v
         return out
+
+    def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
+        unids = list(unids)
+        rows = self._rows(unids)
+        return {u: (Doc.trusted(rows[u][1]) if u in rows else None) for u in unids}
+
+    def stored_many(self, unids: Iterable[str]) -> list[list]:
+        """The stored form (``Doc.to_value``) of each document that exists, as read (to send it on)."""
+        unids = list(unids)
+        rows = self._rows(unids)
+        return [rows[u][1] for u in unids if u in rows]
 
     def verify(self) -> int:
         """Check every stored document's shape (``Doc.from_value``); the count. Local reads trust the

@@ -34,7 +34,7 @@ from .wire import (DOC_WIRE_VERSION, Applied, Bookmarks, ChangePage, Changes, Db
                    Hello, HelloOk, ListDbs, Offer, Ok, PullBack, PullDone, Push, Refused, Want)
 
 CHANGES_PAGE_ENTRIES = 10_000  # entries of a change list page (a stale entry is dropped within its page only)
-FETCH_BATCH_DOCS = 1000
+FETCH_BATCH_DOCS = 2000
 
 
 class Pipeline(list):
