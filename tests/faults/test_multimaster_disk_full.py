@@ -1,6 +1,6 @@
 """A full disk during a pull: the batch that does not fit is not applied and its bookmark does not
 move, nothing applied before it is lost, and once there is room the next session completes with
-every document once. Real files: the receiving database's journal directory is a 512 KiB tmpfs."""
+every document once. Real files: the receiving database's journal directory is a 1 MiB tmpfs."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from multisite.errors import MultisiteError
 from multisite.multimaster.session import run_local
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
-DOCS = 6000
+DOCS = 8000
 
 
 def test_a_full_disk_stops_a_pull_without_loss_and_the_next_session_completes(tmp_path):
     a = documents.create(tmp_path / "A", "T", durability="none")
-    a.create_many([("F", {"i": i, "blob": "x" * 200}) for i in range(DOCS)])  # ~1.5 MB: 3x the tmpfs, 1,000 a batch
+    a.create_many([("F", {"i": i, "blob": "x" * 100}) for i in range(DOCS)])  # ~2 MB of journal: twice the tmpfs, 2,000 a batch
     documents.create(tmp_path / "B", "T", replica_id=a.replica_id, durability="fsync", segment_bytes=64 * 1024).close()
     jdir = tmp_path / "B" / "journal"
     saved = tmp_path / "B-journal"
     shutil.copytree(jdir, saved)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(jdir)], capture_output=True, text=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(jdir)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
     try:
