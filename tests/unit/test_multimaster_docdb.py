@@ -143,3 +143,15 @@ def test_a_backup_of_a_document_database_opens_as_the_same_replica(tmp_path):
     with documents.open(tmp_path / "copy") as copy:
         assert (copy.replica_id, copy.db_id) == ident and copy.get(u).fields == {"x": 1}
     assert documents.read_identity(tmp_path / "copy")["replica_id"] == ident[0]
+
+
+def test_batch_reads_give_the_same_documents_by_range_or_one_by_one(tmp_path):
+    with documents.create(tmp_path / "a", "T", durability="none") as db:
+        us = db.create_many([("F", {"i": i}) for i in range(300)])
+        close = us[100:140]  # a dense key range: one range read
+        far = [us[0], us[299], "ff" * 16]  # 300 documents between them: read one by one; one missing
+        for batch in (close, far):
+            got = db.current_many(batch)
+            assert list(got) == batch
+            assert all(got[u] == (db.get(u) if u != "ff" * 16 else None) for u in batch)
+            assert db.stored_many(batch) == [db.get(u).to_value() for u in batch if u != "ff" * 16]
