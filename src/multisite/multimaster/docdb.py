@@ -341,12 +341,8 @@ class DocDB:
             if limit is not None and len(latest) >= limit:
                 break
         if current_only:
-            out = []
-            for unid, (n, stamp) in latest.items():
-                v = self.db.get("docs", (unid,))
-                if v is not None and v[0] == n:
-                    out.append((unid, stamp))
-            return out, last
+            rows = self._rows(list(latest))
+            return [(u, st) for u, (n, st) in latest.items() if u in rows and rows[u][0] == n], last
         return [(u, st) for u, (_, st) in latest.items()], last
 
     def _rows(self, unids: list[str]) -> dict[str, list]:
