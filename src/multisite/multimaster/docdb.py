@@ -45,7 +45,7 @@ from ..errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedD
                       NotADocumentDatabase)
 from ..fsutil import atomic_write
 from ..journal.records import SET
-from ..keys import decode_key, encode_key
+from ..keys import encode_key
 from ..values import encode_value
 from .conflicts import Kind, Outcome, reconcile
 from .document import Doc, first_version
@@ -55,6 +55,7 @@ REGIONS = ("meta", "docs", "changes", "history")
 CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
 _raw_encode = msgspec.msgpack.Encoder().encode
 _raw_decode = msgspec.msgpack.decode
+_KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
 IDENTITY_FILE = "docdb.json"
 ACCESS_LEVELS = ("none", "reader", "writer")
 DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
@@ -352,13 +353,14 @@ class DocDB:
         if not unids:
             return {}
         want = set(unids)
-        lo, hi = min(want), max(want)
+        lo, hi = min(unids), max(unids)
         limit = 2 * len(want) + 16
         rows = self.db.page("docs", encode_key((lo,)), encode_key((hi + "!",)), limit)  # "!": just past hi
         if len(rows) < limit:
             out = {}
+            a, b = len(_KEY_PRE), -len(_KEY_POST) or None
             for kb, vb in rows:
-                u = decode_key(kb)[0]
+                u = kb[a:b].decode("ascii", "replace")  # (unid,) encoded: a fixed prefix, the hex, a fixed suffix
                 if u in want:
                     out[u] = _raw_decode(vb)
             return out
@@ -415,22 +417,27 @@ class DocDB:
             writes: list[tuple[Doc, int | None]] = []
             pending: dict[str, tuple[Doc, int | None]] = {}  # a batch may hold a document twice
             hint = known.docs if known is not None and known.epoch == self._epoch else None
+            unknown = [d.unid for d in docs if hint is None or d.unid not in hint]
+            have = {u: Doc.trusted(v[1]) for u, v in self._rows(unknown).items()}  # one batch read
+            conflicts: list[Doc] = []
             for inc in docs:
                 if inc.unid in pending:
-                    cur, c = pending[inc.unid]
+                    cur = pending[inc.unid][0]
                 elif hint is not None and inc.unid in hint:
-                    cur, c = hint[inc.unid], None
+                    cur = hint[inc.unid]
                 else:
-                    cur, c = self._current(inc.unid)
+                    cur = have.get(inc.unid)
                 out: Outcome = reconcile(cur, inc)
                 counts[out.kind.value] += 1
                 if out.write is not None:
-                    pending[inc.unid] = (out.write, c)
+                    pending[inc.unid] = (out.write, None)
                 if out.conflict_doc is not None:
-                    cd = out.conflict_doc
-                    have, cc = pending.get(cd.unid) or self._current(cd.unid)
-                    if have is None:
-                        pending[cd.unid] = (cd, cc)
+                    conflicts.append(out.conflict_doc)
+            if conflicts:  # a conflict document made here may exist already (found before, or replicated)
+                exist = self._rows([cd.unid for cd in conflicts if cd.unid not in pending])
+                for cd in conflicts:
+                    if cd.unid not in pending and cd.unid not in exist:
+                        pending[cd.unid] = (cd, None)
             writes = list(pending.values())
             extra = []
             if peer_db_id is not None and bookmark is not None:
