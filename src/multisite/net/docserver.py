@@ -56,6 +56,16 @@ class _PausedAtConnect(asyncio.StreamReaderProtocol):
         super().connection_made(transport)
 
 
+def _reachable(listen: str, peer_ip: str) -> str:
+    """The address to reach a peer that listens on ``listen``: a wildcard host is the peer's own address."""
+    if not listen:
+        return listen
+    host, _, port = listen.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", "") and peer_ip:
+        return f"[{peer_ip}]:{port}" if ":" in peer_ip else f"{peer_ip}:{port}"
+    return listen
+
+
 def _replies(q: "queue.Queue", n: int):
     """The replies of a pipeline as the reading task delivers them (in the generator's thread)."""
     for _ in range(n):
@@ -120,7 +130,9 @@ class DocServer:
         else:
             writer.transport.resume_reading()
         wire = DocWire(Side.RESPONDER)
-        resp = Responder(self.name, self.dbs, log=lambda s: self.log.warning("%s", s), on_pull_back=self._pull_back)
+        peer_ip = peer_addr[0] if isinstance(peer_addr, tuple) else ""
+        resp = Responder(self.name, self.dbs, log=lambda s: self.log.warning("%s", s),
+                         on_pull_back=lambda p, listen, ids: self._pull_back(p, _reachable(listen, peer_ip), ids))
         try:
             while True:
                 req = await _read(reader, wire, SESSION_TIMEOUT_S)
