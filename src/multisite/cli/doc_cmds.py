@@ -206,8 +206,9 @@ def docserver() -> None:
 @click.argument("dirs", nargs=-1, type=click.Path(exists=True, file_okay=False))
 @click.option("--name", required=True, help="The server's name (ACLs and peers name servers).")
 @click.option("--listen", required=True, type=HostPort(listen=True), help="HOST:PORT other servers reach it on.")
-@click.option("--home", required=True, type=click.Path(file_okay=False),
-              help="Where the server keeps its log and run files; names its control socket.")
+@click.option("--home", default=None, type=click.Path(file_okay=False),
+              help="Where the server keeps its log and run files; names its control socket "
+                   "(default: docserver-NAME beside the first DIR).")
 @click.option("--replicators", default=1, show_default=True, type=int,
               help="Replicator tasks: sessions with that many servers at once.")
 @click.option("--peer", "peers", multiple=True, help="NAME=HOST:PORT of another server (repeatable).")
@@ -233,10 +234,13 @@ def docserver_start(dirs, name, listen, home, replicators, peers, address_book, 
         peer_map[n] = addr
     tls = {"cert": tls_cert, "key": tls_key, "ca": tls_ca, "client_cert": tls_client_cert,
            "client_key": tls_client_key}
+    if not dirs and not address_book:
+        raise ConfigError("give at least one database directory (DIR...) to serve")
+    home = home or str(Path(dirs[0] if dirs else address_book).absolute().parent / f"docserver-{name}")
     info = start_docserver(Path(home), list(dirs), name, listen, replicators=replicators, peers=peer_map,
                            address_book=address_book, tls=tls)
     console.print(f"document server {name} started: pid {info['pid']}, listening on {info['listen']}, "
-                  f"log {info['log']}")
+                  f"home {home}, log {info['log']}")
 
 
 @docserver.command("stop")
