@@ -191,3 +191,33 @@ def test_starting_a_server_on_a_directory_that_is_not_a_document_database_fails_
         from multisite.net.docserver_process import start_docserver
         start_docserver(tmp_path / "home", [str(tmp_path / "empty")], "X", "127.0.0.1:0")
     assert ServerError
+
+
+def test_with_names_bound_to_certificates_a_server_cannot_claim_another_name(dc, tmp_path):
+    from multisite.testing.certs import make_named_cert
+    pki = make_test_pki(tmp_path / "pki")
+
+    def tls(name):
+        c = make_named_cert(pki, name)
+        return {"cert": c["cert"], "key": c["key"], "ca": pki["ca_cert"], "names": True}
+
+    b = dc.server("B", ["P"], start=False)
+    b.options["start"] = {"tls": tls("B")}
+    with docdb.open(b.path("P")) as p:
+        p.set_access("*", "none")
+        p.set_access("A", "writer")
+    dc.start(b)
+    _create(dc, b, {"secret": 1})
+    a = dc.server("A", ["P"], replica_of=b, start=False)
+    a.options["start"] = {"tls": tls("A")}
+    dc.start(a)
+    assert dc.replicate(a, b, "pull-only")["totals"]["new"] == 1  # A is A: its certificate says so
+    # R holds a valid certificate of the same CA, named R, and says it is A in its Hello.
+    from multisite.testing.docservers import DocNode
+    r = DocNode("A", tmp_path / "R", dc.make_dbs("R", ["P"], replica_of=b), "127.0.0.1:0",
+                {"start": {"tls": tls("R")}})  # named "A", with R's certificate
+    dc.nodes["R"] = r
+    dc.start(r)
+    with pytest.raises(Exception, match="ACCESS_DENIED|certificate names"):
+        dc.replicate(r, b, "pull-only")
+    assert "its certificate names 'R'" in (b.home / "log" / "docserver.log").read_text()

@@ -220,8 +220,10 @@ def docserver() -> None:
 @click.option("--tls-client-cert", default=None, help="The certificate it presents when it initiates "
                                                       "(default --tls-cert).")
 @click.option("--tls-client-key", default=None)
+@click.option("--tls-names", is_flag=True, help="A peer is the server its certificate's common name names: a "
+                                                "Hello that claims another name is refused (ACLs then trust names).")
 def docserver_start(dirs, name, listen, home, replicators, peers, address_book, tls_cert, tls_key, tls_ca,
-                    tls_client_cert, tls_client_key) -> None:
+                    tls_client_cert, tls_client_key, tls_names) -> None:
     """Start a document server serving DIRS; returns once it answers.
 
     Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --home /data/srvA --replicators 2
@@ -233,7 +235,7 @@ def docserver_start(dirs, name, listen, home, replicators, peers, address_book, 
             raise ConfigError(f"--peer takes NAME=HOST:PORT, got {p!r}")
         peer_map[n] = addr
     tls = {"cert": tls_cert, "key": tls_key, "ca": tls_ca, "client_cert": tls_client_cert,
-           "client_key": tls_client_key}
+           "client_key": tls_client_key, "names": tls_names}
     if not dirs and not address_book:
         raise ConfigError("give at least one database directory (DIR...) to serve")
     home = home or str(Path(dirs[0] if dirs else address_book).absolute().parent / f"docserver-{name}")

@@ -244,7 +244,8 @@ class Responder:
     ``on_pull_back(peer, listen, replica_ids)`` takes a pull-pull's second half."""
 
     def __init__(self, server: str, dbs: dict[str, Any], *, log: Callable[[str], None] = lambda s: None,
-                 on_pull_back: Callable[[str, str, list[str]], None] | None = None) -> None:
+                 on_pull_back: Callable[[str, str, list[str]], None] | None = None,
+                 certified_name: str | None = None) -> None:
         self.server = server
         self.dbs = dbs
         self.peer = ""
@@ -252,6 +253,7 @@ class Responder:
         self.log = log
         self.on_pull_back = on_pull_back
         self._push_refused: set[str] = set()  # a refused Push poisons the rest of the pipeline for its replica
+        self.certified_name = certified_name  # with names bound to certificates: who the peer is
 
     def handle(self, req: Any) -> Any:
         try:
@@ -274,6 +276,9 @@ class Responder:
             if req.version != DOC_WIRE_VERSION:
                 from ..errors import ProtocolError
                 raise ProtocolError(f"replicator wire version {req.version}; {self.server} speaks {DOC_WIRE_VERSION}")
+            if self.certified_name is not None and req.server != self.certified_name:
+                raise AccessDenied(f"the peer says it is {req.server!r} but its certificate names "
+                                   f"{self.certified_name or '(no common name)'!r}")
             self.peer, self.peer_listen = req.server, req.listen
             return HelloOk(DOC_WIRE_VERSION, self.server)
         if isinstance(req, ListDbs):

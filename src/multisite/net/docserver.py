@@ -56,6 +56,15 @@ class _PausedAtConnect(asyncio.StreamReaderProtocol):
         super().connection_made(transport)
 
 
+def _common_name(cert: dict | None) -> str:
+    """The subject common name of a peer certificate as ``ssl`` gives it ("" if none)."""
+    for rdn in (cert or {}).get("subject", ()):
+        for k, v in rdn:
+            if k == "commonName":
+                return v
+    return ""
+
+
 def _reachable(listen: str, peer_ip: str) -> str:
     """The address to reach a peer that listens on ``listen``: a wildcard host is the peer's own address."""
     if not listen:
@@ -87,9 +96,12 @@ async def _read(reader: asyncio.StreamReader, wire: DocWire, timeout_s: float) -
 class DocServer:
     def __init__(self, home: Path, dirs: list[str], name: str, listen: str, replicators: int,
                  tls: TLSConfig | None, peers: dict[str, str], address_book: str | None,
-                 client_tls: TLSConfig | None = None) -> None:
+                 client_tls: TLSConfig | None = None, tls_names: bool = False) -> None:
         self.home, self.name, self.listen, self.tls, self.peers = home, name, listen, tls, peers
         self.client_tls = client_tls or tls  # the initiator's certificate (a client-auth one), if different
+        if tls_names and not tls:
+            raise ConfigError("--tls-names needs TLS (--tls-cert, --tls-key, --tls-ca)")
+        self.tls_names = tls_names  # a peer is the server its certificate names, whatever its Hello says
         self.log = logging.getLogger("multisite.docserver")
         if replicators < 1:
             raise ConfigError(f"--replicators must be 1 or more, got {replicators}")
@@ -131,8 +143,10 @@ class DocServer:
             writer.transport.resume_reading()
         wire = DocWire(Side.RESPONDER)
         peer_ip = peer_addr[0] if isinstance(peer_addr, tuple) else ""
+        cert_name = _common_name(writer.get_extra_info("peercert")) if self.tls_names else None
         resp = Responder(self.name, self.dbs, log=lambda s: self.log.warning("%s", s),
-                         on_pull_back=lambda p, listen, ids: self._pull_back(p, _reachable(listen, peer_ip), ids))
+                         on_pull_back=lambda p, listen, ids: self._pull_back(p, _reachable(listen, peer_ip), ids),
+                         certified_name=cert_name)
         try:
             while True:
                 req = await _read(reader, wire, SESSION_TIMEOUT_S)
@@ -437,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-ca")
     ap.add_argument("--tls-client-cert")
     ap.add_argument("--tls-client-key")
+    ap.add_argument("--tls-names", action="store_true")
     a = ap.parse_args(argv)
     home = Path(a.home).absolute()
 
@@ -452,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
         client_tls = (TLSConfig.from_options(a.tls_client_cert, a.tls_client_key, a.tls_ca)
                       if a.tls_client_cert or a.tls_client_key else None)
         await DocServer(home, a.dirs, a.name, a.listen, a.replicators, tls, peers, a.address_book,
-                        client_tls).run()
+                        client_tls, a.tls_names).run()
 
     run_logged(home, "docserver.log", LOG_FORMAT, serve)
 

@@ -47,7 +47,9 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     if address_book:
         cmd += ["--address-book", str(Path(address_book).absolute())]
     for k, v in (tls or {}).items():
-        if v:
+        if v is True:
+            cmd += [f"--tls-{k.replace('_', '-')}"]
+        elif v:
             cmd += [f"--tls-{k.replace('_', '-')}", str(v)]
     out = open(home / "log" / "docserver.out", "ab")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
