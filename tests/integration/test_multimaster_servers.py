@@ -221,3 +221,44 @@ def test_with_names_bound_to_certificates_a_server_cannot_claim_another_name(dc,
     with pytest.raises(Exception, match="ACCESS_DENIED|certificate names"):
         dc.replicate(r, b, "pull-only")
     assert "its certificate names 'R'" in (b.home / "log" / "docserver.log").read_text()
+
+
+def test_the_console_verbs_and_status_commands(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from multisite.cli.main import cli
+
+    def run(*args, ok=True):
+        res = CliRunner().invoke(cli, [str(x) for x in args], catch_exceptions=False)
+        assert (res.exit_code == 0) == ok, res.output
+        return res.output
+
+    for name in ("a", "b"):
+        run("db", "create", tmp_path / name, "--title", "P", "--durability", "none",
+            *(["--replica-of", tmp_path / "a"] if name == "b" else []))
+    run("doc", "create", tmp_path / "b", "F", '{"n": 1}')
+    run("db", "create", tmp_path / "names", "--title", "Names", "--durability", "none")
+    try:
+        run("docserver", "start", tmp_path / "a", "--name", "A", "--listen", "127.0.0.1:0", "--home", tmp_path / "hA",
+            "--replicators", "2", "--address-book", tmp_path / "names")
+        run("docserver", "start", tmp_path / "b", "--name", "B", "--listen", "127.0.0.1:0")  # default home
+        st_b = json.loads(run("docserver", "status", tmp_path / "docserver-B", "--json"))
+        assert st_b["name"] == "B" and [d["title"] for d in st_b["databases"]] == ["P"]
+        addr = st_b["listen"]
+        out = run("pull", addr, "P", "--on", tmp_path / "hA")
+        assert "pull-only A ⇄ B: 1 new" in " ".join(out.split())
+        pushed = json.loads(run("push", addr, "--on", tmp_path / "hA", "--json"))
+        assert pushed["mode"] == "push-only" and pushed["totals"]["new"] == 0
+        rep = json.loads(run("replicate", addr, "--on", tmp_path / "hA", "--json"))
+        assert rep["mode"] == "pull-push" and rep["peer"] == "B" and rep["seconds"] >= 0
+        assert json.loads(run("connections", "list", "--on", tmp_path / "hA", "--json")) == []
+        table = " ".join(run("docserver", "status", tmp_path / "hA").split())
+        assert "2 replicator(s)" in table and "Names" in table and "P" in table
+        out = run("replicate", "127.0.0.1:1", "--on", tmp_path / "hA", ok=False)
+        assert "CONNECTION_LOST" in out and "cannot reach" in out
+    finally:
+        for home in (tmp_path / "hA", tmp_path / "docserver-B"):
+            if (home / "run" / "docserver.json").exists():
+                run("docserver", "stop", home)
