@@ -39,7 +39,7 @@ def test_a_full_disk_stops_a_pull_without_loss_and_the_next_session_completes(tm
         assert 0 < len(held) < DOCS
         for u, d in held.items():  # whole versions, as A has them
             assert d == a.get(u)
-        assert b.bookmark(a.db_id, "in") <= a.changeno
+        assert b.bookmark(f"{a.db_id}@local-b", "in") <= a.changeno
         b.close()
 
         subprocess.run(["mount", "-o", "remount,size=64m", str(jdir)], check=True)  # room again
@@ -49,7 +49,7 @@ def test_a_full_disk_stops_a_pull_without_loss_and_the_next_session_completes(tm
         t = rep.totals()
         assert t["new"] == DOCS - len(held) and t["new"] + t["unchanged"] <= DOCS
         assert [d.to_value() for d in b.documents()] == [d.to_value() for d in a.documents()]
-        assert b.bookmark(a.db_id, "in") == a.changeno
+        assert b.bookmark(f"{a.db_id}@local-b", "in") == a.changeno
         b.close()
     finally:
         subprocess.run(["umount", "-l", str(jdir)], check=False)

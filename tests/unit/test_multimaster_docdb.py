@@ -89,7 +89,7 @@ def test_a_malformed_or_corrupt_document_from_a_peer_is_refused_and_nothing_is_a
     before = b.changeno
     out = r.handle(Push(b.replica_id, a.db_id, [good, bad_revisions], 99))
     assert isinstance(out, Refused) and out.code == "REVISIONS_CORRUPT"
-    assert b.changeno == before and b.get(u) is None and b.bookmark(a.db_id, "in") == 0
+    assert b.changeno == before and b.get(u) is None and b.bookmark(f"{a.db_id}@A", "in") == 0
 
 
 def test_wrong_replica_ids_are_refused(pair, tmp_path):
@@ -155,3 +155,17 @@ def test_batch_reads_give_the_same_documents_by_range_or_one_by_one(tmp_path):
             assert list(got) == batch
             assert all(got[u] == (db.get(u) if u != "ff" * 16 else None) for u in batch)
             assert db.stored_many(batch) == [db.get(u).to_value() for u in batch if u != "ff" * 16]
+
+
+def test_a_server_cannot_move_the_bookmarks_of_another_servers_replica(pair):
+    from multisite.multimaster.session import Responder
+    from multisite.multimaster.wire import Bookmarks, GetBookmarks, Hello, PullDone
+    a, b = pair
+    b.create_many([("F", {"i": i}) for i in range(5)])
+    r = Responder("B", {b.replica_id: b})
+    r.handle(Hello(1, "X"))  # X claims to have pulled everything into A's replica
+    r.handle(PullDone(b.replica_id, a.db_id, b.changeno))
+    honest = Responder("B", {b.replica_id: b})
+    honest.handle(Hello(1, "A"))
+    assert honest.handle(GetBookmarks(b.replica_id, a.db_id)) == Bookmarks(b.db_id, 0, 0)
+    assert run_local(a, b, "pull-only", server_a="A", server_b="B").totals()["new"] == 5

@@ -16,7 +16,8 @@ Per database both servers hold a replica of (matched by replica ID, step 5), in 
   responder wants (``Push``); it reconciles and stores its ``in`` bookmark with them.
 
 The bookmark used is the larger of the two sides' records of the same flow, each of which is stored
-only once the changes it covers are durable: a cut session repeats work, never skips it.
+only once the changes it covers are durable: a cut session repeats work, never skips it. Records are
+kept per (peer database ID, peer server name): a server moves only the records of its own replicas.
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
             if mine != "writer":
                 rep.refused.append(f"{peer} is a {mine} of {db.title} here: its changes are not pulled")
             else:
-                yield from _pull(db, rid, bm, rep)
+                yield from _pull(db, rid, bm, rep, history_key(bm.db_id, peer))
         if mode.pushes:
-            yield from _push(db, rid, bm, rep)
+            yield from _push(db, rid, bm, rep, history_key(bm.db_id, peer))
     if mode is Mode.PULL_PULL and report.dbs:
         report.pull_back = [d.replica_id for d in report.dbs if not d.refused]
         ack = yield PullBack(report.pull_back)
@@ -160,8 +161,8 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
     return report
 
 
-def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any, None]:
-    since = max(db.bookmark(bm.db_id, "in"), bm.bm_out)
+def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generator[Any, Any, None]:
+    since = max(db.bookmark(key, "in"), bm.bm_out)
     while True:
         page = yield Changes(rid, since, CHANGES_PAGE_ENTRIES)
         if isinstance(page, Refused):
@@ -189,10 +190,10 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
                 rep.refused.append(f"pull: {e}")
                 return
             last_batch = i == len(batches) - 1
-            rep.pulled.update(db.apply_incoming(docs, peer_db_id=bm.db_id, bookmark=page.last if last_batch else None,
+            rep.pulled.update(db.apply_incoming(docs, peer_db_id=key, bookmark=page.last if last_batch else None,
                                                 known=snap))
         if not batches:
-            rep.pulled.update(db.apply_incoming([], peer_db_id=bm.db_id, bookmark=page.last))
+            rep.pulled.update(db.apply_incoming([], peer_db_id=key, bookmark=page.last))
         since = page.last
         if not page.more:
             break
@@ -201,8 +202,8 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
         rep.refused.append(f"pull done: {ack.code}: {ack.message}")
 
 
-def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any, None]:
-    since = max(db.bookmark(bm.db_id, "out"), bm.bm_in)
+def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generator[Any, Any, None]:
+    since = max(db.bookmark(key, "out"), bm.bm_in)
     while True:
         changes, last = db.changes(since, CHANGES_PAGE_ENTRIES, current_only=True)
         if last == since:
@@ -226,8 +227,15 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport) -> Generator[Any, Any
                 return
             assert isinstance(got, Applied)
             rep.pushed.update(got.counts)
-        db.set_bookmark(bm.db_id, "out", last)
+        db.set_bookmark(key, "out", last)
         since = last
+
+
+def history_key(peer_db_id: str, peer_server: str) -> str:
+    """Where bookmarks about a peer's replica are kept: its database ID *and* its server's name, so a
+    server can only move the bookmarks of the replicas it speaks for (with ``--tls-names``, the name
+    its certificate proves), not poison another server's."""
+    return f"{peer_db_id}@{peer_server}"
 
 
 def _error(r: Refused) -> MultisiteError:
@@ -286,7 +294,8 @@ class Responder:
                            if db.access(self.peer) != "none"])
         if isinstance(req, GetBookmarks):
             db = self._db(req.replica_id)
-            return Bookmarks(db.db_id, db.bookmark(req.peer_db_id, "in"), db.bookmark(req.peer_db_id, "out"))
+            key = history_key(req.peer_db_id, self.peer)
+            return Bookmarks(db.db_id, db.bookmark(key, "in"), db.bookmark(key, "out"))
         if isinstance(req, Changes):
             db = self._db(req.replica_id)
             limit = max(1, min(req.limit, CHANGES_PAGE_ENTRIES))
@@ -296,7 +305,7 @@ class Responder:
             db = self._db(req.replica_id)
             return Docs(db.stored_many(req.unids[:FETCH_BATCH_DOCS]))
         if isinstance(req, PullDone):
-            self._db(req.replica_id).set_bookmark(req.peer_db_id, "out", req.upto)
+            self._db(req.replica_id).set_bookmark(history_key(req.peer_db_id, self.peer), "out", req.upto)
             return Ok()
         if isinstance(req, Offer):
             db = self._db(req.replica_id, write=True)
@@ -312,7 +321,8 @@ class Responder:
             except MultisiteError:
                 self._push_refused.add(req.replica_id)
                 raise
-            counts = db.apply_incoming(docs, peer_db_id=req.peer_db_id, bookmark=req.upto if req.upto >= 0 else None)
+            counts = db.apply_incoming(docs, peer_db_id=history_key(req.peer_db_id, self.peer),
+                                       bookmark=req.upto if req.upto >= 0 else None)
             return Applied(dict(counts))
         if isinstance(req, PullBack):
             if self.on_pull_back is not None:
