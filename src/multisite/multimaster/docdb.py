@@ -11,7 +11,7 @@ meta       ``(name,)``              identity (``replica_id``, ``db_id``, ``title
 docs       ``(unid,)``              ``[changeno, document]`` (``Doc.to_value``)
 changes    ``(first changeno,)``    a change block: ``[[unid, seq, time_us, origin], ...]``, the
                                     documents of one write, change numbers ``first ..``
-history    ``(peer_db_id, dir)``    a bookmark: the peer's change number up to which ``in`` (we
+history    ``(peer, dir)``          a bookmark (``peer`` is ``<db id>@<server>``): the peer's change number up to which ``in`` (we
                                     hold the peer's changes) or ``out`` (the peer holds ours)
 =========  =======================  ==========================================================
 
