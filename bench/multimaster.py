@@ -153,12 +153,17 @@ def main() -> None:
     src = "PouchDB 9.0.0 on LevelDB, same run" if pouch else "PouchDB figures from the issue (not run here)"
     lines = [f"Run {started}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
              f"node {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip() if shutil.which('node') else '-'}, "
-             f"tree {git_state()}. Medians of {runs} run(s); baseline: {src}.", "",
-             "| workload | multisite seconds | multisite docs/s | PouchDB docs/s | ratio | target 4x |",
-             "|---|---:|---:|---:|---:|---|"]
-    for what, secs, rate, peer, ratio, _ in rows:
-        lines.append(f"| {what} | {secs:.2f} | {rate:,.0f} | {peer:,.0f} | {ratio:.2f}x | "
-                     f"{'met' if ratio >= 4 else 'missed'} |")
+             f"tree {git_state()}, load average at the end {os.getloadavg()[0]:.1f}. Medians of {runs} run(s); "
+             f"baseline: {src}.", "",
+             "| workload | multisite seconds | multisite docs/s | PouchDB docs/s (this run) | ratio | "
+             "PouchDB docs/s (issue) | ratio | target | verdict |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for (what, secs, rate, peer, ratio, _), k in zip(rows, ("oneshot", "sync")):
+        issue_ratio = rate / POUCH_ISSUE[k]
+        verdict = "met" if ratio >= 4 and rate >= TARGET[k] else (
+            "missed: below the absolute target" if ratio >= 4 else "missed")
+        lines.append(f"| {what} | {secs:.2f} | {rate:,.0f} | {peer:,.0f} | {ratio:.2f}x | {POUCH_ISSUE[k]:,.0f} | "
+                     f"{issue_ratio:.2f}x | {TARGET[k]:,.0f} | {verdict} |")
     table = "\n".join(lines)
     console.print(table)
     if a.quick:
