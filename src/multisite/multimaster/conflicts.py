@@ -99,7 +99,7 @@ def try_merge(w: Doc, l: Doc) -> Doc | None:  # noqa: E741 - w/l: winner/loser
             fields[f] = l.fields[f]
         fs[f] = seq
     h = hashlib.sha256(f"merge|{w.unid}|{tuple(w.stamp)}|{tuple(l.stamp)}".encode()).hexdigest()[:16]
-    absorbed = tuple(l.stamp_at(k) for k in range(c + 1, l.seq + 1))  # the loser's line after the divergence
+    absorbed = tuple(Stamp(*l.stamp_at(k)) for k in range(c + 1, l.seq + 1))  # the loser's line after divergence
     merged = tuple(dict.fromkeys(w.merged + l.merged + absorbed))  # ordered, no repeats
     return Doc(w.unid, w.form, fields, seq, max(w.time_us, l.time_us) + 1, "m" + h[1:],
                w.revisions + ((w.time_us, w.origin),), fs, False, True, merged)
@@ -136,9 +136,9 @@ def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
     return Outcome(Kind.CONFLICT if conflict else (Kind.DELETED if w.deleted else Kind.UPDATED), w, conflict)
 
 
-def knows(current: Doc | None, incoming: Stamp) -> bool:
+def knows(current: Doc | None, incoming: tuple) -> bool:
     """Quick test on a change list entry: True if a replica holding ``current`` already has version
     ``incoming`` or a descendant of it, so the document need not be fetched."""
-    if current is None or incoming.seq > current.seq:
+    if current is None or incoming[0] > current.seq:
         return False
-    return current.stamp_at(incoming.seq) == incoming or incoming in current.merged
+    return current.stamp_at(incoming[0]) == incoming or (bool(current.merged) and incoming in current.merged)

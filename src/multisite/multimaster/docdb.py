@@ -55,6 +55,7 @@ REGIONS = ("meta", "docs", "changes", "history")
 CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
 _raw_encode = msgspec.msgpack.Encoder().encode
 _raw_decode = msgspec.msgpack.decode
+_new_stamp = tuple.__new__  # Stamp(...) without the namedtuple's Python-level __new__: the hot path of a change list
 _KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
 IDENTITY_FILE = "docdb.json"
 ACCESS_LEVELS = ("none", "reader", "writer")
@@ -337,7 +338,7 @@ class DocDB:
             for i, (unid, seq, t, origin) in enumerate(block):
                 if first + i > since:
                     latest.pop(unid, None)  # keep the latest entry, in its place
-                    latest[unid] = (first + i, Stamp(seq, t, origin))
+                    latest[unid] = (first + i, _new_stamp(Stamp, (seq, t, origin)))
             last = max(last, first + len(block) - 1)
             if limit is not None and len(latest) >= limit:
                 break

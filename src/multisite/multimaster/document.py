@@ -20,6 +20,7 @@ checks the shape and names the first thing wrong (MalformedDocument, RevisionsCo
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from ..errors import MalformedDocument, RevisionsCorrupt
@@ -45,8 +46,8 @@ class Doc:
     merged: tuple[Stamp, ...] = ()
 
     # -- identity ---------------------------------------------------------------------------------
-    @property
-    def stamp(self) -> Stamp:
+    @cached_property
+    def stamp(self) -> Stamp:  # cached: compared many times per reconcile (not a field: eq and repr skip it)
         return Stamp(self.seq, self.time_us, self.origin)
 
     @property
@@ -58,13 +59,14 @@ class Doc:
     def is_conflict(self) -> bool:
         return CONFLICT_FIELD in self.fields
 
-    def stamp_at(self, seq: int) -> Stamp | None:
-        """The stamp of version ``seq`` of this document's line (None past it or below 1)."""
+    def stamp_at(self, seq: int) -> tuple | None:
+        """The stamp of version ``seq`` of this document's line (None past it or below 1), as a plain
+        ``(seq, time_us, origin)`` tuple (equal to the ``Stamp``; the hot path of every comparison)."""
         if seq == self.seq:
-            return self.stamp
+            return (self.seq, self.time_us, self.origin)
         if 1 <= seq < self.seq:
             t, o = self.revisions[seq - 1]
-            return Stamp(seq, t, o)
+            return (seq, t, o)
         return None
 
     # -- new versions -----------------------------------------------------------------------------
@@ -110,7 +112,7 @@ class Doc:
         where = f"document {unid}"
         if not isinstance(form, str):
             raise MalformedDocument(f"{where}: form must be a string, got {form!r:.40}")
-        if not isinstance(fields, dict) or len(fields) > MAX_FIELDS or not all(isinstance(k, str) for k in fields):
+        if type(fields) is not dict or len(fields) > MAX_FIELDS or not _all_str(fields):
             raise MalformedDocument(f"{where}: fields must be a map of names (strings) to values")
         if type(seq) is not int or not 1 <= seq <= MAX_SEQ:
             raise MalformedDocument(f"{where}: sequence number {seq!r:.40} is not in 1..{MAX_SEQ}")
@@ -123,16 +125,15 @@ class Doc:
             raise RevisionsCorrupt(f"{where}: $Revisions holds {n} entries, but sequence number {seq} "
                                    f"needs {seq - 1} (one per earlier version)")
         revisions = []
-        for i, r in enumerate(revs):
-            if (not isinstance(r, (list, tuple)) or len(r) != 2 or type(r[0]) is not int or r[0] < 0
-                    or not isinstance(r[1], str) or not r[1]):
-                raise RevisionsCorrupt(f"{where}: $Revisions entry {i + 1} is {r!r:.60}, not [time_us, origin]")
+        for r in revs:
+            if type(r) not in _SEQ or len(r) != 2 or type(r[0]) is not int or r[0] < 0 or type(r[1]) is not str or not r[1]:
+                raise RevisionsCorrupt(f"{where}: $Revisions entry {len(revisions) + 1} is {r!r:.60}, "
+                                       f"not [time_us, origin]")
             revisions.append((r[0], r[1]))
-        if not isinstance(fs, dict) or not all(isinstance(k, str) and type(s) is int and 1 <= s <= seq
-                                               for k, s in fs.items()):
+        if type(fs) is not dict or not _all_str(fs) or not all(type(s) is int and 1 <= s <= seq for s in fs.values()):
             raise MalformedDocument(f"{where}: field sequence numbers must map names to 1..{seq}")
-        missing = [k for k in fields if k not in fs]
-        if missing:
+        if not fs.keys() >= fields.keys():
+            missing = [k for k in fields if k not in fs]
             raise MalformedDocument(f"{where}: field {missing[0]!r} has no field sequence number")
         if type(deleted) is not bool or type(merge) is not bool:
             raise MalformedDocument(f"{where}: deleted and merge flags must be booleans")
@@ -152,6 +153,14 @@ class Doc:
                 "seq_time_us": self.time_us, "origin": self.origin, "oid": self.oid.hex(),
                 "revisions": [t for t, _ in self.revisions], "deleted": self.deleted,
                 "conflict": self.is_conflict}
+
+
+_SEQ = (list, tuple)
+
+
+def _all_str(d: dict) -> bool:
+    """Every key of ``d`` is a str (msgpack maps may have other keys)."""
+    return all(type(k) is str for k in d)
 
 
 def first_version(unid: str, form: str, fields: dict[str, Any], time_us: int, origin: str, merge: bool) -> Doc:

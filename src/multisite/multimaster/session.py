@@ -107,7 +107,7 @@ def summary(c: Counter) -> dict[str, int]:
 
 
 def _entries(changes: Iterable[tuple[str, Stamp]]) -> list[tuple[str, int, int, str]]:
-    return [(u, s.seq, s.time_us, s.origin) for u, s in changes]
+    return [(u, s[0], s[1], s[2]) for u, s in changes]
 
 
 def _decode_docs(values: list[Any]) -> list[Doc]:
@@ -173,7 +173,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generato
         cur = snap.docs
         need = []
         for u, seq, t, origin in page.entries:
-            if knows(cur.get(u), Stamp(seq, t, origin)):
+            if knows(cur.get(u), (seq, t, origin)):
                 rep.pulled["same"] += 1
             else:
                 need.append(u)
@@ -310,7 +310,7 @@ class Responder:
         if isinstance(req, Offer):
             db = self._db(req.replica_id, write=True)
             cur = db.current_many(u for u, *_ in req.entries)
-            return Want([u for u, seq, t, o in req.entries if not knows(cur.get(u), Stamp(seq, t, o))])
+            return Want([u for u, seq, t, o in req.entries if not knows(cur.get(u), (seq, t, o))])
         if isinstance(req, Push):
             if req.replica_id in self._push_refused:  # a batch before this one was refused: its bookmark must
                 raise AccessDenied(f"an earlier push batch for {req.replica_id} was refused in this session; "
