@@ -409,10 +409,12 @@ class DocDB:
             return Snapshot(self._epoch, self.current_many(unids))
 
     def apply_incoming(self, docs: list[Doc], *, peer_db_id: str | None = None, bookmark: int | None = None,
-                       known: "Snapshot | None" = None) -> Counter:
+                       known: "Snapshot | None" = None, echo: set | None = None) -> Counter:
         """Reconcile versions received from a replica (seed step 9) and write the outcome and, in the same
         transaction, the ``in`` bookmark for ``peer_db_id``; counts per outcome kind. ``known`` (from
-        ``current_at``) is used if no write came in between, and is brought up to date with this one's."""
+        ``current_at``) is used if no write came in between, and is brought up to date with this one's.
+        ``echo`` collects ``(unid, stamp)`` of the received versions written as they came: the peer holds
+        them, so a push back to it in the same session need not offer them."""
         counts: Counter = Counter()
         with self._lock:
             writes: list[tuple[Doc, int | None]] = []
@@ -432,6 +434,8 @@ class DocDB:
                 counts[out.kind.value] += 1
                 if out.write is not None:
                     pending[inc.unid] = (out.write, None)
+                    if echo is not None and out.write is inc:
+                        echo.add((inc.unid, inc.stamp))
                 if out.conflict_doc is not None:
                     conflicts.append(out.conflict_doc)
             if conflicts:  # a conflict document made here may exist already (found before, or replicated)

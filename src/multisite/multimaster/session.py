@@ -146,13 +146,14 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
             rep.refused.append(f"{bm.code}: {bm.message}")
             continue
         assert isinstance(bm, Bookmarks)
+        echo: set = set()  # versions pulled from the peer and kept as they came: it need not get them back
         if mode.pulls:
             if mine != "writer":
                 rep.refused.append(f"{peer} is a {mine} of {db.title} here: its changes are not pulled")
             else:
-                yield from _pull(db, rid, bm, rep, history_key(bm.db_id, peer))
+                yield from _pull(db, rid, bm, rep, history_key(bm.db_id, peer), echo)
         if mode.pushes:
-            yield from _push(db, rid, bm, rep, history_key(bm.db_id, peer))
+            yield from _push(db, rid, bm, rep, history_key(bm.db_id, peer), echo)
     if mode is Mode.PULL_PULL and report.dbs:
         report.pull_back = [d.replica_id for d in report.dbs if not d.refused]
         ack = yield PullBack(report.pull_back)
@@ -161,7 +162,7 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
     return report
 
 
-def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generator[Any, Any, None]:
+def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
     since = max(db.bookmark(key, "in"), bm.bm_out)
     while True:
         page = yield Changes(rid, since, CHANGES_PAGE_ENTRIES)
@@ -191,7 +192,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generato
                 return
             last_batch = i == len(batches) - 1
             rep.pulled.update(db.apply_incoming(docs, peer_db_id=key, bookmark=page.last if last_batch else None,
-                                                known=snap))
+                                                known=snap, echo=echo))
         if not batches:
             rep.pulled.update(db.apply_incoming([], peer_db_id=key, bookmark=page.last))
         since = page.last
@@ -202,13 +203,18 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generato
         rep.refused.append(f"pull done: {ack.code}: {ack.message}")
 
 
-def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str) -> Generator[Any, Any, None]:
+def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
     since = max(db.bookmark(key, "out"), bm.bm_in)
     while True:
         changes, last = db.changes(since, CHANGES_PAGE_ENTRIES, current_only=True)
         if last == since:
             return
-        if not changes:  # only stale entries: their documents are on a later page
+        if echo:
+            n = len(changes)
+            changes = [(u, st) for u, st in changes if (u, st) not in echo]
+            rep.pushed["same"] += n - len(changes)
+        if not changes:  # only stale entries (on a later page) or versions the peer gave us: nothing to offer
+            db.set_bookmark(key, "out", last)
             since = last
             continue
         want = yield Offer(rid, _entries(changes))
