@@ -55,7 +55,8 @@ def oneshot(work: Path, n: int) -> dict:
     rid = a.replica_id
     a.close()
     docdb.create(work / "B", "Bench", replica_id=rid, durability="fsync").close()
-    sa, sb = _server(work, "A", work / "A"), _server(work, "B", work / "B")
+    sa = _server(work, "A", work / "A")
+    _server(work, "B", work / "B")
     try:
         t = time.perf_counter()
         rep = call(work / "srv-B", "replicate", timeout=600, server=sa["listen"], mode="pull-only")
@@ -83,7 +84,8 @@ def sync(work: Path, n: int) -> dict:
             db.update_many([(x.unid, {"v": val}) for x in db.documents()])
         c.flush()
         d.flush()
-    sc, sd = _server(work, "C", work / "C"), _server(work, "D", work / "D")
+    _server(work, "C", work / "C")
+    sd = _server(work, "D", work / "D")
     try:
         t = time.perf_counter()
         rep = call(work / "srv-C", "replicate", timeout=600, server=sd["listen"], mode="pull-push")

@@ -16,8 +16,6 @@ import random
 import threading
 import time
 
-import pytest
-
 from multisite.errors import MultisiteError
 from multisite.net.docserver_process import call
 from multisite.testing.docservers import DocCluster
@@ -76,7 +74,7 @@ def test_kills_and_cuts_during_sessions_lose_nothing_and_apply_nothing_twice(tmp
                 kind = rng.choice(["kill-A", "kill-B", "cut"])
                 kinds.append(kind)
                 result: list = []
-                t = threading.Thread(target=lambda: result.append(_try(dc, b, proxy.address)), daemon=True)
+                t = threading.Thread(target=lambda out=result: out.append(_try(dc, b, proxy.address)), daemon=True)
                 t.start()
                 time.sleep(rng.uniform(0.0, 0.06))
                 if kind == "kill-A":

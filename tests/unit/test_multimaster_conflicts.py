@@ -44,8 +44,8 @@ def settle(cur: Doc, inc: Doc):
 @given(two_lines())
 def test_both_replicas_reach_the_same_version(lines):
     _, a, b = lines
-    on_a, out_a = settle(a, b)
-    on_b, out_b = settle(b, a)
+    on_a, _ = settle(a, b)
+    on_b, _ = settle(b, a)
     # One pull-push: A pulls B's version, then B gets A's result.
     final_b, _ = settle(b, on_a)
     final_a, _ = settle(on_a, on_b)
