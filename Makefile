@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-multimaster clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-multimaster clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ bench: setup
 
 bench-catchup: setup  # a secondary 1,000,000 transactions behind, beside PostgreSQL
 	$(BIN)/python bench/catchup.py $(ARGS)
+
+bench-grid: setup  # the grid's figures of issue 11 (real catalog and container processes); ARGS="--figure commit --quick"
+	PYTHONPATH=src $(BIN)/python bench/grid.py $(ARGS)
 
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)

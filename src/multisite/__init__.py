@@ -21,3 +21,15 @@ def connect(address: str, timeout: float = 30.0):
 
 
 __all__.append("connect")
+
+
+def _grid_connect(catalog: str, *, timeout_s: float = 30.0):
+    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT): ``multisite.grid.connect``."""
+    from .net.grid_client import connect as _connect
+
+    return _connect(catalog, timeout_s=timeout_s)
+
+
+from . import grid as _grid  # noqa: E402 - the grid package is sans-IO; its client comes from net
+
+_grid.connect = _grid_connect

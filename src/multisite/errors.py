@@ -234,6 +234,22 @@ class ReplicationVotedToRollback(MultisiteError):
         return int(self.details.get("timed_out", 0))
 
 
+class CommitOutcomeUnknown(MultisiteError):
+    """A grid commit was sent but its answer never came (the primary's container died, the connection
+    broke): it may have committed or not. The client does not retry it (that could apply it twice);
+    the application checks and decides."""
+
+    code = "COMMIT_OUTCOME_UNKNOWN"
+
+
+class GridUnavailable(MultisiteError):
+    """A grid partition has no primary that can take the request now (its container is down and no
+    replica can be promoted without losing commits, or it is cut off from the catalog), and it did
+    not come back within the client's timeout."""
+
+    code = "GRID_UNAVAILABLE"
+
+
 class PipelineError(MultisiteError):
     code = "PIPELINE"
 

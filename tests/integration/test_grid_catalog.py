@@ -129,7 +129,8 @@ def test_catalog_places_loses_promotes_restarts_and_refuses(grid):
         return s
 
     st2 = wait_for("the loss of the killed container", after_loss)
-    assert time.monotonic() - killed_at >= HEARTBEAT_TIMEOUT_S * 0.9  # detected by heartbeat, not before
+    # detected by heartbeat, not before: its last one came at most one interval (timeout / 4) before the kill
+    assert time.monotonic() - killed_at >= HEARTBEAT_TIMEOUT_S * 0.7
     for p in st2["partitions"]:
         assert p["primary"] and p["primary"] != victim and len(p["sync"]) == 1  # the async replica took sync over
         assert p["primary"] != p["sync"][0]

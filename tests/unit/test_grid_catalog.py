@@ -24,10 +24,13 @@ def reg(name, grid="orders", zone=None):
 
 
 def beat(cat, now, *names):
-    """Each named container heartbeats with seqno 0 for every shard it holds (all empty, all current)."""
+    """Each named container heartbeats with seqno 0 for every shard it holds, and as a primary reports
+    every synchronous replica of its partitions current (all empty, all current)."""
     for n in names:
         shards = cat.assignments_for(n).shards
-        assert cat.heartbeat(Heartbeat(n, cat.placement.version, {p: 0 for p in shards}), now) is None
+        currency = {p: (s.epoch, list(s.sync_replicas)) for p, s in enumerate(cat.placement.partitions)
+                    if s.primary == n}
+        assert cat.heartbeat(Heartbeat(n, cat.placement.version, {p: 0 for p in shards}, currency), now) is None
 
 
 def three(now=0.0):
@@ -127,7 +130,7 @@ def test_three_containers_place_every_partition_on_three_distinct_containers():
     check_rules(cat)
     for s in cat.placement.partitions:
         assert s.primary and len(s.sync_replicas) == 1 and len(s.async_replicas) == 1
-        assert s.current == frozenset(s.sync_replicas)  # heartbeats reported equal seqnos
+        assert s.current == frozenset(s.sync_replicas)  # the primaries reported them current
     st = cat.status(0.0)
     assert st["under_replicated"] == []
     prim = {c["name"]: c["primaries"] for c in st["containers"]}
@@ -168,6 +171,24 @@ def test_no_promotion_without_a_current_sync_replica():
     cat.tick(2.5)
     assert all(s.primary == "c1" for s in cat.placement.partitions)
     assert any("waiting for c1 to return" in u["reason"] for u in cat.status(2.5)["under_replicated"])
+
+
+def test_currency_is_the_primarys_word_in_its_epoch_only():
+    cat = three()
+    i, s = next((i, s) for i, s in enumerate(cat.placement.partitions) if s.sync_replicas)
+    r = s.sync_replicas[0]
+    assert r in s.current
+    other = next(c for c in ("c1", "c2", "c3") if c != s.primary)
+    # a container that is not the primary (a deposed one) cannot change it, nor a report of another epoch
+    cat.heartbeat(Heartbeat(other, 0, {}, {i: (s.epoch, [])}), 0.1)
+    cat.heartbeat(Heartbeat(s.primary, 0, {}, {i: (s.epoch - 1, [])}), 0.1)
+    assert r in cat.placement.partitions[i].current
+    # the primary reports it behind: not current (and not promotable) until it reports it again
+    cat.heartbeat(Heartbeat(s.primary, 0, {}, {i: (s.epoch, [])}), 0.2)
+    assert r not in cat.placement.partitions[i].current
+    cat.heartbeat(Heartbeat(s.primary, 0, {}, {i: (s.epoch, [r, "not-a-replica"])}), 0.3)
+    assert cat.placement.partitions[i].current == frozenset({r})
+    assert cat.assignments_for(r).views[i].primary == s.primary and cat.assignments_for(r).views[i].min_sync == 1
 
 
 def test_another_grids_container_is_refused_and_not_a_member():

@@ -134,7 +134,8 @@ def test_not_primary_from_a_container_that_is_behind_means_wait():
 
 def test_not_primary_from_a_container_that_knows_as_much_or_more_means_refresh_until_the_epoch_moves():
     c = RouteCache("g", _table())
-    assert c.not_primary(1, container_epoch=1) is Next.REFRESH
+    assert c.not_primary(1, container_epoch=1) is Next.WAIT  # the route's epoch: still taking over
+    assert c.not_primary(1, container_epoch=2) is Next.REFRESH
     assert c.route(1) is None and c.stale() == (1,)
     c.install(_table(version=2))  # the catalog has not moved it yet: still stale
     assert c.route(1) is None
@@ -142,10 +143,13 @@ def test_not_primary_from_a_container_that_knows_as_much_or_more_means_refresh_u
     assert c.route(1) == Route(1, "h3:1", 2) and c.stale() == ()
 
 
-def test_an_unreachable_container_makes_its_partitions_stale():
+def test_an_unreachable_container_makes_its_partitions_stale_until_the_next_table():
     c = RouteCache("g", _table())
     assert c.unreachable("h1:1") == (0, 2)
     assert c.route(0) is None and c.route(2) is None and c.route(1) is not None
+    c.install(_table(version=1))  # the same routes: the container may only have reset a connection
+    assert c.stale() == () and c.route(0).primary == "h1:1"
+    c.unreachable("h1:1")
     c.install(_table(version=2, routes=(("h2:1", 2), ("h2:1", 1), ("h2:1", 3), (None, 0))))
     assert c.stale() == () and c.route(0).primary == "h2:1"
     assert RouteCache("g").unreachable("h1:1") == ()

@@ -115,11 +115,17 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
     pol = st["policy"]
     console.print(f"grid {st['grid']}: {pol['partitions']} partitions, min_sync {pol['min_sync']}, max_sync "
                   f"{pol['max_sync']}, max_async {pol['max_async']}; placement version {st['version']}")
-    table("placement", ["partition", "primary", "sync (* current)", "async", "epoch", "seqnos"],
+    table("placement", ["partition", "primary", "sync (* current)", "async", "epoch", "seqnos", "backlog"],
           [(p["partition"], p["primary"] or "-",
             ", ".join(c + ("*" if c in p["current"] else "") for c in p["sync"]) or "-",
             ", ".join(p["async"]) or "-", p["epoch"],
-            " ".join(f"{c}={s}" for c, s in sorted(p["seqnos"].items())) or "-") for p in st["partitions"]])
+            " ".join(f"{c}={s}" for c, s in sorted(p["seqnos"].items())) or "-",
+            " ".join(f"{c}={n}" for c, n in sorted(p.get("backlog", {}).items())) or "-")
+           for p in st["partitions"]])
+    if pol["min_sync"] == 0:
+        lags = [n for p in st["partitions"] for n in p.get("backlog", {}).values()]
+        console.print(f"min_sync is 0: a promotion may lose up to the replicas' lag (now at most "
+                      f"{max(lags, default=0)} transaction(s) behind a primary)")
     table("containers", ["name", "state", "zone", "address", "last heartbeat", "shards", "primaries"],
           [(c["name"], "up" if c["up"] else "down", c["zone"] or "-", c["address"],
             f"{c['last_heartbeat_age_s']:.1f} s ago", c["shards"], c["primaries"]) for c in st["containers"]])

@@ -12,7 +12,12 @@ them in order, every act even after a failure, and passes only if all of them do
 - Act 4, ``rolling_upgrade``: a value-shape change carried across a switchover by filters: B's
   receiver upgrades A's old shapes on the way in; after the switchover A, still on the old
   version, catches up through B's source's out-filter that turns new shapes back into old ones.
-- Act 5, ``multimaster``: two document servers write to replicas of one database and reconcile: new
+- Act 5, ``grid``: a catalog and three containers as processes, 8 partitions with ``min_sync = 1``, a
+  writer through the grid client with a live table of placement and backlog, a container SIGKILLed
+  mid-run (promotion, new epochs, the container placed again), every partition's shards compared key
+  by key; then a commit refused with ``ReplicationVotedToRollback`` with the only synchronous replica
+  stopped, visible nowhere, also after every process restarts.
+- Act 6, ``multimaster``: two document servers write to replicas of one database and reconcile: new
   documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
@@ -30,15 +35,17 @@ from rich.console import Console
 
 from .crash_recovery import act_crash_recovery
 from .failover import act_failover
+from .grid import act_grid
 from .log_shipping import act_log_shipping
 from .multimaster import act_multimaster
 from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
-ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_multimaster)
+ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_grid,
+                         act_multimaster)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_log_shipping", "act_multimaster", "act_rolling_upgrade",
-           "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_grid", "act_log_shipping", "act_multimaster",
+           "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

@@ -35,6 +35,19 @@ class Row:
     upstream: Node | None = None  # the instance whose Source Server feeds this one
 
 
+def read_complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines of ``path`` after byte ``offset`` (a line still being written waits for the
+    next call), and the offset after them; none if the file does not exist yet."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    complete = data[: data.rfind(b"\n") + 1]
+    return complete.decode(errors="replace").splitlines(), offset + len(complete)
+
+
 @dataclass
 class LogFollower:
     """New lines of a server's log that contain one of ``patterns``, as ``label: message``."""
@@ -45,16 +58,9 @@ class LogFollower:
     _offset: int = field(default=0, init=False)
 
     def new_lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offset += len(complete)
+        lines, self._offset = read_complete_lines(self.path, self._offset)
         out = []
-        for line in complete.decode(errors="replace").splitlines():
+        for line in lines:
             message = line.split(": ", 1)[-1]  # drop "time LEVEL logger: "
             if not message.startswith("stats:") and any(p in message for p in self.patterns):
                 out.append(f"[cyan]{self.label}[/]: {escape(message)}")

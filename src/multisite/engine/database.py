@@ -23,7 +23,7 @@ from ..journal.writer import DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES, JournalWr
 from ..keys import check_key, decode_key, encode_key
 from ..store.sqlite import RegionInfo, Store
 from ..values import decode_value, encode_value
-from . import apply, commit, rollback as _rollback
+from . import apply, commit, prepared, rollback as _rollback
 from .group import GroupCommit
 from .recovery import abandon, recover
 from .rollback import RollbackReport
@@ -169,6 +169,15 @@ class Database:
             vb = core.store.get(core.region(region).id, kb)
         return None if vb is None else decode_value(vb)
 
+    def get_encoded(self, region: str, key: bytes) -> bytes | None:
+        """The encoded value of an encoded key (a server answering a client), None if absent or if the
+        region does not exist."""
+        core = self._core
+        with core.lock:
+            core.check_open()
+            r = core.store.regions.get(region)
+            return None if r is None else core.store.get(r.id, key)
+
     def page(self, region: str, lo: bytes, hi: bytes | None, limit: int, *, inclusive: bool = True
              ) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` encoded ``(key, value)`` rows in key order from ``lo`` to ``hi`` (exclusive)."""
@@ -221,6 +230,15 @@ class Database:
         """Commit ``(opcode, region, key, encoded value or None)`` updates atomically, as one
         transaction, by the instance's durability; the seqno (0 if nothing replicated was touched)."""
         return self._group.commit(ops) if self._grouped else commit.commit(self._core, ops)
+
+    def prepare(self, txns: list[list[tuple[int, str, tuple, bytes | None]]]) -> prepared.Prepared:
+        """The first half of a voted commit (a grid primary): apply ``txns`` and frame them, keeping
+        the commit lock until the returned batch is ``commit()``-ed or ``abort()``-ed (see ``prepared``)."""
+        return prepared.prepare_batch(self._core, txns)
+
+    def harden(self, token: tuple) -> None:
+        """fdatasync up to a prepared batch's ``write()`` token, without the commit lock."""
+        self._core.journal.harden(token)
 
     # -- replication -----------------------------------------------------------------------------
     def apply_frames(self, runs: list[FrameRun]) -> int:

@@ -2,8 +2,10 @@
 
 Sans-IO: the deployment policy, routing of keys to partitions, placement of shards on containers,
 the synchronous replicas' commit vote, the catalog's decisions (``catalog``) and the catalog ⇄
-container wire (``wire``). The catalog and container processes that drive them live in ``net``
-(``grid_catalog``, ``grid_container``); the grid client comes next.
+container wire (``wire``), the data wire (``shard_wire``) and where a replica starts (``shipping``).
+The catalog and container processes that drive them live in ``net`` (``grid_catalog``,
+``grid_container``, ``grid_shard``) with the blocking grid client (``grid_client``), which the
+package root attaches here as ``multisite.grid.connect(catalog)``.
 """
 
 from .placement import Container, Move, MoveKind, Placement, Plan, Role, Shards, Shortfall, plan

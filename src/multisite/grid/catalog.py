@@ -12,12 +12,10 @@ How it works:
   placed elsewhere). A lost container that registers again is up again and ``plan`` places shards on it.
 - ``plan`` (``placement.plan``) runs on every join, loss and change of a synchronous replica's
   currency, and only then; its result is the placement in force and goes into the state file.
-- **Currency** (which synchronous replicas hold every committed transaction) comes, in this increment,
-  from the heartbeats: each container reports each open shard's seqno, and a synchronous replica is
-  current while its seqno is at least its primary's last reported one (a seqno not yet reported since
-  a restart leaves the currency as it was: unknown is not behind). Replication between shards is
-  not wired yet, so nothing commits through the grid and this is exact; once it is, the primary's own
-  vote bookkeeping (``voting.SyncReplicas``) must report currency instead (DESIGN.md, "next").
+- **Currency** (which synchronous replicas hold every committed transaction) is the primary's word:
+  its heartbeats carry, per partition, the epoch and the replicas its ``voting.SyncReplicas`` counts
+  current, and a primary reports a replica that fell behind (and waits for the ``HeartbeatAck``)
+  before it acknowledges a commit without it. A promotion or a new primary starts with none current.
 - After a restart the catalog reloads the placement and the members with their up/down state (a
   container lost before the restart stays lost: placing shards on it again would move the grid for
   nothing); every member up before counts as heard at the restart, so it gets one full
@@ -35,7 +33,7 @@ from ..errors import ConfigError
 from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, plan
 from .policy import NAME_RE, GridPolicy
 from .routing import RouteTable, table_from_routes
-from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register
+from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register, View
 
 HEARTBEAT_TIMEOUT_S_DEFAULT = 3.0
 STATE_FORMAT = 1
@@ -103,8 +101,10 @@ class Catalog:
                          f"to reconnect")
 
     # -- events --------------------------------------------------------------------------------------
-    def register(self, msg: Register, now: float) -> Refused | None:
-        """A container's Register: ``None`` when accepted (it is up; the placement may have changed)."""
+    def register(self, msg: Register, now: float, *, old_connected: bool = True) -> Refused | None:
+        """A container's Register: ``None`` when accepted (it is up; the placement may have changed).
+        ``old_connected``: whether a container of that name still holds a connection (if not, one at
+        another address is the same container restarted, not a second one)."""
         if msg.version != GRID_WIRE_VERSION:
             return Refused(RefusedCode.VERSION, f"grid wire version {msg.version}; this catalog speaks "
                                                 f"{GRID_WIRE_VERSION}")
@@ -117,7 +117,8 @@ class Catalog:
         if msg.capacity < 0:
             return Refused(RefusedCode.BAD_REQUEST, f"capacity {msg.capacity} is negative")
         old = self.members.get(msg.container)
-        if old is not None and old.up and old.address != msg.address and now - old.last_heard <= self.heartbeat_timeout_s:
+        if (old is not None and old.up and old.address != msg.address and old_connected
+                and now - old.last_heard <= self.heartbeat_timeout_s):
             return Refused(RefusedCode.NAME_IN_USE,
                            f"a container named {msg.container!r} at {old.address} is up; this one is at {msg.address}: "
                            f"give it another --name, or stop the other (it is lost {self.heartbeat_timeout_s:g} s "
@@ -141,7 +142,8 @@ class Catalog:
         m.last_heard = now
         m.applied_version = msg.applied_version
         m.seqnos = dict(msg.seqnos)
-        self._update_currency(f"heartbeat of {m.name}")
+        if msg.currency:
+            self._update_currency(m, msg.currency)
         return None
 
     def tick(self, now: float) -> list[str]:
@@ -173,37 +175,50 @@ class Catalog:
         if self.placement.version != before:
             self._log.append(f"placement version {self.placement.version}: {len(self.last_plan.moves)} move(s), "
                              f"{len(self.last_plan.under_replicated())} partition(s) under-replicated")
-        # A promotion makes replicas not current; seqnos already heard may make them current again.
-        self._update_currency(why, replan=False)
 
-    def _update_currency(self, why: str, *, replan: bool = True) -> None:
+    def _update_currency(self, m: Member, currency: Mapping[int, tuple[int, list[str]]]) -> None:
+        """A primary's report: the synchronous replicas it counts current in its epoch (it reports a
+        replica that fell behind before it acknowledges any commit without it, so the catalog's set is
+        never wider than the primary's). Reports of another epoch or from a container that is not the
+        partition's primary (a deposed one) are ignored."""
         pl = self.placement
-        for i, s in enumerate(pl.partitions):
-            prim = self.members.get(s.primary) if s.primary else None
-            p_seq = prim.seqnos.get(i) if prim and prim.up and prim.seqnos is not None else None
+        for i, (epoch, names) in currency.items():
+            if not 0 <= i < len(pl.partitions):
+                continue
+            s = pl.partitions[i]
+            if s.primary != m.name or epoch != s.epoch:
+                continue
+            want = set(names) & set(s.sync_replicas)
             for r in s.sync_replicas:
-                m = self.members.get(r)
-                r_seq = m.seqnos.get(i) if m and m.up and m.seqnos is not None else None
-                if p_seq is None or r_seq is None:
-                    continue  # not heard since a restart or a role change: unknown is not behind
-                current = r_seq >= p_seq
-                if current != (r in s.current):
-                    pl = pl.with_current(i, r, current, epoch=s.epoch)  # judged now, for this primary
-                    self._log.append(f"partition {i}: sync replica {r} is {'now' if current else 'no longer'} "
-                                     f"current (seqno {r_seq}, primary {s.primary} at {p_seq})")
+                if (r in want) != (r in s.current):
+                    pl = pl.with_current(i, r, r in want, epoch=epoch)
+                    self._log.append(f"partition {i}: sync replica {r} is {'now' if r in want else 'no longer'} "
+                                     f"current (reported by primary {m.name}, epoch {epoch})")
         if pl is not self.placement:
             self.placement = pl
-            if replan:
-                self._replan(f"currency ({why})")
-            else:
-                self.last_plan = self._plan(why)
+            self._replan(f"currency reported by {m.name}")
+
+    def stale_currency(self, container: str, currency: Mapping[int, tuple[int, list[str]]]) -> list[int]:
+        """The partitions of a currency report that ``container`` no longer leads at that epoch: its
+        primary there was deposed (and a replica it asked to vote may have been promoted), so it must
+        not answer a commit of that partition as rolled back, nor acknowledge one without every voter."""
+        parts = self.placement.partitions
+        return sorted(i for i, (epoch, _) in currency.items()
+                      if not 0 <= i < len(parts) or parts[i].primary != container or parts[i].epoch != epoch)
 
     # -- what the I/O layer reads -------------------------------------------------------------------
     def assignments_for(self, name: str) -> Assignments:
         shards = {i: s.role_of(name).value for i, s in enumerate(self.placement.partitions)
                   if s.role_of(name) is not None}
+        views = {}
+        for i in shards:
+            s = self.placement.partitions[i]
+            prim = self.members.get(s.primary) if s.primary else None
+            views[i] = View(s.epoch, s.primary, prim.address if prim is not None and prim.up else None,
+                            list(s.sync_replicas), list(s.async_replicas), self.policy.min_sync)
         return Assignments(self.policy.name, self.placement.version, shards,
-                           heartbeat_interval_s(self.heartbeat_timeout_s))
+                           heartbeat_interval_s(self.heartbeat_timeout_s), views, self.heartbeat_timeout_s,
+                           self.policy.partitions)
 
     def route_table(self) -> RouteTable:
         """Each partition's primary by address (None while its container is down: a client waits, then
@@ -224,7 +239,17 @@ class Catalog:
         for i, s in enumerate(self.placement.partitions):
             seqnos = {c: self.members[c].seqnos.get(i) for c in s.containers()
                       if c in self.members and self.members[c].seqnos and i in self.members[c].seqnos}
-            parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos})
+            prim = seqnos.get(s.primary) if s.primary else None
+            backlog = {c: prim - seqnos[c] for c in (*s.sync_replicas, *s.async_replicas)
+                       if prim is not None and c in seqnos}
+            if self.policy.min_sync > 0:
+                window = "none: a commit is acknowledged only once min_sync synchronous replicas hold it"
+            else:
+                lag = min(backlog.values(), default=None)
+                window = ("min_sync is 0 and no replica reports: a loss of the primary loses what it holds alone"
+                          if lag is None else
+                          f"min_sync is 0: a promotion may lose the replicas' lag, now {lag} transaction(s)")
+            parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos, "backlog": backlog, "loss_window": window})
         counts = self.placement.shard_counts()
         prim = {s.primary: 0 for s in self.placement.partitions}
         for s in self.placement.partitions:

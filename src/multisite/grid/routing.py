@@ -128,15 +128,18 @@ class Next(Enum):
 class RouteCache:
     """A client's copy of the route table and its decisions (sans-IO: the client does the fetching).
 
-    A partition is **stale** once a request to its primary failed in a way that a new table can fix; it
-    stays stale until a table arrives whose route for it has a newer epoch (a table fetched before the
-    catalog noticed the failure says the same thing again, and the client keeps refreshing, after a
-    pause, within its own deadline)."""
+    A partition is **stale** once a request to its primary failed in a way that a new table can fix.
+    After "not primary" it stays stale until a table arrives whose route for it has a newer epoch or
+    another address (a table fetched before the catalog noticed says the same thing again, and the
+    client keeps refreshing, after a pause, within its own deadline). After a broken or refused
+    connection the next table clears it whatever it says: the container may only have reset a
+    connection, and trying it again (after the client's pause) is how to know."""
 
     def __init__(self, grid: str, table: RouteTable | None = None):
         self.grid = grid
         self.table: RouteTable | None = None
-        self._stale: dict[int, int] = {}  # partition -> epoch of the route that failed
+        # partition -> (epoch, address) of the route that failed, and whether only a new route clears it
+        self._stale: dict[int, tuple[int, str | None, bool]] = {}
         if table is not None:
             self.install(table)
 
@@ -154,9 +157,10 @@ class RouteCache:
             if table.version < self.table.version:
                 return False
         self.table = table
-        for p, epoch in list(self._stale.items()):
-            if table.routes[p].epoch > epoch:
-                del self._stale[p]
+        for p, (epoch, address, sticky) in list(self._stale.items()):
+            r = table.routes[p]
+            if not sticky or r.epoch > epoch or (r.primary is not None and r.primary != address):
+                del self._stale[p]  # a new primary, the same one at another address, or worth another try
         return True
 
     def needs_refresh(self, partition: int | None = None) -> bool:
@@ -180,12 +184,13 @@ class RouteCache:
 
     def not_primary(self, partition: int, container_epoch: int) -> Next:
         """The container we routed to says it is not the partition's primary; ``container_epoch`` is the
-        newest epoch of the partition it knows. If it knows an older epoch than our route, it has not
-        taken its assignment yet: wait. Otherwise our table is out of date: refresh."""
+        newest epoch of the partition it knows. If it knows no newer epoch than our route, it has not
+        taken its assignment yet (epochs grow with every change of primary): wait. Otherwise our table
+        is out of date: refresh."""
         route = self.table.route(partition)
-        if container_epoch < route.epoch:
+        if container_epoch <= route.epoch:  # same epoch: the route's own primary, still taking the role over
             return Next.WAIT
-        self._stale[partition] = max(route.epoch, self._stale.get(partition, -1))
+        self._stale[partition] = (route.epoch, route.primary, True)
         return Next.REFRESH
 
     def unreachable(self, address: str) -> tuple[int, ...]:
@@ -193,7 +198,8 @@ class RouteCache:
         promotes replicas for them). Returns those partitions."""
         parts = self.table.partitions_of(address) if self.table is not None else ()
         for p in parts:
-            self._stale[p] = max(self.table.routes[p].epoch, self._stale.get(p, -1))
+            r = self.table.routes[p]
+            self._stale[p] = (r.epoch, r.primary, False)
         return parts
 
     def stale(self) -> tuple[int, ...]:

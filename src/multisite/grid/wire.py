@@ -41,11 +41,37 @@ class Register(msgspec.Struct, array_like=True, tag=1):
 
 
 class Heartbeat(msgspec.Struct, array_like=True, tag=2):
-    """Container → catalog: alive; the placement version it has applied; each open shard's seqno."""
+    """Container → catalog: alive; the placement version it has applied; each open shard's seqno;
+    for each partition it is the primary of, ``(epoch, the synchronous replicas it counts current)``
+    (the catalog promotes only those). ``ack`` > 0 asks for a ``HeartbeatAck`` once the catalog has
+    recorded it: a primary waits for it before acknowledging a commit that left a replica out."""
 
     container: str
     applied_version: int
     seqnos: dict[int, int] = {}
+    currency: dict[int, tuple[int, list[str]]] = {}
+    ack: int = 0
+
+
+class HeartbeatAck(msgspec.Struct, array_like=True, tag=9):
+    """Catalog → container: heartbeat ``ack`` is recorded (every heartbeat is answered: the
+    container's lease on its primaries runs from the last answer). ``stale``: the partitions of its
+    currency report it is no longer the primary of at that epoch (deposed)."""
+
+    ack: int
+    stale: list[int] = []
+
+
+class View(msgspec.Struct, array_like=True):
+    """One partition as a container holding a shard of it needs to know it: the epoch, the primary's
+    name and address (None while its container is down), the replicas by role, min_sync."""
+
+    epoch: int
+    primary: str | None
+    primary_address: str | None
+    sync: list[str]
+    async_: list[str]
+    min_sync: int
 
 
 class Assignments(msgspec.Struct, array_like=True, tag=3):
@@ -55,6 +81,9 @@ class Assignments(msgspec.Struct, array_like=True, tag=3):
     epoch: int
     shards: dict[int, str]
     heartbeat_interval_s: float
+    views: dict[int, View] = {}
+    heartbeat_timeout_s: float = 3.0
+    partitions: int = 0
 
 
 class RefusedCode(StrEnum):
@@ -93,7 +122,8 @@ class Routes(msgspec.Struct, array_like=True, tag=8):
     json: str
 
 
-Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status, RouteRequest, Routes]
+Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status, RouteRequest, Routes,
+                HeartbeatAck]
 MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__args__}  # type: ignore[attr-defined]
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
@@ -121,6 +151,7 @@ TRANSITIONS: dict[tuple[Side, State, type], State] = {
     (M, State.IDLE, RouteRequest): State.ASKED,
     (C, State.REGISTERED, Assignments): State.REGISTERED,
     (M, State.REGISTERED, Heartbeat): State.REGISTERED,
+    (C, State.REGISTERED, HeartbeatAck): State.REGISTERED,
     (C, State.REGISTERED, Refused): State.DONE,
     (C, State.ASKED, Status): State.DONE,
     (C, State.ASKED, Routes): State.DONE,

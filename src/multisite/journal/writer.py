@@ -156,6 +156,9 @@ class JournalWriter:
             raise JournalError(f"journal of {self.dir} was reopened or rolled back while a commit waited for "
                                f"its fsync; the commit's outcome is what the journal holds now")
         with self._fsync_lock:
+            if self.broken is not None:  # an fdatasync failed: the kernel may have dropped these pages
+                raise JournalError(f"the journal writer of {self.dir} failed earlier ({self.broken}); the "
+                                   f"commit may not be on disk: reopen the instance (recovery checks the journal)")
             if gen != self._generation:
                 return  # a segment switch (or close) since: it synced the old fd in full
             if self.durable_seqno < target:
@@ -184,6 +187,9 @@ class JournalWriter:
         with self._fsync_lock:
             try:
                 os.fsync(self._fd)
+            except OSError as e:
+                self.broken = e  # a harden waiting on this fd must not take the close for a sync
+                raise
             finally:
                 os.close(self._fd)
                 self._generation = next(_GENERATIONS)

@@ -21,11 +21,14 @@ import signal
 import time
 from pathlib import Path
 
+import msgspec
+
 from ..errors import ConfigError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..grid.policy import load_policy
-from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, Refused, RefusedCode, Register, RouteRequest, Routes,
+from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
+                         Routes,
                          Side, Status, StatusRequest)
 from .control import answer_simple, control_address
 from .process import run_logged
@@ -75,7 +78,7 @@ class CatalogServer:
             self._saved = st
         for name, (writer, wire) in list(self.conns.items()):
             a = self.catalog.assignments_for(name)
-            key = (a.epoch, tuple(sorted(a.shards.items())))
+            key = msgspec.msgpack.encode(a)
             if self.sent.get(name) == key:
                 continue
             self.sent[name] = key
@@ -102,7 +105,7 @@ class CatalogServer:
                 return
             if not isinstance(first, Register):
                 return
-            refused = self.catalog.register(first, time.monotonic())
+            refused = self.catalog.register(first, time.monotonic(), old_connected=first.container in self.conns)
             if refused is not None:
                 self.log.warning("refused container %s from %s: %s: %s", first.container, peer, refused.code,
                                  refused.message)
@@ -121,6 +124,8 @@ class CatalogServer:
                     self.log.info("container %s closed its connection", name)
                     return
                 if isinstance(msg, Heartbeat):
+                    if self.conns.get(name, (None,))[0] is not writer:
+                        return  # a newer connection of this container replaced this one: its reports are stale
                     if msg.container != name:
                         refused = Refused(RefusedCode.BAD_REQUEST, f"heartbeat for {msg.container!r} on the "
                                                                    f"connection of {name!r}")
@@ -129,7 +134,8 @@ class CatalogServer:
                     if refused is not None:
                         writer.write(wire.send(refused))
                         return
-                    self.settle()
+                    self.settle()  # the currency it reported is in the state file before the answer
+                    writer.write(wire.send(HeartbeatAck(msg.ack, self.catalog.stale_currency(name, msg.currency))))
         except ProtocolError as e:
             self.log.warning("grid connection from %s (%s) broken: %s", peer, name or "?", e)
         except (ConnectionError, OSError):

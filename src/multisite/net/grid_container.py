@@ -1,19 +1,24 @@
 """The container process (``python -m multisite.net.grid_container DIR --catalog HOST:PORT --listen HOST:PORT``).
 
 One process hosting many shards, each a multisite instance under DIR named ``<grid>-p<partition>``,
-opened in-process with ``multisite.engine``. It registers with the catalog, heartbeats (with each open
-shard's seqno, which is how the catalog learns which synchronous replicas are current), and applies
-every ``Assignments``: creates or opens the instance of each assigned shard and closes those no longer
-assigned (their directories stay: a shard that comes back reopens its data). Replication between a
-partition's shards is not wired yet (grid/DESIGN.md, "next").
+opened in-process with ``multisite.engine`` and driven by ``grid_shard`` (a primary takes commits and
+ships them, a replica follows its primary). It registers with the catalog, heartbeats (each open
+shard's seqno, and for each primary the synchronous replicas it counts current), and applies every
+``Assignments`` in a task of its own: creates or opens each assigned shard's instance, hands roles
+over (a primary finishes its batch first), and closes those no longer assigned (their directories
+stay: a shard that comes back reopens its data). Every heartbeat is answered (``HeartbeatAck``); the
+lease on this container's primaries runs from the sending of the last answered one.
 
-A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting). A ``Refused``
-(another grid, a name in use) is final: the container logs it and exits with status 2.
+A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting); a catalog that
+lost this container (``NOT_REGISTERED``) is registered with again. Other refusals (another grid, a
+name in use) are final: the container logs it and exits with status 2.
 
 DIR holds ``container.json`` (its name and grid, once a catalog accepted it: a container never
 changes grid), ``log/container.log``, ``run/container.json``; the control socket answers ``ping``,
-``status`` and ``shutdown``. ``--listen`` is the address the catalog (and, next, the other shards of
-a partition) know it by; today it answers ``StatusRequest`` with the container's status.
+``status`` and ``shutdown``. ``--listen`` (or ``--advertise``, when clients and replicas reach it
+through a proxy or NAT) is the address the catalog gives clients and the other shards of its
+partitions; one port takes ``grid status``, grid clients and replica subscriptions, told apart by
+their first frame.
 """
 
 from __future__ import annotations
@@ -24,15 +29,24 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
+
+from concurrent.futures import ThreadPoolExecutor
 
 from ..engine import Database, create
 from ..engine import open as open_db
-from ..errors import ConfigError, ProtocolError
+from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
-from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, Refused, Register, Side, Status,
-                         StatusRequest)
+from ..grid.routing import check_in_partition
+from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
+from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
+from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
+                         Register, Side,
+                         Status, StatusRequest, View)
+from ..keys import encode_key
+from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
@@ -50,8 +64,13 @@ def shard_dir(root: Path, grid: str, partition: int) -> Path:
 
 class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
-                 grid: str | None, capacity: int) -> None:
+                 grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT,
+                 advertise: str | None = None) -> None:
         self.root = root
+        self.advertise = advertise  # the address the catalog gives clients and replicas (a proxy, a NAT)
+        if advertise:
+            parse_hostport(advertise)
+        self.checkpoint_after = checkpoint_after
         self.catalog = catalog
         parse_hostport(catalog)
         self.listen = listen
@@ -66,45 +85,65 @@ class ContainerServer:
         if name and known.get("name") and name != known["name"]:
             raise ConfigError(f"container {root} is named {known['name']!r}, not {name!r}: use another --dir")
         self.name = name or known.get("name")
-        self.shards: dict[int, tuple[str, Database]] = {}  # partition -> (role, open instance)
+        self.shards: dict[int, Shard] = {}
         self.applied_version = -1
         self.registered = False
         self.refused: Refused | None = None
         self.interval_s = 0.5
+        self.timeout_s = 3.0
+        # The lease on primaries runs from the *sending* of the last heartbeat the catalog answered: the
+        # catalog heard it no earlier, and loses this container heartbeat_timeout_s after hearing it.
+        self.last_answer = 0.0
+        self._sent: dict[int, float] = {}  # heartbeat ack id -> when it was sent
+        self._reports: dict[int, dict] = {}  # heartbeat ack id -> the currency it reported
         self._stop = asyncio.Event()
+        self._link: tuple[asyncio.StreamWriter, GridWire] | None = None
+        self._acks: dict[int, asyncio.Future] = {}
+        self._next_ack = 1
+        self._assign_lock = asyncio.Lock()
+        self._report_task: asyncio.Task | None = None
+        self._partitions = 0
+        self._pending: Assignments | None = None
+        self._applier: asyncio.Task | None = None
 
     # -- assignments ------------------------------------------------------------------------------
-    def apply(self, a: Assignments) -> None:
-        """Open every assigned shard (creating it the first time), close those no longer assigned.
+    async def apply(self, a: Assignments) -> None:
+        """Take each assigned shard in its role (creating its instance the first time), stop those no
+        longer assigned (their data stays), and hand role changes over: a primary that becomes a
+        replica finishes its batch in hand first."""
+        async with self._assign_lock:
+            if not self.grid:
+                self.grid = a.grid
+            if self.grid != a.grid:
+                raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
+            self._remember()
+            loop = asyncio.get_running_loop()
+            for p in sorted(set(self.shards) - set(a.shards)):
+                sh = self.shards.pop(p)
+                await sh.stop()
+                await loop.run_in_executor(sh.executor, sh.db.close)
+                sh.executor.shutdown(wait=False)
+                self.log.info("closed shard p%d (was %s): no longer assigned here", p, sh.role)
+            for p, role in sorted(a.shards.items()):
+                view = a.views.get(p) or View(a.epoch, None, None, [], [], 0)
+                sh = self.shards.get(p)
+                if sh is None:
+                    sh = await loop.run_in_executor(None, self._open, a.grid, p, role)
+                    self.shards[p] = sh
+                await sh.take(role, view)
+            self.applied_version = a.epoch
+            self.interval_s = a.heartbeat_interval_s
+            self.timeout_s = a.heartbeat_timeout_s
+            self._partitions = a.partitions
 
-        Runs in a worker thread while heartbeats read ``self.shards`` on the event loop: it builds the
-        new table aside and swaps it in whole, closing dropped shards only after the swap."""
-        if not self.grid:
-            self.grid = a.grid
-        if self.grid != a.grid:
-            raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
-        self._remember()
-        shards = dict(self.shards)
-        dropped = [(p, *shards.pop(p)) for p in sorted(set(shards) - set(a.shards))]
-        for p, role in sorted(a.shards.items()):
-            if p in shards:
-                if shards[p][0] != role:
-                    self.log.info("shard p%d: %s -> %s", p, shards[p][0], role)
-                    shards[p] = (role, shards[p][1])
-                continue
-            d = shard_dir(self.root, a.grid, p)
-            made = not d.exists()
-            if made:
-                create(d, f"{a.grid}-p{p}", group=a.grid)
-            shards[p] = (role, open_db(d))
-            self.log.info("%s shard p%d as %s at seqno %d (%s)", "created" if made else "opened", p, role,
-                          shards[p][1].seqno, d)
-        self.shards = shards
-        for p, role, db in dropped:
-            db.close()
-            self.log.info("closed shard p%d (was %s): no longer assigned here", p, role)
-        self.applied_version = a.epoch
-        self.interval_s = a.heartbeat_interval_s
+    def _open(self, grid: str, p: int, role: str) -> "Shard":
+        d = shard_dir(self.root, grid, p)
+        made = not d.exists()
+        if made:
+            create(d, f"{grid}-p{p}", group=grid, durability="group")
+        db = open_db(d)
+        self.log.info("%s shard p%d at seqno %d (%s)", "created" if made else "opened", p, db.seqno, d)
+        return Shard(self, p, d, db)
 
     def _remember(self) -> None:
         ident = {"name": self.name, "grid": self.grid}
@@ -112,16 +151,86 @@ class ContainerServer:
         if not path.exists() or json.loads(path.read_bytes()) != ident:
             atomic_write(path, json.dumps(ident).encode())
 
+    # -- what shards ask of the container ---------------------------------------------------------
+    def lease_ok(self) -> bool:
+        """A primary commits only while the catalog answered within 3/4 of the heartbeat timeout:
+        past the timeout the catalog may have promoted another primary."""
+        return self.registered and time.monotonic() - self.last_answer < 0.75 * self.timeout_s
+
+    def currency(self) -> dict[int, tuple[int, list[str]]]:
+        return {p: (sh.primary.epoch, sorted(sh.primary.sync.current)) for p, sh in self.shards.items()
+                if sh.primary is not None}
+
+    async def report_currency(self) -> set[int]:
+        """Send the primaries' current sets and wait until the catalog recorded them; the partitions
+        the catalog says this container no longer leads at the reported epoch (deposed)."""
+        while True:
+            if self._link is not None:
+                writer, wire = self._link
+                fut = asyncio.get_running_loop().create_future()
+                beat = self.heartbeat()
+                ack = beat.ack
+                self._acks[ack] = fut
+                try:
+                    writer.write(wire.send(beat))
+                    stale = set(await asyncio.wait_for(fut, self.timeout_s))
+                    return stale
+                except (TimeoutError, OSError, ProtocolError):
+                    pass
+                finally:
+                    self._acks.pop(ack, None)
+            await asyncio.sleep(RECONNECT_S)
+
+    def report_currency_soon(self) -> None:
+        """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
+        if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
+            self._report_task = asyncio.create_task(self.report_currency())
+
+    def shard_closed(self, p: int) -> None:
+        pass
+
+    def shard_reopened(self, p: int, db: Database) -> None:
+        sh = self.shards.get(p)
+        if sh is not None:
+            sh.db = db
+
     def heartbeat(self) -> Heartbeat:
-        return Heartbeat(self.name, self.applied_version, {p: db.seqno for p, (_, db) in self.shards.items()})
+        """The next heartbeat, numbered: its answer extends the lease (``last_answer``). Its currency
+        report counts, for each primary, as what the catalog may hold until the answer comes."""
+        ack = self._next_ack
+        self._next_ack += 1
+        self._sent[ack] = time.monotonic()
+        currency = self.currency()
+        for p, (_, names) in currency.items():
+            self.shards[p].primary.in_flight_reports[ack] = frozenset(names)
+        self._reports[ack] = currency
+        # a primary's seqno is its last committed one, not one of a batch still being voted on
+        seqnos = {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
+        return Heartbeat(self.name, self.applied_version, seqnos, currency, ack)
+
+    def _answered(self, msg: HeartbeatAck) -> None:
+        """The catalog recorded heartbeat ``msg.ack`` (and, answering in order, every earlier one)."""
+        for a in [a for a in self._reports if a < msg.ack]:
+            del self._reports[a]
+        for p, (epoch, names) in self._reports.pop(msg.ack, {}).items():
+            sh = self.shards.get(p)
+            if sh is None or sh.primary is None or sh.primary.epoch != epoch:
+                continue
+            for a in [a for a in sh.primary.in_flight_reports if a <= msg.ack]:
+                del sh.primary.in_flight_reports[a]
+            if p in msg.stale:  # the catalog moved the partition on (possibly because of this report)
+                sh.primary.deposed = True
+            else:
+                sh.primary.reported = frozenset(names)
 
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
                 "registered": self.registered, "applied_version": self.applied_version, "pid": os.getpid(),
+                "lease_ok": self.lease_ok(),
                 "refused": None if self.refused is None else {"code": self.refused.code,
                                                                "message": self.refused.message},
-                "shards": {str(p): {"role": r, "seqno": db.seqno, "dir": str(shard_dir(self.root, self.grid, p))}
-                           for p, (r, db) in sorted(self.shards.items())}}
+                "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())},
+                "applying": _where(self._applier)}
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
@@ -141,6 +250,7 @@ class ContainerServer:
                 self.log.info("catalog connection lost: %s", e)
             finally:
                 self.registered = False
+                self._link = None
                 writer.close()
             if self.refused is not None:
                 self._stop.set()
@@ -158,6 +268,12 @@ class ContainerServer:
                 if msg is None:
                     self.log.info("the catalog closed the connection")
                     return
+                if isinstance(msg, Refused) and msg.code == RefusedCode.NOT_REGISTERED:
+                    # the catalog counted this container lost (silent past its timeout, e.g. a long first
+                    # apply under load): a new session registers it again; only the other refusals are final
+                    self.log.warning("the catalog %s lost this container: %s; registering again", self.catalog,
+                                     msg.message)
+                    return
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
@@ -165,18 +281,46 @@ class ContainerServer:
                     atomic_write(self.root / "run" / REFUSED_FILE,
                                  json.dumps({"code": msg.code, "message": msg.message}).encode())
                     return
-                if isinstance(msg, Assignments):
-                    if not self.registered:
-                        self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name,
-                                      msg.grid)
-                    await asyncio.get_running_loop().run_in_executor(None, self.apply, msg)
-                    self.registered = True
-                    writer.write(wire.send(self.heartbeat()))  # the new shards' seqnos, at once
+                if isinstance(msg, HeartbeatAck):
+                    sent = self._sent.pop(msg.ack, None)
+                    if sent is not None:
+                        self.last_answer = max(self.last_answer, sent)
+                    for old in [a for a in self._sent if a < msg.ack]:
+                        del self._sent[old]
+                    self._answered(msg)
+                    fut = self._acks.get(msg.ack)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg.stale)
+                elif isinstance(msg, Assignments):
+                    # Applied by a task of its own: a primary handing its role over finishes its batch
+                    # first, and that batch may wait for a HeartbeatAck this loop must go on reading.
+                    self._link = (writer, wire)
+                    self._pending = msg
+                    if self._applier is None or self._applier.done():
+                        self._applier = asyncio.create_task(self._apply_pending(writer, wire))
                     if beats is None:
                         beats = asyncio.create_task(self._beat(writer, wire))
         finally:
             if beats is not None:
                 beats.cancel()
+
+    async def _apply_pending(self, writer: asyncio.StreamWriter, wire: GridWire) -> None:
+        """Apply the newest Assignments until none is left (those overtaken are skipped)."""
+        while self._pending is not None:
+            a, self._pending = self._pending, None
+            try:
+                await self.apply(a)
+            except MultisiteError as e:
+                self.log.error("cannot apply the assignments of version %d: %s", a.epoch, e)
+                writer.close()
+                return
+            if not self.registered:
+                self.log.info("registered with the catalog %s as %s (grid %s)", self.catalog, self.name, a.grid)
+            self.registered = True
+            try:
+                writer.write(wire.send(self.heartbeat()))  # the new shards' seqnos, at once
+            except (OSError, ProtocolError):
+                return
 
     async def _beat(self, writer: asyncio.StreamWriter, wire: GridWire) -> None:
         try:
@@ -189,14 +333,106 @@ class ContainerServer:
 
     # -- the listening side and control -----------------------------------------------------------
     async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        wire = GridWire(Side.CATALOG)
+        """One connection to ``--listen``: ``grid status`` (a StatusRequest), a grid client (Open) or a
+        replica shard (Subscribe), told apart by the first frame's type."""
         try:
-            if isinstance(await read_message(reader, wire), StatusRequest):
-                writer.write(wire.send(Status(json.dumps(self.status()))))
+            head = await reader.readexactly(5)
+            if head[4] in FIRST_TYPES:
+                wire = DataWire(server=True)
+                wire.receive_data(head)
+                first = await read_into(reader, wire)
+                if isinstance(first, Open):
+                    await self._client(first, reader, writer, wire)
+                elif isinstance(first, Subscribe):
+                    await self._subscriber(first, reader, writer, wire)
+                return
+            gw = GridWire(Side.CATALOG)
+            gw.receive_data(head)
+            if isinstance(await read_message(reader, gw), StatusRequest):
+                writer.write(gw.send(Status(json.dumps(self.status()))))
                 await writer.drain()
-        except (ProtocolError, OSError):
-            pass
-        writer.close()
+        except (ProtocolError, OSError, asyncio.IncompleteReadError) as e:
+            self.log.debug("connection on %s ended: %s", self.address, e)
+        finally:
+            writer.close()
+
+    async def _subscriber(self, sub: Subscribe, reader, writer, wire: DataWire) -> None:
+        sh = self.shards.get(sub.partition)
+        if sub.grid != self.grid:
+            writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the "
+                                                               f"replica of grid {sub.grid!r}")))
+        elif sh is None or sh.primary is None:
+            writer.write(encode(Failed(0, FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
+                                                                f"{sub.partition}")))
+        else:
+            await sh.primary.serve(sub, reader, writer, wire)
+        await writer.drain()
+
+    async def _client(self, hello: Open, reader, writer, wire: DataWire) -> None:
+        if hello.grid and hello.grid != self.grid:
+            writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the client "
+                                                               f"asked for grid {hello.grid!r}")))
+            return
+        writer.write(encode(Opened(self.name)))
+        loop = asyncio.get_running_loop()
+        parts = self.partitions
+
+        def answer(rid: int, fut: asyncio.Future) -> None:
+            if fut.cancelled():
+                return
+            e = fut.exception()
+            if e is None:
+                res = fut.result()
+                msg = Done(rid, res) if isinstance(res, int) else Done(rid, 0, res)
+            elif isinstance(e, ShardRefusal):
+                msg = Failed(rid, e.code, e.message, e.detail)
+            else:
+                msg = Failed(rid, FailCode.TRANSACTION, str(e))
+            if not writer.is_closing():
+                writer.write(encode(msg))
+
+        while True:
+            msg = await read_into(reader, wire)
+            if msg is None:
+                return
+            if isinstance(msg, Commit):
+                kind = "commit"
+            elif isinstance(msg, Read):
+                kind = "read"
+            else:
+                writer.write(encode(Failed(0, FailCode.BAD_REQUEST, f"{type(msg).__name__} on a client connection")))
+                return
+            fut = loop.create_future()
+            fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
+            sh = self.shards.get(msg.partition)
+            if sh is not None and sh.role == "primary" and sh.primary is None:
+                # taking the primary role at sh.view.epoch (Shard.take is between its awaits): the route is
+                # right, the client retries it. NOT_PRIMARY with that epoch would mark the route stale until
+                # a newer epoch, which never comes while this container stays primary.
+                fut.set_exception(ShardRefusal(FailCode.UNAVAILABLE, f"{self.name} is taking over as primary of "
+                                               f"partition {msg.partition}; retry", {"epoch": sh.view.epoch}))
+                continue
+            if sh is None or sh.primary is None or sh.primary.stopping:
+                fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
+                                               f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))
+                continue
+            try:
+                if kind == "commit":
+                    ops = [(op, region, tuple(key), vb) for op, region, key, vb in msg.ops]
+                    for _, _, key, _ in ops:
+                        check_in_partition(key, msg.partition, parts)
+                    sh.primary.submit(Request("commit", fut, ops=ops))
+                else:
+                    check_in_partition(tuple(msg.key), msg.partition, parts)
+                    sh.primary.submit(Request("read", fut, region=msg.region, key=encode_key(tuple(msg.key))))
+            except MultisiteError as e:
+                fut.set_exception(ShardRefusal(e.code, str(e), {}))
+            if writer.transport.get_write_buffer_size() > 1 << 20:
+                await writer.drain()
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await answer_simple(reader, writer, self.status, self._stop)
@@ -207,7 +443,7 @@ class ContainerServer:
             srv = await asyncio.start_server(self.answer, host, port)
         except OSError as e:
             raise ConfigError(f"the container cannot listen on {self.listen}: {e.strerror or e}") from None
-        self.address = f"{host}:{srv.sockets[0].getsockname()[1]}"
+        self.address = self.advertise or f"{host}:{srv.sockets[0].getsockname()[1]}"
         self.name = self.name or self.address
         self.log.info("container %s (zone %s) listening on %s, catalog %s", self.name, self.zone or "-",
                       self.address, self.catalog)
@@ -225,12 +461,85 @@ class ContainerServer:
             link.cancel()
             ctl.close()
             srv.close()
-            for _, db in self.shards.values():
-                db.close()
+            for sh in self.shards.values():
+                await sh.stop()
+                await loop.run_in_executor(sh.executor, sh.db.close)
             (self.root / "run" / "container.json").unlink(missing_ok=True)
             self.log.info("container %s stopped", self.name)
         if self.refused is not None:
             raise ConfigError(f"refused by the catalog {self.catalog}: {self.refused.code}: {self.refused.message}")
+
+
+class Shard:
+    """One shard hosted here: its instance, its worker thread, and its role's machinery."""
+
+    def __init__(self, host: ContainerServer, partition: int, path: Path, db: Database) -> None:
+        self.host, self.partition, self.path, self.db = host, partition, path, db
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-p{partition}")
+        self.role = ""
+        self.view = View(0, None, None, [], [], 0)
+        self.primary: PrimaryShard | None = None
+        self.replica: ReplicaShard | None = None
+
+    async def take(self, role: str, view: View) -> None:
+        loop = asyncio.get_running_loop()
+        was, self.role, old_view, self.view = self.role, role, self.view, view
+        if role == "primary":
+            if self.primary is not None:
+                self.primary.update(view)
+                return
+            await self.stop()
+            # through the shard's thread: an apply the stopped replica left running there ends first
+            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
+            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor)
+            self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
+                               was or "new", self.db.seqno)
+            return
+        if self.replica is not None and (was, old_view.epoch, old_view.primary_address) == (
+                role, view.epoch, view.primary_address):
+            self.replica.view = view
+            return
+        await self.stop()
+        if self.db.role == "primary":
+            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("secondary"))
+        self.replica = ReplicaShard(self.host, self.partition, self.path, self.db, view, role, self.executor)
+        self.host.log.info("shard p%d is a %s replica of %s at epoch %d (was %s), seqno %d", self.partition, role,
+                           view.primary, view.epoch, was or "new", self.db.seqno)
+
+    async def stop(self) -> None:
+        if self.primary is not None:
+            await self.primary.stop()
+            self.primary = None
+        if self.replica is not None:
+            self.db = await self.replica.stop()
+            self.replica = None
+
+    def status(self) -> dict:
+        out = {"role": self.role, "seqno": self.db.seqno, "epoch": self.view.epoch, "dir": str(self.path)}
+        if self.primary is not None:
+            out.update(self.primary.status())
+        if self.replica is not None:
+            out.update(self.replica.status())
+        return out
+
+
+def _where(task: asyncio.Task | None) -> list[str] | None:
+    """Where a running task waits (its chain of awaits), for status: a stuck hand-over shows here."""
+    if task is None or task.done():
+        return None
+    out, coro = [], task.get_coro()
+    while coro is not None and hasattr(coro, "cr_frame"):
+        f = coro.cr_frame
+        if f is not None:
+            out.append(f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})")
+        coro = getattr(coro, "cr_await", None)
+    return out
+
+
+def _set_role(role: str):
+    def fn(info) -> None:
+        info.role = role
+    return fn
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -242,10 +551,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default=None)
     ap.add_argument("--grid", default=None)
     ap.add_argument("--capacity", type=int, default=CAPACITY_SHARDS_DEFAULT)
+    ap.add_argument("--advertise", default=None, help="HOST:PORT clients and replicas reach this container at "
+                                                      "(default: the --listen address)")
+    ap.add_argument("--checkpoint-after", type=int, default=CHECKPOINT_AFTER_DEFAULT,
+                    help="a new or returning replica further behind than this many transactions copies a checkpoint")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "container.log", LOG_FORMAT,
-               lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity).run())
+               lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
+                                       checkpoint_after=a.checkpoint_after, advertise=a.advertise).run())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,296 @@
+"""The grid client: ``g = multisite.grid.connect("HOST:PORT")`` (the catalog's address).
+
+``g.put(map, key, value)``, ``g.get(map, key)``, ``g.remove(map, key)`` and
+``with g.transaction(routing_key) as tx: tx.put(...); tx.remove(...)`` (several updates of one
+partition, committed together; a key of another partition raises ``WrongPartition`` at once). A map
+is a region of each partition's instance, made on its first write.
+
+The client asks the catalog for the route table (each partition's primary container and epoch) and
+keeps it (``routing.RouteCache``). A request goes to its partition's primary; the answers that mean
+"ask elsewhere" (``NOT_PRIMARY``, ``UNAVAILABLE``, a container that refuses the connection) refresh
+the table and retry until ``timeout_s``, and then raise ``GridUnavailable``. A commit that was sent
+and whose answer never came (the container died, the connection broke) is **never sent again**: it
+may have committed, and it raises ``CommitOutcomeUnknown``. A commit refused by the vote raises
+``ReplicationVotedToRollback`` with the counts: it committed nowhere.
+
+Blocking and thread-safe: each thread has its own connections (a connection carries one request at
+a time here; use threads, or several clients, for concurrency).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from ..errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ReplicationVotedToRollback,
+                      TransactionError, WrongGrid, WrongPartition)
+from ..journal.records import KILL, SET
+from ..keys import check_key
+from ..values import decode_value, encode_value
+from ..grid.routing import RouteCache, RouteTable, partition_of, routing_partition
+from ..grid.shard_wire import SHARD_WIRE_VERSION, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, encode
+from ..grid.wire import NEED_DATA, GridWire, RouteRequest, Routes, Side
+from .tls import parse_hostport
+
+CONNECT_TIMEOUT_S = 2.0
+REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip
+RETRY_PAUSE_S = 0.05
+
+
+def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S) -> RouteTable:
+    """Ask the catalog for its route table."""
+    wire = GridWire(Side.MEMBER)
+    with socket.create_connection(parse_hostport(catalog), timeout=timeout) as s:
+        s.sendall(wire.send(RouteRequest()))
+        while True:
+            ev = wire.next_event()
+            if ev is NEED_DATA:
+                wire.receive_data(s.recv(1 << 16))
+                continue
+            if isinstance(ev, Routes):
+                return RouteTable.from_dict(json.loads(ev.json))
+            raise MultisiteError(f"the catalog {catalog} answered {type(ev).__name__} to a route request")
+
+
+def _key(key: Any) -> tuple:
+    return check_key(key if isinstance(key, tuple) else (key,))
+
+
+class _Conn:
+    """One blocking connection to a container."""
+
+    def __init__(self, address: str, grid: str) -> None:
+        self.address = address
+        self.sock = socket.create_connection(parse_hostport(address), timeout=CONNECT_TIMEOUT_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(REPLY_TIMEOUT_S)
+        self.wire = DataWire(server=False)
+        self.rid = 0
+        self.sock.sendall(encode(Open(SHARD_WIRE_VERSION, grid)))
+        first = self._read()
+        if isinstance(first, Failed):
+            self.sock.close()
+            if first.code == FailCode.WRONG_GRID:
+                raise WrongGrid(first.message)
+            raise MultisiteError(f"container {address}: {first.code}: {first.message}")
+        if not isinstance(first, Opened):
+            raise MultisiteError(f"container {address} answered {type(first).__name__} to Open")
+
+    def _read(self):
+        while True:
+            msg = self.wire.next_event()
+            if msg is not None:
+                return msg
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError(f"container {self.address} closed the connection")
+            self.wire.receive_data(data)
+
+    def closed_by_peer(self) -> bool:
+        """Whether the container closed this (idle) connection: then a request was never sent on it,
+        and may go elsewhere without doubt."""
+        if self.sock.fileno() < 0:
+            return True
+        r, _, _ = select.select([self.sock], [], [], 0)
+        if not r:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def ask(self, make) -> Done | Failed:
+        self.rid += 1
+        rid = self.rid
+        self.sock.sendall(encode(make(rid)))
+        while True:
+            msg = self._read()
+            if getattr(msg, "rid", None) == rid:
+                return msg
+            if isinstance(msg, Failed) and msg.rid == 0:
+                raise ConnectionError(f"container {self.address}: {msg.code}: {msg.message}")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Grid:
+    """A client of one grid (see the module docstring)."""
+
+    def __init__(self, catalog: str, *, timeout_s: float = 30.0) -> None:
+        self.catalog = catalog
+        self.timeout_s = timeout_s
+        table = fetch_routes(catalog)
+        self.grid = table.grid
+        self.routes = RouteCache(table.grid, table)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- the API -----------------------------------------------------------------------------------
+    def put(self, map: str, key: Any, value: Any) -> int:  # noqa: A002 - the seed's word
+        """Set ``key`` of ``map`` to ``value`` in its own transaction; the partition's seqno."""
+        k = _key(key)
+        return self._commit(self.partition_of(k), [(SET, map, list(k), encode_value(value))])
+
+    def remove(self, map: str, key: Any) -> int:  # noqa: A002
+        k = _key(key)
+        return self._commit(self.partition_of(k), [(KILL, map, list(k), None)])
+
+    def get(self, map: str, key: Any, default: Any = None) -> Any:  # noqa: A002
+        k = _key(key)
+        p = self.partition_of(k)
+        done = self._request(p, lambda rid: Read(rid, p, map, list(k)), commit=False)
+        return default if done.value is None else decode_value(done.value)
+
+    def transaction(self, routing_key: Any) -> GridTransaction:
+        return GridTransaction(self, routing_partition(routing_key, self.partitions))
+
+    @property
+    def partitions(self) -> int:
+        return self.routes.table.partitions
+
+    def partition_of(self, key: tuple) -> int:
+        return partition_of(key, self.partitions)
+
+    def close(self) -> None:
+        for c in getattr(self._local, "conns", {}).values():
+            c.close()
+        self._local.conns = {}
+
+    def __enter__(self) -> Grid:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def _commit(self, partition: int, ops: list) -> int:
+        return self._request(partition, lambda rid: Commit(rid, partition, 0, ops), commit=True).seqno
+
+    def _conn(self, address: str) -> _Conn:
+        conns = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        c = conns.get(address)
+        if c is not None and c.closed_by_peer():
+            c.close()
+            c = None
+        if c is None:
+            c = conns[address] = _Conn(address, self.grid)
+        return c
+
+    def _drop(self, address: str) -> None:
+        c = getattr(self._local, "conns", {}).pop(address, None)
+        if c is not None:
+            c.close()
+
+    def _refresh(self) -> None:
+        try:
+            table = fetch_routes(self.catalog)
+        except OSError:
+            return  # the catalog restarting: the next try asks again
+        with self._lock:
+            self.routes.install(table)
+
+    def _request(self, partition: int, make, *, commit: bool) -> Done:
+        deadline = time.monotonic() + self.timeout_s
+        last = "no primary"
+        while True:
+            with self._lock:
+                route = self.routes.route(partition)
+            if route is None:
+                self._refresh()
+                with self._lock:
+                    route = self.routes.route(partition)
+            if route is not None:
+                try:
+                    conn = self._conn(route.primary)
+                except OSError as e:
+                    last = f"container {route.primary} unreachable: {e}"
+                    with self._lock:
+                        self.routes.unreachable(route.primary)
+                    conn = None
+                if conn is not None:
+                    try:
+                        ans = conn.ask(make)
+                    except (OSError, ConnectionError, MultisiteError) as e:
+                        self._drop(route.primary)
+                        with self._lock:
+                            self.routes.unreachable(route.primary)
+                        if commit:
+                            raise CommitOutcomeUnknown(
+                                f"partition {partition}: the commit was sent to {route.primary} and no answer "
+                                f"came ({e}); it may or may not have committed, and is not retried",
+                                partition=partition, container=route.primary) from None
+                        last = f"container {route.primary}: {e}"
+                    else:
+                        if isinstance(ans, Done):
+                            return ans
+                        last = self._failed(partition, ans)
+            if time.monotonic() >= deadline:
+                raise GridUnavailable(f"partition {partition} of grid {self.grid}: no primary took the request "
+                                      f"within {self.timeout_s:g} s (last: {last})", partition=partition)
+            time.sleep(RETRY_PAUSE_S)
+            self._refresh()
+
+    def _failed(self, partition: int, f: Failed) -> str:
+        """Raise what the application must see; return why for the retries."""
+        if f.code == FailCode.VOTED_ROLLBACK:
+            raise ReplicationVotedToRollback(f.message, **f.detail)
+        if f.code == FailCode.WRONG_PARTITION:
+            raise WrongPartition(f.message)
+        if f.code == FailCode.TRANSACTION:
+            raise TransactionError(f.message)
+        if f.code == FailCode.WRONG_GRID:
+            raise WrongGrid(f.message)
+        if f.code == FailCode.OUTCOME_UNKNOWN:
+            raise CommitOutcomeUnknown(f.message, partition=partition)
+        if f.code == FailCode.NOT_PRIMARY:  # REFRESH marks the route stale; WAIT retries it as it is
+            with self._lock:
+                self.routes.not_primary(partition, int(f.detail.get("epoch", 1 << 62)))
+        return f"{f.code}: {f.message}"
+
+
+class GridTransaction:
+    """Updates of one partition, committed together when the ``with`` block ends without an error."""
+
+    def __init__(self, grid: Grid, partition: int) -> None:
+        self.grid, self.partition = grid, partition
+        self.ops: list = []
+        self.seqno = 0
+
+    def _check(self, key: Any) -> tuple:
+        k = _key(key)
+        p = self.grid.partition_of(k)
+        if p != self.partition:
+            raise WrongPartition(f"key {k!r} belongs to partition {p}, this transaction to partition "
+                                 f"{self.partition}: a grid transaction updates one partition")
+        return k
+
+    def put(self, map: str, key: Any, value: Any) -> None:  # noqa: A002
+        self.ops.append((SET, map, list(self._check(key)), encode_value(value)))
+
+    def remove(self, map: str, key: Any) -> None:  # noqa: A002
+        self.ops.append((KILL, map, list(self._check(key)), None))
+
+    def get(self, map: str, key: Any, default: Any = None) -> Any:  # noqa: A002
+        return self.grid.get(map, self._check(key), default)
+
+    def __enter__(self) -> GridTransaction:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if et is None and self.ops:
+            self.seqno = self.grid._commit(self.partition, self.ops)
+
+
+def connect(catalog: str, *, timeout_s: float = 30.0) -> Grid:
+    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT)."""
+    return Grid(catalog, timeout_s=timeout_s)

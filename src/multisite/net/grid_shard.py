@@ -1,0 +1,785 @@
+"""A container's shards at work: a primary takes commits and ships them, a replica follows its primary.
+
+**Primary** (``PrimaryShard``). One task per partition takes the requests queued by client
+connections in batches. A batch of commits is prepared by the engine (``Database.prepare``: applied
+and framed, not journaled, the commit lock held), its frames go to every *current* synchronous
+replica as one ``Frames`` with a vote id, and the votes decide (``voting.SyncReplicas``): the primary
+journals and hardens the batch only when at least ``min_sync`` replicas journaled it durably and voted
+to commit; otherwise it undoes it (no trace) and each client gets ``VOTED_ROLLBACK`` with the counts.
+Before it answers a batch that left a replica out (it voted no, timed out, or its link broke) the
+primary reports its current set to the catalog and waits for the catalog's answer, so that the
+catalog never promotes a replica that misses an acknowledged commit (grid/DESIGN.md). A COMMIT
+decision journals the batch (``Prepared.write``) and its fdatasync runs beside the next batch's
+vote (``Database.harden``); its clients are answered after it. The committed frames go to the other
+live replicas (asynchronous ones, and synchronous ones still catching up): the primary never waits
+for them.
+
+A replica subscribes (``shipping.start_point`` decides how it starts: catch up from the journal
+files, cut back, or a checkpoint copy); once it has every committed frame it is live, and a
+synchronous one counts as current again at the next batch boundary.
+
+**Replica** (``ReplicaShard``). Connects to its primary (the address in the catalog's ``View``),
+subscribes with its seqno and the digests of its last frames, and applies what comes: frames
+(``Database.apply_frames``: journaled byte for byte, hardened before a vote), outcomes of votes (a
+rollback cuts its journal back into a lost-transaction file), checkpoints (a new instance in place
+of the old). It reconnects every ``RECONNECT_S`` until the container gives the shard another role.
+
+Each shard has one worker thread for its engine calls (``Database`` is used from that thread only,
+so a prepared batch's lock is taken and released there, and reads wait behind a batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import shutil
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..engine import Database
+from ..engine import open as open_db
+from ..engine.checkpoint import install_state, read_state
+from ..errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
+from ..fsutil import atomic_write
+from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
+                               Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
+from ..grid.shipping import TAIL_FRAMES, StartKind, digest, start_point
+from ..grid.voting import Decision, SyncReplicas, Vote
+from ..grid.wire import View
+from ..journal.reader import iter_runs
+from ..journal.records import FrameRun
+from ..journal.segments import list_segments
+from .tls import parse_hostport
+
+RECONNECT_S = 0.3
+CATCH_UP_RUN_BYTES = 1 << 20
+LIVE_BUFFER_LIMIT = 32 << 20  # a live replica further behind than this in the socket buffer catches up from files
+VOTE_TIMEOUT_S = 2.0
+CHECKPOINT_ROWS = 5000
+SHARD_STATE = "grid-shard.json"  # a checkpoint-installed replica's seqno and digest (its tail before any frame)
+MAX_BATCH = 4096
+ENGINE_ON_LOOP = os.environ.get("MULTISITE_GRID_ENGINE_ON_LOOP", "1") == "1"
+
+log = logging.getLogger("multisite.container")
+
+
+async def read_into(reader: asyncio.StreamReader, wire: DataWire):
+    """The next message, or None at the end of the connection."""
+    while True:
+        msg = wire.next_event()
+        if msg is not None:
+            return msg
+        data = await reader.read(1 << 18)
+        if not data:
+            if wire.pending():
+                raise RemoteProtocolError(f"the peer closed in the middle of a frame ({wire.pending()} bytes left)")
+            return None
+        wire.receive_data(data)
+
+
+def _joined(frames: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
+    ends, pos = [], 0
+    for _, f in frames:
+        pos += len(f)
+        ends.append(pos)
+    return b"".join(f for _, f in frames), ends
+
+
+def journal_first(db: Database) -> int:
+    segs = list_segments(db.layout.journal)
+    return segs[0].first_seqno if segs else db.seqno + 1
+
+
+def frame_digests(db: Database, lo: int, hi: int) -> dict[int, bytes]:
+    """Digests of the journal's frames ``lo..hi`` that the journal files hold."""
+    out: dict[int, bytes] = {}
+    lo = max(lo, journal_first(db))
+    if hi < lo:
+        return out
+    for run in iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi):
+        for seqno, fr in run.frames():
+            out[seqno] = digest(fr)
+    return out
+
+
+class Request:
+    __slots__ = ("kind", "ops", "region", "key", "future")
+
+    def __init__(self, kind: str, future: asyncio.Future, ops=None, region=None, key=None):
+        self.kind, self.future, self.ops, self.region, self.key = kind, future, ops, region, key
+
+
+class Link:
+    """A replica's subscription, on its primary."""
+
+    def __init__(self, name: str, role: str, writer: asyncio.StreamWriter):
+        self.name, self.role, self.writer = name, role, writer
+        self.live = False  # gets each committed batch as it commits (else: catching up from files)
+        self.acked = 0  # the replica's last Progress
+        self.sent = 0  # the last seqno sent
+        self.closed = asyncio.Event()
+
+    def send(self, msg) -> None:
+        self.writer.write(encode(msg))
+
+
+class PrimaryShard:
+    def __init__(self, host, partition: int, db: Database, view: View, executor: ThreadPoolExecutor) -> None:
+        self.host, self.partition, self.db, self.view, self.ex = host, partition, db, view, executor
+        self.sync = SyncReplicas(view.min_sync, view.sync, committed_seqno=db.seqno, vote_timeout_s=VOTE_TIMEOUT_S)
+        self.links: dict[str, Link] = {}
+        self.committed = db.seqno
+        self.queue: deque[Request] = deque()
+        self.wake = asyncio.Event()
+        self.votes: dict[int, asyncio.Future] = {}
+        self.reported: frozenset[str] | None = None  # the current set the catalog acknowledged, this epoch
+        self.in_flight_reports: dict[int, frozenset[str]] = {}  # heartbeat ack id -> current set sent, unanswered
+        self.stopping = False
+        self.in_batch = False
+        self.stopped = asyncio.Event()  # set by stop(): a batch waiting on the catalog gives up
+        self.deposed = False  # the catalog said another shard leads this partition now
+        self.hardening: set[asyncio.Task] = set()  # committed batches waiting for their fdatasync
+        # (seqno, digest) of the last committed frames, so that a subscription compares tails without a
+        # scan of the journal files (which starts at a segment's beginning)
+        self.recent: deque[tuple[int, bytes]] = deque(maxlen=2 * TAIL_FRAMES)
+        self.task = asyncio.create_task(self.run())
+
+    @property
+    def epoch(self) -> int:
+        return self.view.epoch
+
+    def update(self, view: View) -> None:
+        """New placement for this partition, still primary here."""
+        if view.epoch != self.view.epoch:
+            self.reported = None
+            self.in_flight_reports.clear()
+            self.deposed = False
+        self.view = view
+        self.sync.min_sync = view.min_sync
+        self.sync.assign(view.sync)
+        wanted = set(view.sync) | set(view.async_)
+        for name in [n for n in self.links if n not in wanted]:
+            self.drop(name, "no longer a replica of this partition")
+        for link in self.links.values():
+            link.role = "sync" if link.name in view.sync else "async"
+        if not self.sync.in_flight:
+            self._rejoin()  # an asynchronous replica made synchronous may hold everything already
+
+    # -- requests ----------------------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        self.queue.append(req)
+        self.wake.set()
+
+    async def stop(self) -> None:
+        """Stop taking requests: finish the batch in hand, refuse the queued ones, drop the links."""
+        self.stopping = True
+        self.stopped.set()
+        self.wake.set()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        if self.hardening:
+            await asyncio.gather(*self.hardening, return_exceptions=True)
+        for r in self.queue:
+            _fail(r, FailCode.NOT_PRIMARY, f"partition {self.partition}'s primary moved; ask the catalog",
+                  epoch=self.epoch)
+        self.queue.clear()
+        for name in list(self.links):
+            self.drop(name, "the primary stopped here")
+
+    async def run(self) -> None:
+        while not self.stopping:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.queue and not self.stopping:
+                batch = []
+                while self.queue and len(batch) < MAX_BATCH:
+                    batch.append(self.queue.popleft())
+                try:
+                    await self.process(batch)
+                except Exception as e:  # the batch failed as a whole (the store lost, the instance closed)
+                    log.exception("partition %d: batch failed", self.partition)
+                    for r in batch:
+                        code = FailCode.OUTCOME_UNKNOWN if r.kind == "commit" else FailCode.UNAVAILABLE
+                        _fail(r, code, f"partition {self.partition}'s primary failed: {e}")
+
+    async def process(self, batch: list[Request]) -> None:
+        self._rejoin()
+        commits = [r for r in batch if r.kind == "commit"]
+        reads = [r for r in batch if r.kind == "read"]
+        if commits:
+            self.in_batch = True  # from the vote to the answers: no replica counts current again
+            try:
+                await self._commit(commits)
+            finally:
+                self.in_batch = False
+        if reads and (self.deposed or not self.host.lease_ok()):  # a cut-off primary serves no stale reads
+            why = "was deposed" if self.deposed else "is cut off from the catalog"
+            for r in reads:
+                _fail(r, FailCode.NOT_PRIMARY if self.deposed else FailCode.UNAVAILABLE,
+                      f"partition {self.partition}'s primary here {why}; ask the catalog", epoch=self.epoch)
+            reads = []
+        if reads:
+            values = await self._engine(self._read_all, reads)
+            for r, v in zip(reads, values):
+                if not r.future.done():
+                    r.future.set_result(v)
+
+    async def _engine(self, fn, *args):
+        """Run an engine step of a batch: on the event loop (``ENGINE_ON_LOOP``: a batch's SQLite work
+        is short, and a hand-off to a thread waits for the GIL behind every busy thread, up to the
+        5 ms switch interval each way) or in the shard's thread."""
+        if ENGINE_ON_LOOP:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.ex, fn, *args)
+
+    def _read_all(self, reads: list[Request]) -> list[bytes | None]:
+        """Each read's encoded value (None: absent), between batches (nothing prepared)."""
+        return [self.db.get_encoded(r.region, r.key) for r in reads]
+
+    def _rejoin(self) -> None:
+        """At a batch boundary (no vote in flight): live synchronous replicas holding every committed
+        transaction count as current again."""
+        if self.in_batch:  # a decided batch not yet answered: a voter it left behind may hold its frames
+            return
+        for name in list(self.sync.behind):
+            link = self.links.get(name)
+            if link is not None and link.live and link.acked >= self.committed:
+                if self.sync.caught_up(name, link.acked):
+                    log.info("partition %d: synchronous replica %s is current at seqno %d", self.partition, name,
+                             link.acked)
+        if frozenset(self.sync.current) != self.reported:
+            self.host.report_currency_soon()
+
+    async def _commit(self, commits: list[Request]) -> None:
+        loop = asyncio.get_running_loop()
+        p = self.partition
+        if not self.host.lease_ok():
+            for r in commits:
+                _fail(r, FailCode.UNAVAILABLE, f"partition {p}'s primary is cut off from the catalog: it takes no "
+                                               f"commits until it hears from it (another may be promoted)")
+            return
+        if self.deposed:
+            for r in commits:
+                _fail(r, FailCode.NOT_PRIMARY, f"partition {p}: this primary was deposed; ask the catalog",
+                      epoch=self.epoch)
+            return
+        if len(self.sync.current) < self.sync.min_sync:
+            cur = len(self.sync.current)
+            for r in commits:
+                _fail(r, FailCode.VOTED_ROLLBACK,
+                      f"partition {p}: {cur} synchronous replica(s) current, min_sync is {self.sync.min_sync}: "
+                      f"nothing committed", commit_votes=0, min_sync=self.sync.min_sync, voters=cur,
+                      rollback_votes=0, timed_out=0)
+            return
+        regions = {op[1] for r in commits for op in r.ops} - set(self.db.regions())
+        try:
+            if regions:  # a map's first write makes its region (not journaled: every shard makes its own)
+                await loop.run_in_executor(self.ex, lambda: [self.db.create_region(n) for n in sorted(regions)])
+            prep = await self._engine(self.db.prepare, [r.ops for r in commits])
+        except MultisiteError as e:  # nothing prepared: the store is lost (a full disk), the instance closed
+            for r in commits:
+                _fail(r, FailCode.UNAVAILABLE, f"partition {p}: the primary cannot commit now: {e}")
+            if isinstance(e, (StoreLost, StorageFull)):
+                await self._reopen()
+            return
+        decision: Decision | None = None
+        try:
+            if prep.frames:
+                vote = self.sync.begin(time.monotonic(), prep.last_seqno)
+                if not vote.decided:
+                    data, ends = _joined(prep.frames)
+                    fut = loop.create_future()
+                    self.votes[vote.txn] = fut
+                    msg = encode(Frames(prep.first_seqno, data, ends, vote.txn))
+                    for name in vote.voters:
+                        self.links[name].writer.write(msg)
+                    try:
+                        decision = await asyncio.wait_for(fut, max(0.0, vote.deadline - time.monotonic()) + 0.05)
+                    except TimeoutError:
+                        decision = self.sync.tick(time.monotonic() + 1e-3)[0] if vote.txn in self.sync.in_flight \
+                            else vote.decision
+                    finally:
+                        self.votes.pop(vote.txn, None)
+                else:
+                    decision = vote.decision
+                if not decision.commit:
+                    for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
+                        self.sync.fell_behind(name)
+            leader = await self._report_if_narrower()
+        except BaseException:
+            await self._engine(prep.abort)
+            raise
+        if not leader:
+            # Deposed while it voted: a replica holding the batch may be the new primary, so neither
+            # "committed" nor "rolled back" is certain here.
+            await self._engine(prep.abort)
+            for r in commits:
+                _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {p}: this primary was deposed while the commit was "
+                                                   f"voted on; a replica that holds it may have been promoted")
+            return
+        if decision is not None and not decision.commit:
+            await self._engine(prep.abort)
+            self._send_outcome(decision, False, prep.first_seqno - 1)
+            self._drop_holders(decision)
+            counts = {"commit_votes": len(decision.commit_votes), "min_sync": decision.min_sync,
+                      "voters": len(decision.voters), "rollback_votes": len(decision.rollback_votes),
+                      "timed_out": len(decision.timed_out)}
+            for r in commits:
+                _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
+            return
+        try:
+            token = await self._engine(prep.write)
+        except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
+            if decision is not None:
+                for name in decision.commit_votes:
+                    self.sync.fell_behind(name)
+                self._send_outcome(decision, False, prep.first_seqno - 1)
+                self._drop_holders(decision)
+            code = FailCode.TRANSACTION if await self._report_if_narrower() else FailCode.OUTCOME_UNKNOWN
+            for r in commits:
+                _fail(r, code, f"partition {p}: the primary could not journal the commit: {e}")
+            if isinstance(e, (StoreLost, StorageFull)):
+                await self._reopen()
+            return
+        if prep.frames:
+            self.committed = prep.last_seqno
+            self.sync.committed(self.committed)
+            self.recent.extend((seqno, digest(f)) for seqno, f in prep.frames)
+            if decision is not None:
+                self._send_outcome(decision, True, self.committed)
+            data, ends = _joined(prep.frames)
+            msg = None
+            for link in self.links.values():
+                if link.live and (decision is None or link.name not in decision.voters):
+                    if link.writer.transport.get_write_buffer_size() > LIVE_BUFFER_LIMIT:
+                        link.live = False
+                        asyncio.create_task(self._catch_up(link))
+                        continue
+                    msg = msg or encode(Frames(prep.first_seqno, data, ends, 0))
+                    link.writer.write(msg)
+                    link.sent = self.committed
+                elif decision is not None and link.name in decision.voters:
+                    link.sent = self.committed
+        if token is None:
+            self._answer(commits, prep.results)
+        else:  # the next batch is prepared and voted on while this one's fdatasync runs
+            task = asyncio.create_task(self._harden(token, commits, prep.results))
+            self.hardening.add(task)
+            task.add_done_callback(self.hardening.discard)
+
+    async def _harden(self, token: tuple, commits: list[Request], results: list) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.db.harden, token)
+        except Exception as e:  # noqa: BLE001 - an fsync that failed: the commit may or may not be on disk
+            log.error("partition %d: fdatasync failed after a commit: %s", self.partition, e)
+            for r in commits:
+                _fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {self.partition}: the primary could not harden "
+                                                   f"the commit: {e}")
+            return
+        self._answer(commits, results)
+
+    @staticmethod
+    def _answer(commits: list[Request], results: list) -> None:
+        for r, res in zip(commits, results):
+            if isinstance(res, BaseException):
+                _fail(r, FailCode.TRANSACTION, str(res))
+            elif not r.future.done():
+                r.future.set_result(res)
+
+    async def _reopen(self) -> None:
+        """After a full disk: close the instance and open it again (recovery rolls a lost store forward
+        from the journal), retrying until it opens; the partition takes commits again after."""
+        self.db = await reopen(self.db, self.ex, self.partition)
+        self.committed = self.db.seqno
+        self.host.shard_reopened(self.partition, self.db)
+
+    def _send_outcome(self, decision: Decision, commit: bool, seqno: int) -> None:
+        msg = encode(Outcome(decision.txn, commit, seqno))
+        for name in decision.voters:
+            link = self.links.get(name)
+            if link is not None:
+                link.writer.write(msg)
+
+    def _drop_holders(self, decision: Decision) -> None:
+        """After a rollback outcome: a voter that voted COMMIT or timed out holds (or will journal)
+        the rolled-back frames until it reads the Outcome, and ``acked >= committed`` cannot tell:
+        it subscribes again (its tail digests get it a Resync) before it can count current."""
+        for name in decision.voters:
+            if name not in decision.rollback_votes:
+                self.drop(name, f"holds vote {decision.txn}, rolled back: subscribe again")
+
+    async def _report_if_narrower(self) -> bool:
+        """Before answering: the catalog must not count current a replica this primary does not.
+        False if the catalog says this primary was deposed meanwhile."""
+        while not self.deposed and not self._catalog_within(frozenset(self.sync.current)):
+            if self.stopping:  # handing over or shutting down without the catalog's word: neither "rolled
+                return False   # back" nor "committed" is certain; the caller aborts, OUTCOME_UNKNOWN
+            report = asyncio.ensure_future(self.host.report_currency())
+            stop = asyncio.ensure_future(self.stopped.wait())
+            try:
+                await asyncio.wait({report, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                report.cancel()
+                stop.cancel()
+        return not self.deposed
+
+    def _catalog_within(self, current: frozenset[str]) -> bool:
+        """Whether whatever the catalog may count current now (the last acknowledged report, or any
+        report still on its way) is within ``current``."""
+        if self.reported is None:
+            return False
+        may = self.reported.union(*self.in_flight_reports.values())
+        return may <= current
+
+    def on_vote(self, link: Link, msg: Voted) -> None:
+        try:
+            d = self.sync.vote(msg.vote, link.name, Vote.COMMIT if msg.commit else Vote.ROLLBACK, time.monotonic())
+        except RemoteProtocolError as e:
+            log.warning("partition %d: vote from %s: %s", self.partition, link.name, e)
+            d = None
+        if msg.commit:
+            link.acked = max(link.acked, msg.seqno)
+        else:
+            log.warning("partition %d: %s voted to roll back vote %d: %s", self.partition, link.name, msg.vote,
+                        msg.why)
+        fut = self.votes.get(msg.vote)
+        if d is not None and fut is not None and not fut.done():
+            fut.set_result(d)
+        if not msg.commit:  # it could not hold the prepare: behind until it subscribes again and catches up
+            self.drop(link.name, f"voted to roll back: {msg.why}")
+
+    # -- replica links -----------------------------------------------------------------------------
+    def drop(self, name: str, why: str) -> None:
+        link = self.links.pop(name, None)
+        if link is None:
+            return
+        log.info("partition %d: replica %s dropped: %s", self.partition, name, why)
+        # a vote in flight that asked it gets its "no" now, not at the deadline
+        for txn, v in list(self.sync.in_flight.items()):
+            if name in v.pending():
+                d = self.sync.vote(txn, name, Vote.ROLLBACK, time.monotonic())
+                fut = self.votes.get(txn)
+                if d is not None and fut is not None and not fut.done():
+                    fut.set_result(d)
+        self.sync.fell_behind(name)
+        link.closed.set()
+        link.writer.close()
+
+    async def serve(self, sub: Subscribe, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    wire: DataWire) -> None:
+        """A replica's subscription, until it ends."""
+        role = "sync" if sub.replica in self.view.sync else "async" if sub.replica in self.view.async_ else None
+        if role is None:
+            writer.write(encode(Failed(0, FailCode.NOT_ASSIGNED, f"{sub.replica} is not a replica of partition "
+                                                                 f"{self.partition} at epoch {self.epoch}")))
+            return
+        if sub.epoch != self.epoch:
+            writer.write(encode(Failed(0, FailCode.STALE_EPOCH, f"partition {self.partition} is at epoch "
+                                                                f"{self.epoch}, the replica at {sub.epoch}")))
+            return
+        loop = asyncio.get_running_loop()
+        lo = min((s for s, _ in sub.tail), default=sub.seqno + 1)
+        hi = min(sub.seqno, self.committed)
+        if self.recent and self.recent[0][0] <= lo:  # the usual case: a replica near the end of the journal
+            mine = {s: d for s, d in self.recent if lo <= s <= hi}
+        else:  # a scan of the journal files (from the start of a segment)
+            mine = await loop.run_in_executor(None, frame_digests, self.db, lo, hi)
+        start = start_point(primary_seqno=self.committed, journal_first=journal_first(self.db),
+                            primary_digests=mine, replica_seqno=sub.seqno, replica_tail=[tuple(t) for t in sub.tail],
+                            checkpoint_after=self.host.checkpoint_after)
+        log.info("partition %d: %s replica %s subscribes at seqno %d: %s (%s)", self.partition, role, sub.replica,
+                 sub.seqno, start.kind.value, start.why)
+        if start.kind is StartKind.RESYNC:
+            writer.write(encode(Resync(start.seqno, start.why)))
+            return
+        self.drop(sub.replica, "subscribed again")
+        link = Link(sub.replica, role, writer)
+        self.links[sub.replica] = link
+        try:
+            if start.kind is StartKind.CHECKPOINT:
+                link.sent = await self._checkpoint(link)
+            else:
+                link.sent = start.seqno
+            link.acked = link.sent
+            reading = asyncio.create_task(self._read_link(link, reader, wire))
+            await self._catch_up(link)
+            await asyncio.wait([reading, asyncio.create_task(link.closed.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)
+            reading.cancel()
+        finally:
+            if self.links.get(sub.replica) is link:
+                self.drop(sub.replica, "its connection ended")
+
+    async def _read_link(self, link: Link, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        try:
+            while True:
+                msg = await read_into(reader, wire)
+                if msg is None:
+                    return
+                if isinstance(msg, Voted):
+                    self.on_vote(link, msg)
+                elif isinstance(msg, Progress):
+                    link.acked = max(link.acked, msg.seqno)
+                    if link.name in self.sync.behind and link.live and link.acked >= self.committed \
+                            and not self.sync.in_flight:
+                        self._rejoin()
+                elif isinstance(msg, Failed):
+                    log.warning("partition %d: replica %s: %s: %s", self.partition, link.name, msg.code, msg.message)
+                    return
+        except (ProtocolError, OSError) as e:
+            log.info("partition %d: replica %s link: %s", self.partition, link.name, e)
+        finally:
+            if self.links.get(link.name) is link:
+                self.drop(link.name, "its connection ended")
+
+    async def _catch_up(self, link: Link) -> None:
+        """Send the committed frames after ``link.sent`` from the journal files, then go live."""
+        loop = asyncio.get_running_loop()
+        while not link.closed.is_set():
+            if link.sent >= self.committed:
+                link.live = True
+                if link.name in self.sync.behind and link.acked >= self.committed and not self.sync.in_flight:
+                    self._rejoin()
+                return
+            runs = _runs(self.db, link.sent + 1, self.committed)
+            while not link.closed.is_set():  # one run in memory at a time, whatever the replica's lag
+                run = await loop.run_in_executor(None, next, runs, None)
+                if run is None:
+                    break
+                link.send(Frames(run.first_seqno, bytes(run.data), list(run.ends), 0))
+                link.sent = run.last_seqno
+                await link.writer.drain()
+
+    async def _checkpoint(self, link: Link) -> int:
+        """Send the primary's state at its store's seqno; the seqno."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.db.flush)
+        t0 = time.monotonic()
+        with read_state(self.db.layout.root) as st:
+            d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
+            link.send(Checkpoint(st.seqno, d, st.regions, st.keys))
+            it = st.batches(CHECKPOINT_ROWS)
+            sent = 0
+            while True:
+                rows = await loop.run_in_executor(None, next, it, None)
+                if rows is None:
+                    break
+                link.send(Rows(rows))
+                sent += len(rows)
+                await link.writer.drain()
+            link.send(CheckpointEnd(sent))
+        log.info("partition %d: checkpoint at seqno %d (%d keys) sent to %s in %.1f s", self.partition, st.seqno,
+                 sent, link.name, time.monotonic() - t0)
+        return st.seqno
+
+    def status(self) -> dict:
+        return {"committed": self.committed, "epoch": self.epoch, "sync": self.sync.to_dict(),
+                "deposed": self.deposed, "queued": len(self.queue), "hardening": len(self.hardening),
+                "links": {n: {"role": lk.role, "live": lk.live, "acked": lk.acked, "sent": lk.sent,
+                              "backlog": self.committed - lk.acked} for n, lk in self.links.items()}}
+
+
+async def reopen(db: Database, ex: ThreadPoolExecutor, partition: int) -> Database:
+    """Close ``db`` and open it again in the shard's thread, retrying while it cannot open (the disk
+    still full): recovery rolls a store lost to a full disk forward from the journal."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(ex, db.close)
+    except MultisiteError as e:
+        log.info("partition %d: closing the instance after its store was lost: %s", partition, e)
+    while True:
+        try:
+            new = await loop.run_in_executor(ex, open_db, db.layout.root)
+        except MultisiteError as e:
+            log.warning("partition %d: cannot reopen the instance yet: %s", partition, e)
+            await asyncio.sleep(RECONNECT_S * 3)
+            continue
+        log.info("partition %d: instance reopened at seqno %d", partition, new.seqno)
+        return new
+
+
+def _runs(db: Database, lo: int, hi: int):
+    return iter_runs(db.layout.journal, lo, CATCH_UP_RUN_BYTES, to_seqno=hi)
+
+
+def _fail(r: Request, code: str, message: str, **detail) -> None:
+    if not r.future.done():
+        r.future.set_exception(ShardRefusal(code, message, detail))
+
+
+class ShardRefusal(Exception):
+    def __init__(self, code: str, message: str, detail: dict):
+        super().__init__(message)
+        self.code, self.message, self.detail = code, message, detail
+
+
+# -- the replica side ------------------------------------------------------------------------------
+class ReplicaShard:
+    """A replica shard following its primary (see the module docstring)."""
+
+    def __init__(self, host, partition: int, path: Path, db: Database, view: View, role: str,
+                 executor: ThreadPoolExecutor) -> None:
+        self.host, self.partition, self.path, self.db, self.view, self.role = host, partition, path, db, view, role
+        self.ex = executor
+        self.connected = False
+        self.last_error = ""
+        self.retry_s = 0.01
+        self.stopped = False
+        self.task = asyncio.create_task(self.run())
+
+    async def stop(self) -> Database:
+        # Python 3.11's asyncio.wait_for returns (or raises) the inner result when a cancellation
+        # races with its end (bpo-42130): a cancel that lands on _follow's connection attempt (one
+        # refused at once by a dead primary, the usual case before a promotion) is swallowed and the
+        # loop goes on. The flag ends the loop; the cancel is repeated until the task is done.
+        self.stopped = True
+        while not self.task.done():
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=RECONNECT_S)
+        if not self.task.cancelled():
+            self.task.exception()  # retrieved: it ended the replica, which stops anyway
+        return self.db
+
+    async def run(self) -> None:
+        while not self.stopped:
+            addr = self.view.primary_address
+            delay = RECONNECT_S
+            if addr and self.view.primary != self.host.name:
+                try:
+                    await self._follow(addr)
+                    delay = 0.0  # cut back on the primary's word: subscribe again at once
+                except (OSError, ProtocolError, MultisiteError) as e:
+                    if str(e) != self.last_error:
+                        log.info("partition %d: %s replica: link to primary %s: %s", self.partition, self.role,
+                                 self.view.primary, e)
+                    self.last_error = str(e)
+                    # a primary still taking its role (NOT_PRIMARY, STALE_EPOCH) is ready within
+                    # milliseconds, and while a synchronous replica waits its partition refuses commits
+                    if "NOT_PRIMARY" in self.last_error or "STALE_EPOCH" in self.last_error:
+                        delay, self.retry_s = self.retry_s, min(RECONNECT_S, self.retry_s * 2)
+                    else:
+                        self.retry_s = 0.01
+                finally:
+                    self.connected = False
+            await asyncio.sleep(delay)
+
+    async def _tail(self) -> list[tuple[int, bytes]]:
+        loop = asyncio.get_running_loop()
+        seqno = self.db.seqno
+        d = await loop.run_in_executor(self.ex, frame_digests, self.db, max(1, seqno - TAIL_FRAMES + 1), seqno)
+        tail = sorted(d.items())
+        state = self._state()
+        if state and state["seqno"] <= seqno and state["seqno"] not in d and (not tail or state["seqno"] < tail[0][0]):
+            tail.insert(0, (state["seqno"], bytes.fromhex(state["digest"])))
+        return tail
+
+    def _state(self) -> dict | None:
+        p = self.path / SHARD_STATE
+        return json.loads(p.read_text()) if p.exists() else None
+
+    async def _follow(self, addr: str) -> None:
+        host, port = parse_hostport(addr)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+        loop = asyncio.get_running_loop()
+        try:
+            wire = DataWire(server=False)
+            writer.write(encode(Subscribe(SHARD_WIRE_VERSION, self.host.grid, self.partition, self.view.epoch,
+                                          self.host.name, self.role, self.db.seqno, await self._tail())))
+            self.connected = True
+            while True:
+                msg = await read_into(reader, wire)
+                if msg is None:
+                    raise ConnectionError("the primary closed the connection")
+                if isinstance(msg, Frames):
+                    run = FrameRun(msg.first_seqno, msg.data, msg.ends)
+                    try:
+                        seqno = await loop.run_in_executor(self.ex, self.db.apply_frames, [run])
+                    except MultisiteError as e:  # a full disk, a gap: this replica cannot hold it
+                        log.warning("partition %d: cannot apply seqnos %d..%d: %s", self.partition, msg.first_seqno,
+                                    run.last_seqno, e)
+                        if msg.vote:
+                            writer.write(encode(Voted(msg.vote, False, self.db.seqno, str(e))))
+                            await writer.drain()
+                        if isinstance(e, (StoreLost, StorageFull)):  # the store may be lost too: reopen
+                            await self._reopen()
+                        raise
+                    writer.write(encode(Voted(msg.vote, True, seqno) if msg.vote else Progress(seqno)))
+                elif isinstance(msg, Outcome):
+                    if not msg.commit and self.db.seqno > msg.seqno:
+                        await loop.run_in_executor(self.ex, lambda: self.db.rollback(
+                            msg.seqno, reason=f"grid vote {msg.vote} rolled back on the primary"))
+                        log.info("partition %d: vote %d rolled back: cut back to seqno %d", self.partition,
+                                 msg.vote, msg.seqno)
+                        writer.write(encode(Progress(self.db.seqno)))
+                elif isinstance(msg, Resync):
+                    log.info("partition %d: cutting back to seqno %d: %s", self.partition, msg.to_seqno, msg.why)
+                    await loop.run_in_executor(self.ex, lambda: self.db.rollback(
+                        msg.to_seqno, reason=f"grid resync: {msg.why}"))
+                    return  # subscribe again
+                elif isinstance(msg, Checkpoint):
+                    await self._install(msg, reader, wire)
+                    writer.write(encode(Progress(self.db.seqno)))
+                elif isinstance(msg, Failed):
+                    raise MultisiteError(f"{msg.code}: {msg.message}")
+                else:
+                    raise RemoteProtocolError(f"unexpected {type(msg).__name__} from the primary")
+        finally:
+            writer.close()
+
+    async def _reopen(self) -> None:
+        """The store was lost (a full disk while it committed): reopen the instance (see ``reopen``)."""
+        self.db = await reopen(self.db, self.ex, self.partition)
+        self.host.shard_reopened(self.partition, self.db)
+
+    async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        log.info("partition %d: a checkpoint of the primary at seqno %d (%d keys) replaces this shard",
+                 self.partition, ck.seqno, ck.keys)
+        name, group, durability = self.db.name, self.db.info.group, self.db.durability.value
+        await loop.run_in_executor(self.ex, self.db.close)
+        self.host.shard_closed(self.partition)
+        staging = self.path.with_name(self.path.name + ".checkpoint")
+        await loop.run_in_executor(None, shutil.rmtree, staging, True)
+        q: queue.Queue = queue.Queue(maxsize=16)
+        fut = loop.run_in_executor(None, lambda: install_state(
+            staging, name, group=group, durability=durability, seqno=ck.seqno, regions=dict(ck.regions),
+            batches=iter(q.get, None)))
+        try:
+            while True:
+                msg = await read_into(reader, wire)
+                if isinstance(msg, Rows):
+                    await loop.run_in_executor(None, q.put, msg.rows)
+                elif isinstance(msg, CheckpointEnd):
+                    break
+                else:
+                    raise RemoteProtocolError(f"{type(msg).__name__ if msg else 'the end'} in a checkpoint copy")
+        finally:
+            await loop.run_in_executor(None, q.put, None)
+        keys = await fut
+        atomic_write(staging / SHARD_STATE, json.dumps({"seqno": ck.seqno, "digest": ck.digest.hex()}).encode())
+
+        def swap() -> Database:
+            old = self.path.with_name(self.path.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            if self.path.exists():
+                self.path.rename(old)
+            staging.rename(self.path)
+            shutil.rmtree(old, ignore_errors=True)
+            return open_db(self.path)
+        self.db = await loop.run_in_executor(self.ex, swap)
+        self.host.shard_reopened(self.partition, self.db)
+        log.info("partition %d: checkpoint installed: %d keys at seqno %d in %.1f s", self.partition, keys, ck.seqno,
+                 time.monotonic() - t0)
+
+    def status(self) -> dict:
+        return {"primary": self.view.primary, "epoch": self.view.epoch, "connected": self.connected,
+                "last_error": self.last_error}
+

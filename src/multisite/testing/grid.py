@@ -1,0 +1,145 @@
+"""A grid of real processes for tests, benches and the demo: a catalog and containers on 127.0.0.1.
+
+``GridCluster(root, partitions=…, min_sync=…, …)`` writes ``grid.toml``; ``start_catalog()``,
+``start_container(name)``, ``kill(name)`` (SIGKILL), ``stop(name)``, ``status()``, ``settled()``
+(every partition has a primary, every sync replica current, every container on the placement's
+version), ``client()``, and ``shard_states()`` / ``compare()``: the key-by-key state of each
+partition's shards, read from their instance directories once the containers are stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from ..engine import open as open_db
+from ..errors import ServerError
+from ..net import control
+from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+
+
+class GridCluster:
+    def __init__(self, root: Path, *, name: str = "orders", partitions: int = 4, min_sync: int = 1,
+                 max_sync: int = 1, max_async: int = 1, heartbeat_timeout_s: float = 1.0,
+                 checkpoint_after: int | None = None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.toml = self.root / "grid.toml"
+        self.toml.write_text(f'name = "{name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
+                             f"max_sync = {max_sync}\nmax_async = {max_async}\n[maps.m]\n")
+        self.partitions = partitions
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.checkpoint_after = checkpoint_after
+        self.address = "127.0.0.1:0"
+        self.containers: list[str] = []
+
+    # -- processes --------------------------------------------------------------------------------
+    def start_catalog(self) -> str:
+        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s)
+        self.address = info["listen"]  # a restart takes the same port
+        return self.address
+
+    def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None) -> dict:
+        if name not in self.containers:
+            self.containers.append(name)
+        return start_container(self.root / name, self.address, listen, name=name,
+                               checkpoint_after=self.checkpoint_after, advertise=advertise)
+
+    def pid(self, name: str) -> int:
+        what = "catalog" if name == "catalog" else "container"
+        return json.loads((self.root / name / "run" / f"{what}.json").read_text())["pid"]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the container (or ``"catalog"``) ``name`` and wait until it is gone."""
+        pid = self.pid(name)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and control.is_running(self.root / name):
+            time.sleep(0.02)
+        for f in ("container.json", "catalog.json"):
+            (self.root / name / "run" / f).unlink(missing_ok=True)
+
+    def stop(self, name: str) -> None:
+        stop_process(self.root / name, "catalog" if name == "catalog" else "container")
+
+    def running(self, name: str) -> bool:
+        return control.is_running(self.root / name)
+
+    def stop_all(self) -> None:
+        for name in [*self.containers, "catalog"]:
+            if self.running(name):
+                try:
+                    self.stop(name)
+                except ServerError:
+                    pass
+
+    # -- state ------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        return catalog_status(self.address)
+
+    def settled(self, status: dict | None = None) -> dict | None:
+        st = status or self.status()
+        up = {c["name"] for c in st["containers"] if c["up"]}
+        for p in st["partitions"]:
+            if p["primary"] not in up or set(p["sync"]) != set(p["current"]):
+                return None
+        if not all(c["applied_version"] == st["version"] for c in st["containers"] if c["up"]):
+            return None
+        return st
+
+    def wait(self, what: str, check, timeout_s: float = 20.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = check()
+            if got:
+                return got
+            time.sleep(0.05)
+        try:
+            st = self.status()
+            summary = "; ".join(f"p{p['partition']} {p['primary']} sync={p['sync']} current={p['current']} "
+                                f"async={p['async']} seqnos={p['seqnos']}" for p in st["partitions"])
+            summary += "; " + ", ".join(f"{c['name']} {'up' if c['up'] else 'down'} v{c['applied_version']}"
+                                        for c in st["containers"]) + f" (version {st['version']})"
+        except Exception as e:  # noqa: BLE001 - only for the message
+            summary = f"no status: {e}"
+        raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}: {summary}")
+
+    def wait_settled(self, timeout_s: float = 20.0) -> dict:
+        return self.wait("a settled grid", self.settled, timeout_s)
+
+    def caught_up(self) -> dict | None:
+        """The status once every shard of every partition has its primary's seqno."""
+        st = self.settled()
+        if st is None:
+            return None
+        for p in st["partitions"]:
+            seqnos = p["seqnos"]
+            if p["primary"] not in seqnos or any(seqnos.get(c) != seqnos[p["primary"]]
+                                                 for c in [*p["sync"], *p["async"]]):
+                return None
+        return st
+
+    def client(self, timeout_s: float = 30.0):
+        from ..net.grid_client import connect
+        return connect(self.address, timeout_s=timeout_s)
+
+    def shard_dir(self, container: str, partition: int) -> Path:
+        return self.root / container / f"{self.name}-p{partition}"
+
+    def shard_states(self, region: str = "m") -> dict[int, dict[str, dict]]:
+        """partition -> container -> {key: value} of every shard on disk (containers stopped)."""
+        out: dict[int, dict[str, dict]] = {}
+        for c in self.containers:
+            for p in range(self.partitions):
+                d = self.shard_dir(c, p)
+                if not d.exists():
+                    continue
+                with open_db(d) as db:
+                    rows = dict(db.items(region)) if region in db.regions() else {}
+                    out.setdefault(p, {})[c] = {"seqno": db.seqno, "rows": rows}
+        return out

@@ -1,0 +1,218 @@
+"""Seeded SIGKILL rounds under a live writer through the grid client: a random container (sometimes the
+catalog) dies and comes back, 20 times. The checker: every acknowledged commit is present after
+recovery (its value, or a later one whose outcome was unknown), no commit that raised
+``ReplicationVotedToRollback`` is in any shard's journal, and every partition's shards are identical."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import random
+import threading
+import time
+
+import pytest
+
+from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback, TransactionError
+from multisite.journal.reader import iter_frames
+from multisite.journal.records import decode_payload
+from multisite.testing.grid import GridCluster
+from multisite.values import decode_value
+
+ROUNDS = 20
+KEYS = 64
+
+
+class Writer(threading.Thread):
+    """Puts unique increasing values; remembers what each put's outcome was."""
+
+    def __init__(self, g: GridCluster) -> None:
+        super().__init__(daemon=True)
+        self.g = g
+        self.stop = threading.Event()
+        self.acked: dict[int, int] = {}  # key -> last acknowledged value
+        self.unknown: dict[int, list[int]] = {}  # key -> values whose outcome is unknown
+        self.rolled_back: set[int] = set()
+        self.counts = {"acked": 0, "rolled_back": 0, "unknown": 0, "unavailable": 0}
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        cl = self.g.client(timeout_s=2.0)
+        n = 0
+        while not self.stop.is_set():
+            k = rng.randrange(KEYS)
+            n += 1
+            try:
+                cl.put("m", k, n)
+                self.acked[k] = n
+                self.counts["acked"] += 1
+            except ReplicationVotedToRollback:
+                self.rolled_back.add(n)
+                self.counts["rolled_back"] += 1
+            except CommitOutcomeUnknown:
+                self.unknown.setdefault(k, []).append(n)
+                self.counts["unknown"] += 1
+            except GridUnavailable:
+                self.counts["unavailable"] += 1
+        cl.close()
+
+
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("GRID_KILL_SEEDS", "11").split(",")])
+def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, seed):
+    rng = random.Random(seed)
+    g = GridCluster(tmp_path, partitions=4, min_sync=1, max_sync=1, max_async=1, heartbeat_timeout_s=1.0)
+    names = ["c1", "c2", "c3"]
+    w = None
+    try:
+        g.start_catalog()
+        for n in names:
+            g.start_container(n)
+        g.wait_settled()
+        w = Writer(g)
+        w.start()
+        for rnd in range(ROUNDS):
+            time.sleep(rng.uniform(0.1, 0.4))
+            victim = "catalog" if rng.random() < 0.2 else rng.choice(names)
+            g.kill(victim)
+            time.sleep(rng.uniform(0.2, 1.2))
+            if victim == "catalog":
+                g.start_catalog()
+            else:
+                g.start_container(victim)
+            g.wait(f"round {rnd} ({victim} killed) settled", g.settled, timeout_s=30)
+        time.sleep(0.3)
+        w.stop.set()
+        w.join(30)
+        st = g.wait("every replica caught up", g.caught_up, timeout_s=30)
+    finally:
+        if w is not None:
+            w.stop.set()
+            w.join(30)
+        g.stop_all()
+    assert w.counts["acked"] > 200, w.counts
+    states = g.shard_states()
+    final: dict[int, int] = {}
+    for p in range(g.partitions):
+        part = st["partitions"][p]
+        placed = [part["primary"], *part["sync"], *part["async"]]
+        rows = [states[p][c]["rows"] for c in placed]
+        assert all(r == rows[0] for r in rows), f"partition {p}: shards differ"
+        assert len({states[p][c]["seqno"] for c in placed}) == 1
+        final.update({k[0]: v for k, v in rows[0].items()})
+        for c in placed:  # a rolled-back commit is in no shard's journal
+            for _, payload in iter_frames(g.shard_dir(c, p) / "journal", 1):
+                for u in decode_payload(payload).updates:
+                    assert decode_value(u.value) not in w.rolled_back, (p, c, u)
+    for k, v in w.acked.items():
+        later_unknown = [u for u in w.unknown.get(k, []) if u > v]
+        assert final.get(k) == v or final.get(k) in later_unknown, (k, v, final.get(k), later_unknown)
+    print(w.counts)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
+def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_is_room(tmp_path):
+    g = GridCluster(tmp_path, partitions=1, min_sync=1, max_sync=1, max_async=0)
+    (tmp_path / "b").mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "b")], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
+    try:
+        g.start_catalog()
+        g.start_container("a")
+        g.wait_settled()
+        g.start_container("b")
+        st = g.wait("b a current sync replica", lambda: (s := g.settled()) and s["partitions"][0]["sync"] == ["b"] and s)
+        assert st["partitions"][0]["primary"] == "a"
+        with g.client(timeout_s=5) as cl:
+            cl.put("m", 0, "before")
+            filler = tmp_path / "b" / "filler"
+            with open(filler, "wb") as f:  # take every free byte of b's disk
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            refused = None
+            for i in range(1, 2000):
+                try:
+                    cl.put("m", i, "x" * 2000)
+                except ReplicationVotedToRollback as e:
+                    refused = (i, e)
+                    break
+            assert refused is not None, "the replica never voted no on a full disk"
+            i, e = refused
+            assert e.min_sync == 1 and e.commit_votes == 0
+            assert cl.get("m", i) is None
+            log = (tmp_path / "b" / "log" / "container.log").read_text()
+            assert "STORAGE_FULL" in log or "STORE_LOST" in log, log[-2000:]
+            filler.unlink()
+            g.wait("b current again", lambda: (s := g.settled()) and s["partitions"][0]["current"] == ["b"])
+            cl.put("m", i, "after")
+            assert cl.get("m", i) == "after"
+        st = g.wait("caught up", g.caught_up)
+        g.stop_all()
+        states = g.shard_states()
+        assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
+    finally:
+        g.stop_all()
+        subprocess.run(["umount", "-l", str(tmp_path / "b")], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
+def test_a_primary_whose_disk_is_full_refuses_commits_and_takes_them_again_once_there_is_room(tmp_path):
+    g = GridCluster(tmp_path, partitions=1, min_sync=0, max_sync=0, max_async=1)
+    (tmp_path / "a").mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "a")], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
+    try:
+        g.start_catalog()
+        g.start_container("a")
+        g.wait_settled()
+        g.start_container("b")
+        g.wait("b placed", lambda: (s := g.settled()) and s["partitions"][0]["async"] == ["b"] and s)
+        acked = {}
+        with g.client(timeout_s=2) as cl:
+            filler = tmp_path / "a" / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            failed = None
+            for i in range(3000):
+                try:
+                    cl.put("m", i, "x" * 2000)
+                    acked[i] = "x" * 2000
+                except (TransactionError, GridUnavailable) as e:
+                    failed = (i, e)
+                    break
+                except CommitOutcomeUnknown:
+                    raise AssertionError((tmp_path / "a" / "log" / "container.log").read_text()[-4000:]) from None
+            assert failed is not None, "the primary never refused a commit on a full disk"
+            assert "STORAGE_FULL" in str(failed[1]) or "STORE_LOST" in str(failed[1]), failed
+            filler.unlink()
+            g.wait("commits taken again", lambda: _put_ok(cl, failed[0]), timeout_s=20)
+            acked[failed[0]] = "again"
+        g.wait("caught up", g.caught_up)
+        g.stop_all()
+        states = g.shard_states()
+        assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
+        assert all(states[0]["a"]["rows"][(k,)] == v for k, v in acked.items())
+    finally:
+        g.stop_all()
+        subprocess.run(["umount", "-l", str(tmp_path / "a")], check=False)
+
+
+def _put_ok(cl, key) -> bool:
+    try:
+        cl.put("m", key, "again")
+        return True
+    except (TransactionError, GridUnavailable):
+        return False
