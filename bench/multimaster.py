@@ -79,7 +79,8 @@ def sync(work: Path, n: int) -> dict:
     docdb.create(work / "D", "Sync", replica_id=rid, durability="fsync").close()
     with docdb.open(work / "C", durability="none") as c, docdb.open(work / "D", durability="none") as d:
         from multisite.multimaster.session import run_local
-        run_local(c, d, "pull-push")  # both hold the same 10,000 documents
+        run_local(c, d, "pull-push", server_a="C", server_b="D")  # both hold the same 10,000 documents, and
+        # the bookmarks a first session between servers C and D would leave
         for db, val in ((c, "C"), (d, "D")):  # setup, not timed: every document changed on both sides
             db.update_many([(x.unid, {"v": val}) for x in db.documents()])
         c.flush()

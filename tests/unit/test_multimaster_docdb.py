@@ -169,3 +169,23 @@ def test_a_server_cannot_move_the_bookmarks_of_another_servers_replica(pair):
     honest.handle(Hello(1, "A"))
     assert honest.handle(GetBookmarks(b.replica_id, a.db_id)) == Bookmarks(b.db_id, 0, 0)
     assert run_local(a, b, "pull-only", server_a="A", server_b="B").totals()["new"] == 5
+
+
+def test_small_pages_chunks_and_batches_move_everything_once(pair, monkeypatch):
+    from multisite.multimaster import session
+    monkeypatch.setattr(session, "CHANGES_PAGE_ENTRIES", 3)
+    monkeypatch.setattr(session, "FETCH_BATCH_DOCS", 2)
+    monkeypatch.setattr(session, "PUSH_LIST_ENTRIES", 7)
+    a, b = pair
+    us = [a.create("F", {"i": i}) for i in range(20)]  # one change block each
+    for u in us[::3]:
+        a.update(u, {"i": -1})  # stale entries in older blocks
+    t = run_local(a, b, "push-only").totals()
+    assert t["new"] == 20
+    assert [d.to_value() for d in b.documents()] == [d.to_value() for d in a.documents()]
+    assert run_local(a, b, "push-only").totals()["new"] == 0
+    for u in us[1::3]:
+        b.update(u, {"i": -2})
+    t = run_local(a, b, "pull-only").totals()
+    assert t["updated"] == len(us[1::3])
+    assert [d.to_value() for d in b.documents()] == [d.to_value() for d in a.documents()]

@@ -36,6 +36,7 @@ from .wire import (DOC_WIRE_VERSION, Applied, Bookmarks, ChangePage, Changes, Db
 
 CHANGES_PAGE_ENTRIES = 10_000  # entries of a change list page (a stale entry is dropped within its page only)
 FETCH_BATCH_DOCS = 2000
+PUSH_LIST_ENTRIES = 50_000  # the pusher lists its own changes locally: bigger pages, fewer stale-only rounds
 
 
 class Pipeline(list):
@@ -206,7 +207,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
 def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
     since = max(db.bookmark(key, "out"), bm.bm_in)
     while True:
-        changes, last = db.changes(since, CHANGES_PAGE_ENTRIES, current_only=True)
+        changes, last = db.changes(since, PUSH_LIST_ENTRIES, current_only=True)
         if last == since:
             return
         if echo:
@@ -217,22 +218,26 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
             db.set_bookmark(key, "out", last)
             since = last
             continue
-        want = yield Offer(rid, _entries(changes))
-        if isinstance(want, Refused):
-            rep.refused.append(f"push: {want.code}: {want.message}")
-            return
-        assert isinstance(want, Want)
-        rep.pushed["same"] += len(changes) - len(want.unids)
-        unids = want.unids
-        batches = [unids[i:i + FETCH_BATCH_DOCS] for i in range(0, len(unids), FETCH_BATCH_DOCS)] or [[]]
-        pushes = Pipeline(Push(rid, db.db_id, db.stored_many(b), last if i == len(batches) - 1 else -1)
-                          for i, b in enumerate(batches))
-        for got in (yield pushes):
-            if isinstance(got, Refused):
-                rep.refused.append(f"push: {got.code}: {got.message}")
+        for start in range(0, len(changes), CHANGES_PAGE_ENTRIES):  # offers of a page's size: bounded memory
+            chunk = changes[start:start + CHANGES_PAGE_ENTRIES]
+            final_chunk = start + CHANGES_PAGE_ENTRIES >= len(changes)
+            want = yield Offer(rid, _entries(chunk))
+            if isinstance(want, Refused):
+                rep.refused.append(f"push: {want.code}: {want.message}")
                 return
-            assert isinstance(got, Applied)
-            rep.pushed.update(got.counts)
+            assert isinstance(want, Want)
+            rep.pushed["same"] += len(chunk) - len(want.unids)
+            unids = want.unids
+            batches = [unids[i:i + FETCH_BATCH_DOCS] for i in range(0, len(unids), FETCH_BATCH_DOCS)] or [[]]
+            pushes = Pipeline(Push(rid, db.db_id, db.stored_many(b),
+                                   last if final_chunk and i == len(batches) - 1 else -1)
+                              for i, b in enumerate(batches))
+            for got in (yield pushes):
+                if isinstance(got, Refused):
+                    rep.refused.append(f"push: {got.code}: {got.message}")
+                    return
+                assert isinstance(got, Applied)
+                rep.pushed.update(got.counts)
         db.set_bookmark(key, "out", last)
         since = last
 
