@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-multimaster clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,7 +14,15 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[all]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The delivery tests' message broker (Debian's mosquitto); the tests start their own on a free port.
+BROKER := $(VENV)/.mosquitto
+$(BROKER): $(BIN)/python
+	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
+	touch $@
+
+setup: $(STAMP) $(BROKER)
 
 demo: setup
 	$(BIN)/multisite demo
@@ -30,6 +38,9 @@ bench: setup
 
 bench-catchup: setup  # a secondary 1,000,000 transactions behind, beside PostgreSQL
 	$(BIN)/python bench/catchup.py $(ARGS)
+
+bench-delivery: setup  # delivery through the file transport, and a remote 1,000,000 transactions behind
+	$(BIN)/python bench/delivery.py $(ARGS)
 
 bench-grid: setup  # the grid's figures of issue 11 (real catalog and container processes); ARGS="--figure commit --quick"
 	PYTHONPATH=src $(BIN)/python bench/grid.py $(ARGS)

@@ -302,3 +302,34 @@ class AccessDenied(DocumentError):
     """A database's ACL refuses a server: it may not see the database, or (a reader) may not push to it."""
 
     code = "ACCESS_DENIED"
+
+
+# -- guaranteed message delivery (delivery/) ------------------------------------------------------
+class DeliveryError(MultisiteError):
+    """Guaranteed message delivery could not do what was asked (see ``delivery/DESIGN.md``)."""
+
+    code = "DELIVERY"
+
+
+class DeliveryConfigError(ConfigError):
+    """A publication, subscription or remote setup is wrong or missing."""
+
+    code = "DELIVERY_CONFIG"
+
+
+class MessageCorrupt(DeliveryError):
+    """A message file is damaged or truncated: it is not applied and stays aside for inspection."""
+
+    code = "MESSAGE_CORRUPT"
+
+
+class MessageAuthFailed(DeliveryError):
+    """A message failed authentication (wrong key, or changed on the way): refused, not applied."""
+
+    code = "MESSAGE_AUTH"
+
+
+class OffsetMismatch(DeliveryError):
+    """A confirmation or resend request names an offset the sender never sent (state lost or foreign)."""
+
+    code = "DELIVERY_OFFSET"

@@ -45,8 +45,14 @@ def test_demo_passes_and_tells_its_story(tmp_path: Path):
                    "A's {'name': 'Ann Lee1'}", "switchover at seqno", "through B's out-filter",
                    "every value on A is the old shape of B's"):
         assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
-    # Act 6: multi-master documents
-    for phrase in ("Act 6: multi-master documents", "OK Ada's edits merged on both sites",
+    # Act 6: guaranteed message delivery through the file transport
+    for phrase in ("Act 6: guaranteed message delivery", "round 1 (oslo offline): SYSREMOTEUSER of HQ",
+                   "paris: 12 rows, exactly its subscribed rows (site=fr): yes",
+                   "oslo: 12 rows, exactly its subscribed rows (site=no): yes", "rule consolidated-wins",
+                   "act_delivery: OK"):
+        assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
+    # Act 7: multi-master documents
+    for phrase in ("Act 7: multi-master documents", "OK Ada's edits merged on both sites",
                    "OK one conflict document holds the losing memo", "OK the connection document fired on schedule",
                    "the two sites converged"):
         assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"

@@ -17,7 +17,10 @@ them in order, every act even after a failure, and passes only if all of them do
   mid-run (promotion, new epochs, the container placed again), every partition's shards compared key
   by key; then a commit refused with ``ReplicationVotedToRollback`` with the only synchronous replica
   stopped, visible nowhere, also after every process restarts.
-- Act 6, ``multimaster``: two document servers write to replicas of one database and reconcile: new
+- Act 6, ``delivery``: guaranteed message delivery: a consolidated instance and three remote sites
+  exchange changes both ways through the file transport, one remote's messages delayed, duplicated
+  and reordered, another offline for a while; every site ends with exactly its subscribed rows.
+- Act 7, ``multimaster``: two document servers write to replicas of one database and reconcile: new
   documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
@@ -34,6 +37,7 @@ from typing import Callable
 from rich.console import Console
 
 from .crash_recovery import act_crash_recovery
+from .delivery import act_delivery
 from .failover import act_failover
 from .grid import act_grid
 from .log_shipping import act_log_shipping
@@ -42,10 +46,10 @@ from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
 ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_grid,
-                         act_multimaster)
+                         act_delivery, act_multimaster)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_failover", "act_grid", "act_log_shipping", "act_multimaster",
-           "act_rolling_upgrade", "run"]
+__all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_grid", "act_log_shipping",
+           "act_multimaster", "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""Act 6 (multi-master documents): two document servers, Boston and London, each accepting writes to
+"""Act 7 (multi-master documents): two document servers, Boston and London, each accepting writes to
 its replica of one Profiles database. They reconcile over TCP with the seed's step-by-step session:
 new documents move both ways, edits to different fields of one Person merge (the form merges
 conflicts), edits to the same field of a Note make a conflict document on the side that held the
@@ -31,7 +31,7 @@ def _table(console: Console, title: str, rows: list[dict]) -> None:
 
 
 def act_multimaster(console: Console, root: Path) -> bool:
-    console.rule("[bold]Act 6: multi-master documents: two sites write, replicate, merge and keep conflicts")
+    console.rule("[bold]Act 7: multi-master documents: two sites write, replicate, merge and keep conflicts")
     base = root / "multimaster"
     bos = docdb.create(base / "boston-profiles", "Profiles")
     bos.define_form("Person", merge=True)

@@ -236,6 +236,14 @@ class Database:
         the commit lock until the returned batch is ``commit()``-ed or ``abort()``-ed (see ``prepared``)."""
         return prepared.prepare_batch(self._core, txns)
 
+    def flush_if_due(self) -> None:
+        """Commit the store now if enough commits or time passed since the last flush (as every commit
+        does by itself unless it was written with ``flush_store=False``)."""
+        core = self._core
+        with core.lock:
+            core.check_open()
+            core.maybe_flush()
+
     def harden(self, token: tuple) -> None:
         """fdatasync up to a prepared batch's ``write()`` token, without the commit lock."""
         self._core.journal.harden(token)

@@ -49,11 +49,12 @@ class Prepared:
         if token is not None:
             self._core.journal.harden(token)
 
-    def write(self) -> tuple | None:
+    def write(self, *, flush_store: bool = True) -> tuple | None:
         """The first half of ``commit``: journal the frames (written, not yet hard), release the batch
         and the commit lock; returns the token ``Database.harden`` takes (None: nothing to harden). The
         next batch is prepared while this one's fdatasync runs in another thread (group commit's
-        pipeline); its callers are answered once ``harden`` returned."""
+        pipeline); its callers are answered once ``harden`` returned. ``flush_store=False`` leaves the
+        store's periodic commit (which hardens the journal first) to ``Database.flush_if_due``."""
         self._finish()
         core = self._core
         token = None
@@ -68,7 +69,8 @@ class Prepared:
             raise
         core.release()
         try:
-            core.maybe_flush()
+            if flush_store:  # else the caller runs Database.flush_if_due where a fsync may block
+                core.maybe_flush()
         finally:
             core.lock.release()
         return token

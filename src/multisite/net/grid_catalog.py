@@ -28,8 +28,7 @@ from ..fsutil import atomic_write
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..grid.policy import load_policy
 from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
-                         Routes,
-                         Side, Status, StatusRequest)
+                         Routes, Side, Status, StatusRequest)
 from .control import answer_simple, control_address
 from .process import run_logged
 from .tls import parse_hostport

@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Any
 
-from ..errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ReplicationVotedToRollback,
-                      TransactionError, WrongGrid, WrongPartition)
+from ..errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ProtocolError,
+                      ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
 from ..journal.records import KILL, SET
 from ..keys import check_key
 from ..values import decode_value, encode_value
@@ -53,6 +53,8 @@ def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S) -> RouteTable
                 continue
             if isinstance(ev, Routes):
                 return RouteTable.from_dict(json.loads(ev.json))
+            if ev is None:  # it closed without an answer (stopping, restarting)
+                raise ConnectionError(f"the catalog {catalog} closed the connection without the routes")
             raise MultisiteError(f"the catalog {catalog} answered {type(ev).__name__} to a route request")
 
 
@@ -194,8 +196,8 @@ class Grid:
     def _refresh(self) -> None:
         try:
             table = fetch_routes(self.catalog)
-        except OSError:
-            return  # the catalog restarting: the next try asks again
+        except (OSError, ProtocolError):
+            return  # the catalog restarting (or killed mid-answer): the next try asks again
         with self._lock:
             self.routes.install(table)
 

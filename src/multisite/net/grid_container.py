@@ -40,16 +40,16 @@ from ..errors import ConfigError, MultisiteError, ProtocolError
 from ..fsutil import atomic_write
 from ..grid.placement import CAPACITY_SHARDS_DEFAULT
 from ..grid.routing import check_in_partition
+from ..grid.shard_wire import (FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe,
+                               encode)
 from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
-from ..grid.shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
-                         Register, Side,
-                         Status, StatusRequest, View)
+                         Register, Side, Status, StatusRequest, View)
 from ..keys import encode_key
-from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
+from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
 from .tls import parse_hostport
 
 RECONNECT_S = 0.5
@@ -138,6 +138,7 @@ class ContainerServer:
 
     def _open(self, grid: str, p: int, role: str) -> "Shard":
         d = shard_dir(self.root, grid, p)
+        restore_interrupted_swap(d)
         made = not d.exists()
         if made:
             create(d, f"{grid}-p{p}", group=grid, durability="group")
@@ -185,9 +186,6 @@ class ContainerServer:
         """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
         if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
-
-    def shard_closed(self, p: int) -> None:
-        pass
 
     def shard_reopened(self, p: int, db: Database) -> None:
         sh = self.shards.get(p)

@@ -45,7 +45,7 @@ from ..engine import Database
 from ..engine import open as open_db
 from ..engine.checkpoint import install_state, read_state
 from ..errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, fsync_dir
 from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
                                Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
 from ..grid.shipping import TAIL_FRAMES, StartKind, digest, start_point
@@ -335,7 +335,7 @@ class PrimaryShard:
                 _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
             return
         try:
-            token = await self._engine(prep.write)
+            token = await self._engine(lambda: prep.write(flush_store=False))
         except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
             if decision is not None:
                 for name in decision.commit_votes:
@@ -367,16 +367,18 @@ class PrimaryShard:
                     link.sent = self.committed
                 elif decision is not None and link.name in decision.voters:
                     link.sent = self.committed
-        if token is None:
+        if token is None:  # nothing to harden (durability none, or nothing replicated)
             self._answer(commits, prep.results)
+            await self._flush_store()
         else:  # the next batch is prepared and voted on while this one's fdatasync runs
             task = asyncio.create_task(self._harden(token, commits, prep.results))
             self.hardening.add(task)
             task.add_done_callback(self.hardening.discard)
 
     async def _harden(self, token: tuple, commits: list[Request], results: list) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.db.harden, token)
+            await loop.run_in_executor(None, self.db.harden, token)
         except Exception as e:  # noqa: BLE001 - an fsync that failed: the commit may or may not be on disk
             log.error("partition %d: fdatasync failed after a commit: %s", self.partition, e)
             for r in commits:
@@ -384,6 +386,15 @@ class PrimaryShard:
                                                    f"the commit: {e}")
             return
         self._answer(commits, results)
+        await self._flush_store()
+
+    async def _flush_store(self) -> None:
+        """The store's periodic commit (it fsyncs the journal first), in the shard's thread, not the loop;
+        a failure is the store's (logged by the engine), never the answered commits'."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.ex, self.db.flush_if_due)
+        except MultisiteError as e:
+            log.warning("partition %d: the store could not be flushed: %s", self.partition, e)
 
     @staticmethod
     def _answer(commits: list[Request], results: list) -> None:
@@ -563,7 +574,9 @@ class PrimaryShard:
         await loop.run_in_executor(None, self.db.flush)
         t0 = time.monotonic()
         with read_state(self.db.layout.root) as st:
-            d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
+            d = dict(self.recent).get(st.seqno)  # the store's seqno is recent: it was just flushed
+            if d is None:
+                d = (await loop.run_in_executor(None, frame_digests, self.db, st.seqno, st.seqno)).get(st.seqno, b"")
             link.send(Checkpoint(st.seqno, d, st.regions, st.keys))
             it = st.batches(CHECKPOINT_ROWS)
             sent = 0
@@ -603,6 +616,34 @@ async def reopen(db: Database, ex: ThreadPoolExecutor, partition: int) -> Databa
             continue
         log.info("partition %d: instance reopened at seqno %d", partition, new.seqno)
         return new
+
+
+def staging_dir(path: Path) -> Path:
+    """Where a replica builds a checkpoint copy before swapping it in for ``path``."""
+    return path.with_name(path.name + ".checkpoint")
+
+
+def restore_interrupted_swap(path: Path) -> None:
+    """A crash between the two renames of a checkpoint swap left ``path`` missing: take the whole
+    copy (it has its state file, written last) or else the old instance back."""
+    if path.exists():
+        return
+    staging, old = staging_dir(path), path.with_name(path.name + ".old")
+    if (staging / SHARD_STATE).exists():
+        staging.rename(path)
+    elif old.exists():
+        old.rename(path)
+
+
+async def _offer(q: queue.Queue, item, consumer: asyncio.Future) -> None:
+    """Put ``item`` for a consumer thread without blocking forever if the consumer died."""
+    loop = asyncio.get_running_loop()
+    while not consumer.done():
+        try:
+            await loop.run_in_executor(None, lambda: q.put(item, timeout=0.5))
+            return
+        except queue.Full:
+            continue
 
 
 def _runs(db: Database, lo: int, hi: int):
@@ -739,14 +780,14 @@ class ReplicaShard:
         self.host.shard_reopened(self.partition, self.db)
 
     async def _install(self, ck: Checkpoint, reader: asyncio.StreamReader, wire: DataWire) -> None:
+        """Build the checkpoint beside the shard, then swap it in: the old instance stays open (and the
+        shard usable) until the copy is whole, so a copy cut short leaves the shard as it was."""
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         log.info("partition %d: a checkpoint of the primary at seqno %d (%d keys) replaces this shard",
                  self.partition, ck.seqno, ck.keys)
         name, group, durability = self.db.name, self.db.info.group, self.db.durability.value
-        await loop.run_in_executor(self.ex, self.db.close)
-        self.host.shard_closed(self.partition)
-        staging = self.path.with_name(self.path.name + ".checkpoint")
+        staging = staging_dir(self.path)
         await loop.run_in_executor(None, shutil.rmtree, staging, True)
         q: queue.Queue = queue.Queue(maxsize=16)
         fut = loop.run_in_executor(None, lambda: install_state(
@@ -756,25 +797,27 @@ class ReplicaShard:
             while True:
                 msg = await read_into(reader, wire)
                 if isinstance(msg, Rows):
-                    await loop.run_in_executor(None, q.put, msg.rows)
+                    await _offer(q, msg.rows, fut)
                 elif isinstance(msg, CheckpointEnd):
                     break
                 else:
                     raise RemoteProtocolError(f"{type(msg).__name__ if msg else 'the end'} in a checkpoint copy")
         finally:
-            await loop.run_in_executor(None, q.put, None)
+            await _offer(q, None, fut)
         keys = await fut
         atomic_write(staging / SHARD_STATE, json.dumps({"seqno": ck.seqno, "digest": ck.digest.hex()}).encode())
+        old_db = self.db
 
         def swap() -> Database:
+            old_db.close()
             old = self.path.with_name(self.path.name + ".old")
             shutil.rmtree(old, ignore_errors=True)
-            if self.path.exists():
-                self.path.rename(old)
+            self.path.rename(old)  # a crash from here on: the container's open finds .checkpoint or .old
             staging.rename(self.path)
+            fsync_dir(self.path.parent)
             shutil.rmtree(old, ignore_errors=True)
             return open_db(self.path)
-        self.db = await loop.run_in_executor(self.ex, swap)
+        self.db = await asyncio.shield(loop.run_in_executor(self.ex, swap))
         self.host.shard_reopened(self.partition, self.db)
         log.info("partition %d: checkpoint installed: %d keys at seqno %d in %.1f s", self.partition, keys, ck.seqno,
                  time.monotonic() - t0)
