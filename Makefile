@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery clean
+.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,9 @@ bench-delivery: setup  # delivery through the file transport, and a remote 1,000
 
 bench-grid: setup  # the grid's figures of issue 11 (real catalog and container processes); ARGS="--figure commit --quick"
 	PYTHONPATH=src $(BIN)/python bench/grid.py $(ARGS)
+
+bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
+	$(BIN)/python bench/multimaster.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

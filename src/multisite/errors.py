@@ -254,6 +254,56 @@ class PipelineError(MultisiteError):
     code = "PIPELINE"
 
 
+# -- multi-master documents (issue 12) ---------------------------------------------------------------
+class DocumentError(MultisiteError):
+    """A document database or a document in it is used wrongly or holds something it must not."""
+
+    code = "DOCUMENT"
+
+
+class DocumentNotFound(DocumentError, KeyError):
+    code = "DOCUMENT_NOT_FOUND"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return f"{self.code}: {self.message}"
+
+
+class DocumentDeleted(DocumentError):
+    """The document was deleted (only its deletion stub remains): it cannot be updated."""
+
+    code = "DOCUMENT_DELETED"
+
+
+class MalformedDocument(DocumentError):
+    """A document (stored or received) is not of the document shape: the message names the field."""
+
+    code = "DOCUMENT_MALFORMED"
+
+
+class RevisionsCorrupt(MalformedDocument):
+    """A document's ``$Revisions`` history does not match its OID (wrong length, times out of order)."""
+
+    code = "REVISIONS_CORRUPT"
+
+
+class NotADocumentDatabase(DocumentError):
+    """A directory is an instance but not a document database (or not an instance at all)."""
+
+    code = "NOT_A_DOCUMENT_DATABASE"
+
+
+class ReplicaMismatch(DocumentError):
+    """Two databases were asked to replicate but their replica IDs differ (they are not replicas)."""
+
+    code = "REPLICA_MISMATCH"
+
+
+class AccessDenied(DocumentError):
+    """A database's ACL refuses a server: it may not see the database, or (a reader) may not push to it."""
+
+    code = "ACCESS_DENIED"
+
+
 # -- guaranteed message delivery (delivery/) ------------------------------------------------------
 class DeliveryError(MultisiteError):
     """Guaranteed message delivery could not do what was asked (see ``delivery/DESIGN.md``)."""

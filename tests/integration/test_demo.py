@@ -51,5 +51,10 @@ def test_demo_passes_and_tells_its_story(tmp_path: Path):
                    "oslo: 12 rows, exactly its subscribed rows (site=no): yes", "rule consolidated-wins",
                    "act_delivery: OK"):
         assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
+    # Act 7: multi-master documents
+    for phrase in ("Act 7: multi-master documents", "OK Ada's edits merged on both sites",
+                   "OK one conflict document holds the losing memo", "OK the connection document fired on schedule",
+                   "the two sites converged"):
+        assert phrase in text, f"missing {phrase!r} in the demo's output:\n{out}"
     assert re.search(r"demo finished in [\d.]+ s: OK", text)
     assert {p.name for p in (workdir / "log-shipping").iterdir()} >= {"A", "B", "C"}

@@ -26,7 +26,14 @@ PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "thre
 # Sans-IO modules outside protocol/, and what each may import besides PROTOCOL_MAY_IMPORT.
 SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"},
                      ("grid", "wire"): set(),
-                     ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"}}
+                     ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"},
+                     ("multimaster", "ids"): set(),
+                     ("multimaster", "document"): {"multimaster.ids"},
+                     ("multimaster", "conflicts"): {"multimaster.document", "multimaster.ids"},
+                     ("multimaster", "wire"): set(),
+                     ("multimaster", "schedule"): set(),
+                     ("multimaster", "session"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids",
+                                                  "multimaster.wire"}}
 
 
 def _layers() -> dict[str, int]:

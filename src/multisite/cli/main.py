@@ -43,7 +43,8 @@ def _register() -> None:
     cli.add_command(instance_cmds.backup_cmd)
     cli.add_command(journal_cmds.journal)
     cli.add_command(demo.demo)
-    for name in ("server_cmds", "replication_cmds", "failover_cmds", "pipeline_cmds", "grid_cmds", "delivery_cmds"):
+    for name in ("server_cmds", "replication_cmds", "failover_cmds", "pipeline_cmds", "grid_cmds", "delivery_cmds",
+                 "doc_cmds"):
         try:
             mod = __import__(f"multisite.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as e:

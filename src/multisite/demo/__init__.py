@@ -20,6 +20,8 @@ them in order, every act even after a failure, and passes only if all of them do
 - Act 6, ``delivery``: guaranteed message delivery: a consolidated instance and three remote sites
   exchange changes both ways through the file transport, one remote's messages delayed, duplicated
   and reordered, another offline for a while; every site ends with exactly its subscribed rows.
+- Act 7, ``multimaster``: two document servers write to replicas of one database and reconcile: new
+  documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -39,14 +41,15 @@ from .delivery import act_delivery
 from .failover import act_failover
 from .grid import act_grid
 from .log_shipping import act_log_shipping
+from .multimaster import act_multimaster
 from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
 ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_grid,
-                         act_delivery)
+                         act_delivery, act_multimaster)
 
 __all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_grid", "act_log_shipping",
-           "act_rolling_upgrade", "run"]
+           "act_multimaster", "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

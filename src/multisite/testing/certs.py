@@ -142,3 +142,13 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
     path.chmod(0o600)
     path.write_bytes(pem)
     return path
+
+
+def make_named_cert(pki: dict[str, Path], name: str) -> dict[str, Path]:
+    """A certificate for server ``name`` (its common name), signed by ``pki``'s CA, for both roles (a
+    document server both listens and initiates): ``{"cert", "key"}`` written beside the CA."""
+    out = Path(pki["ca_cert"]).parent
+    ca_cert = x509.load_pem_x509_certificate(Path(pki["ca_cert"]).read_bytes())
+    ca_key = serialization.load_pem_private_key(Path(pki["ca_key"]).read_bytes(), password=None)
+    key, cert = _make_leaf(name, ca_key, ca_cert, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
+    return {"cert": _write_cert(out / f"{name}.pem", cert), "key": _write_key(out / f"{name}.key", key)}

@@ -1,0 +1,11 @@
+"""``multisite.documents``: document databases (multi-master replication), the public entry points.
+
+    import multisite.documents as documents
+    db = documents.create("/data/a", title="Profiles")
+    unid = db.create("Person", {"name": "Ada"})
+"""
+
+from .multimaster.docdb import DocDB, create, open, read_identity  # noqa: F401,A004
+from .multimaster.document import Doc  # noqa: F401
+
+__all__ = ["DocDB", "Doc", "create", "open", "read_identity"]

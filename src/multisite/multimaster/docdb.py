@@ -1,0 +1,482 @@
+"""A document database: documents with UNIDs, OIDs and ``$Revisions``, stored on an engine instance.
+
+The database is an ordinary multisite instance (journal + SQLite store), so crash recovery, backup
+and the Spark source work for it as for any other. Its regions (all journaled):
+
+=========  =======================  ==========================================================
+region     key                      value
+=========  =======================  ==========================================================
+meta       ``(name,)``              identity (``replica_id``, ``db_id``, ``title``), ACL, forms,
+                                    the last change number
+docs       ``(unid,)``              ``[changeno, document]`` (``Doc.to_value``)
+changes    ``(first changeno,)``    a change block: ``[[unid, seq, time_us, origin], ...]``, the
+                                    documents of one write, change numbers ``first ..``
+history    ``(peer, dir)``          a bookmark (``peer`` is ``<db id>@<server>``): the peer's change number up to which ``in`` (we
+                                    hold the peer's changes) or ``out`` (the peer holds ours)
+=========  =======================  ==========================================================
+
+Every write of a document takes the next **change number**; the documents of one write are listed in
+one change block (one journaled op for the lot, not one each: half the writes of a document), so
+"what changed since bookmark N" is a range read of ``changes`` from the block holding ``N + 1``,
+keeping each document's latest entry. A rewritten document leaves its old entry behind in an older
+block, where it is skipped (a bookmark past it never reads it; a read from before it keeps the later one).
+Each write (a document, a batch received from a peer with its bookmark) is one engine transaction:
+the bookmark is stored in the same transaction as the documents it covers, so after a crash it is
+never ahead of what was applied. ``docdb.json`` beside the instance repeats the identity, so that
+``--replica-of DIR`` works while a server holds the database open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+import secrets
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import msgspec
+
+from .. import engine
+from ..errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
+                      NotADocumentDatabase)
+from ..fsutil import atomic_write
+from ..journal.records import SET
+from ..keys import encode_key
+from ..values import encode_value
+from .conflicts import Kind, Outcome, reconcile
+from .document import Doc, first_version
+from .ids import Stamp, check_unid, new_id, new_unid
+
+REGIONS = ("meta", "docs", "changes", "history")
+CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
+_raw_encode = msgspec.msgpack.Encoder().encode
+_raw_decode = msgspec.msgpack.decode
+_new_stamp = tuple.__new__  # Stamp(...) without the namedtuple's Python-level __new__: the hot path of a change list
+_KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
+IDENTITY_FILE = "docdb.json"
+ACCESS_LEVELS = ("none", "reader", "writer")
+DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
+Clock = Callable[[], int]  # µs since the epoch
+Rand = Callable[[], int]  # 64 random bits
+
+
+def _wall_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _rand64() -> int:
+    return secrets.randbits(64)
+
+
+def read_identity(path: str | os.PathLike) -> dict:
+    """``{"replica_id", "db_id", "title"}`` of the document database at ``path`` (no lock needed)."""
+    p = Path(path) / IDENTITY_FILE
+    try:
+        ident = json.loads(p.read_text())
+        return {k: ident[k] for k in ("replica_id", "db_id", "title")}
+    except FileNotFoundError:
+        raise NotADocumentDatabase(f"{path} is not a document database (no {IDENTITY_FILE}); make one with "
+                                   f"`multisite db create {path} --title T`") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise NotADocumentDatabase(f"{p} is damaged ({e}); the identity is also in the database's meta region")
+
+
+def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None,
+           durability: str = "fsync", clock: Clock | None = None, rand: Rand | None = None,
+           segment_bytes: int | None = None) -> "DocDB":
+    """Create a new document database at ``path`` (a new replica of ``replica_id`` if given) and open it."""
+    if not isinstance(title, str) or not title.strip():
+        raise ConfigError("a document database needs a title (--title)")
+    rand = rand or _rand64
+    if replica_id is not None:
+        from .ids import check_id
+        try:
+            check_id("replica ID", replica_id)
+        except MalformedDocument as e:
+            raise ConfigError(e.message) from None
+    replica_id = replica_id or new_id(rand())
+    db_id = new_id(rand())
+    engine.create(path, f"docdb-{db_id}", durability=durability,
+                  **({"segment_bytes": segment_bytes} if segment_bytes else {}))
+    db = engine.open(path)
+    try:
+        for r in REGIONS:
+            db.create_region(r)
+        with db.transaction() as tx:
+            tx.set("meta", ("kind",), "documents")
+            tx.set("meta", ("replica_id",), replica_id)
+            tx.set("meta", ("db_id",), db_id)
+            tx.set("meta", ("title",), title)
+            tx.set("meta", ("changeno",), 0)
+            tx.set("meta", ("acl",), DEFAULT_ACL)
+            tx.set("meta", ("forms",), {})
+        db.flush()
+    finally:
+        db.close()
+    atomic_write(Path(path) / IDENTITY_FILE,
+                 json.dumps({"replica_id": replica_id, "db_id": db_id, "title": title}).encode())
+    return DocDB(path, clock=clock, rand=rand)
+
+
+def open(path: str | os.PathLike, **kwargs: Any) -> "DocDB":  # noqa: A001 - the public name
+    return DocDB(path, **kwargs)
+
+
+@dataclass
+class Snapshot:
+    epoch: int
+    docs: dict[str, Doc | None]
+
+
+class DocDB:
+    """An open document database. Thread-safe; one per process (the instance lock)."""
+
+    def __init__(self, path: str | os.PathLike, *, clock: Clock | None = None, rand: Rand | None = None,
+                 durability: str | None = None):
+        self.path = Path(path).absolute()
+        if not (self.path / "instance.msi").exists():
+            raise NotADocumentDatabase(f"{self.path} is not a document database (no instance in it); make one "
+                                       f"with `multisite db create {self.path} --title T`")
+        self.db = engine.open(self.path, durability=durability)
+        try:
+            if self.db.regions().keys() < set(REGIONS) or self.db.get("meta", ("kind",)) != "documents":
+                raise NotADocumentDatabase(f"{self.path} is an instance but not a document database")
+            self.replica_id: str = self.db.get("meta", ("replica_id",))
+            self.db_id: str = self.db.get("meta", ("db_id",))
+            self.title: str = self.db.get("meta", ("title",))
+            self._changeno: int = self.db.get("meta", ("changeno",))
+        except BaseException:
+            self.db.close()
+            raise
+        ident = self.path / IDENTITY_FILE
+        if not ident.exists():  # a restored backup carries the instance; the identity file is rewritten from meta
+            atomic_write(ident, json.dumps({"replica_id": self.replica_id, "db_id": self.db_id,
+                                            "title": self.title}).encode())
+        self._clock = clock or _wall_us
+        self._rand = rand or _rand64
+        self._last_time = 0
+        self._epoch = 0  # bumped by every write: a read made at the same epoch is still current
+        self._lock = threading.RLock()
+
+    # -- identity, ACL, forms -----------------------------------------------------------------------
+    @property
+    def changeno(self) -> int:
+        """The last change number: the bookmark that covers every change so far."""
+        return self._changeno
+
+    def info(self) -> dict:
+        return {"path": str(self.path), "title": self.title, "replica_id": self.replica_id, "db_id": self.db_id,
+                "changeno": self._changeno, "documents": self.count(), "acl": self.acl(), "forms": self.forms()}
+
+    def acl(self) -> dict[str, str]:
+        return dict(self.db.get("meta", ("acl",)) or {})
+
+    def set_access(self, server: str, access: str) -> None:
+        """Give ``server`` (or ``*``, every other server) ``none``, ``reader`` or ``writer`` access."""
+        if access not in ACCESS_LEVELS:
+            raise ConfigError(f"access must be one of {', '.join(ACCESS_LEVELS)}, got {access!r}")
+        if not isinstance(server, str) or not server:
+            raise ConfigError("the ACL names a server (or '*')")
+        with self._lock:
+            acl = self.acl()
+            acl[server] = access
+            self.db.set("meta", ("acl",), acl)
+
+    def access(self, server: str) -> str:
+        """The access ``server`` has: its own entry, else ``*``'s, else none."""
+        acl = self.acl()
+        return acl.get(server, acl.get("*", "none"))
+
+    def forms(self) -> dict[str, dict]:
+        return dict(self.db.get("meta", ("forms",)) or {})
+
+    def define_form(self, name: str, *, merge: bool) -> None:
+        """Declare form ``name``; ``merge`` turns on "merge replication conflicts" for its documents."""
+        with self._lock:
+            forms = self.forms()
+            forms[name] = {"merge": bool(merge)}
+            self.db.set("meta", ("forms",), forms)
+
+    def _merge_on(self, form: str, default: bool = False) -> bool:
+        """The form's merge setting here; a form this replica does not define keeps the document's."""
+        f = self.forms().get(form)
+        return bool(f["merge"]) if f is not None else default
+
+    # -- local writes -------------------------------------------------------------------------------
+    def _now(self) -> int:
+        t = max(self._clock(), self._last_time + 1)  # strictly increasing within this database
+        self._last_time = t
+        return t
+
+    def create(self, form: str, fields: dict[str, Any]) -> str:
+        """A new document; its UNID."""
+        return self.create_many([(form, fields)])[0]
+
+    def create_many(self, docs: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
+        """New documents, in one transaction; their UNIDs."""
+        with self._lock:
+            out = []
+            new = []
+            for form, fields in docs:
+                _check_new(form, fields)
+                t = self._now()
+                d = first_version(new_unid(t, self._rand()), form, fields, t, self.db_id, self._merge_on(form))
+                new.append((d, None))
+                out.append(d.unid)
+            self._write(new)
+            return out
+
+    def update(self, unid: str, fields: dict[str, Any]) -> Doc:
+        """A new version of ``unid`` with ``fields`` changed (others kept)."""
+        if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
+            raise MalformedDocument("fields must be a map of names (strings) to values")
+        with self._lock:
+            cur, c = self._current(check_unid(unid))
+            if cur is None:
+                raise DocumentNotFound(f"no document {unid} in {self.title}")
+            if cur.deleted:
+                raise DocumentDeleted(f"document {unid} in {self.title} was deleted; create a new one instead")
+            d = cur.next_version(self._now(), self.db_id, fields, merge=self._merge_on(cur.form, cur.merge))
+            self._write([(d, c)])
+            return d
+
+    def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> list[Doc]:
+        """New versions of several documents, in one transaction (each UNID at most once)."""
+        with self._lock:
+            out: list[tuple[Doc, int | None]] = []
+            seen = set()
+            for unid, fields in changes:
+                if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
+                    raise MalformedDocument("fields must be a map of names (strings) to values")
+                if unid in seen:
+                    raise MalformedDocument(f"document {unid} appears twice in one update_many")
+                seen.add(unid)
+                cur, c = self._current(check_unid(unid))
+                if cur is None:
+                    raise DocumentNotFound(f"no document {unid} in {self.title}")
+                if cur.deleted:
+                    raise DocumentDeleted(f"document {unid} in {self.title} was deleted")
+                out.append((cur.next_version(self._now(), self.db_id, fields, merge=self._merge_on(cur.form, cur.merge)), c))
+            self._write(out)
+            return [d for d, _ in out]
+
+    def delete(self, unid: str) -> Doc:
+        """Delete ``unid``: a deletion stub (no fields, the next sequence number) that replicates."""
+        with self._lock:
+            cur, c = self._current(check_unid(unid))
+            if cur is None:
+                raise DocumentNotFound(f"no document {unid} in {self.title}")
+            if cur.deleted:
+                return cur
+            d = cur.next_version(self._now(), self.db_id, deleted=True)
+            self._write([(d, c)])
+            return d
+
+    def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None, *, checked: bool = False) -> None:
+        """Write new versions and ``extra`` ops, atomically: one op per document and one per change block.
+        ``checked``: the documents came off the wire through ``Doc.from_value`` (every value is a msgpack
+        type already), so they skip the document-type check that local fields get."""
+        ops: list = []
+        n = self._changeno
+        enc = _raw_encode if checked else encode_value
+        block: list = []
+        for d, _old in docs:
+            n += 1
+            if len(block) == CHANGE_BLOCK_ENTRIES:
+                ops.append((SET, "changes", (n - len(block),), _raw_encode(block)))
+                block = []
+            block.append([d.unid, d.seq, d.time_us, d.origin])
+            ops.append((SET, "docs", (d.unid,), enc([n, d.to_value()])))
+        if block:
+            ops.append((SET, "changes", (n + 1 - len(block),), _raw_encode(block)))
+        ops.append((SET, "meta", ("changeno",), encode_value(n)))
+        ops.extend(extra or ())
+        self.db.commit_updates(ops)
+        self._changeno = n
+        self._epoch += 1
+
+    # -- reads --------------------------------------------------------------------------------------
+    def _current(self, unid: str) -> tuple[Doc | None, int | None]:
+        v = self.db.get("docs", (unid,))
+        if v is None:
+            return None, None
+        return Doc.trusted(v[1]), v[0]
+
+    def get(self, unid: str, *, include_deleted: bool = False) -> Doc | None:
+        """The document ``unid`` (None if absent; a deletion stub only with ``include_deleted``)."""
+        d, _ = self._current(check_unid(unid))
+        if d is None or (d.deleted and not include_deleted):
+            return None
+        return d
+
+    def documents(self, *, include_deleted: bool = False) -> Iterator[Doc]:
+        """Every document in UNID order."""
+        for _, v in self.db.items("docs"):
+            d = Doc.trusted(v[1])
+            if include_deleted or not d.deleted:
+                yield d
+
+    def count(self) -> int:
+        return sum(1 for _ in self.db.items("docs"))
+
+    def changes(self, since: int = 0, limit: int | None = None, *, current_only: bool = False
+                ) -> tuple[list[tuple[str, Stamp]], int]:
+        """``([(unid, stamp)], last)``: the documents changed after change number ``since``, each once at
+        its latest change in this range, in change order; about ``limit`` of them (a page ends with a
+        change block); ``last`` is the change number to continue from (the bookmark). An entry may be
+        stale (its document was rewritten after ``last``, and is listed again on a later page);
+        ``current_only`` reads each document to drop those (one read each: the pusher's own list, whose
+        stale entries would otherwise cost the peer a fetch)."""
+        latest: dict[str, tuple[int, Stamp]] = {}
+        last = since
+        start = max(1, since + 2 - CHANGE_BLOCK_ENTRIES)  # the block that holds since + 1 starts here or later
+        for (first,), block in self.db.items("changes", start=(start,)):
+            for i, (unid, seq, t, origin) in enumerate(block):
+                if first + i > since:
+                    latest.pop(unid, None)  # keep the latest entry, in its place
+                    latest[unid] = (first + i, _new_stamp(Stamp, (seq, t, origin)))
+            last = max(last, first + len(block) - 1)
+            if limit is not None and len(latest) >= limit:
+                break
+        if current_only:
+            rows = self._rows(list(latest))
+            return [(u, st) for u, (n, st) in latest.items() if u in rows and rows[u][0] == n], last
+        return [(u, st) for u, (_, st) in latest.items()], last
+
+    def _rows(self, unids: list[str]) -> dict[str, list]:
+        """The stored ``[changeno, doc]`` of each of ``unids`` that exists. UNIDs start with their creation
+        time, so a batch of new documents is often one key range: one range read when the range holds
+        few other documents, else one read per document."""
+        if not unids:
+            return {}
+        want = set(unids)
+        lo, hi = min(unids), max(unids)
+        limit = 2 * len(want) + 16
+        rows = self.db.page("docs", encode_key((lo,)), encode_key((hi + "!",)), limit)  # "!": just past hi
+        if len(rows) < limit:
+            out = {}
+            a, b = len(_KEY_PRE), -len(_KEY_POST) or None
+            for kb, vb in rows:
+                u = kb[a:b].decode("ascii", "replace")  # (unid,) encoded: a fixed prefix, the hex, a fixed suffix
+                if u in want:
+                    out[u] = _raw_decode(vb)
+            return out
+        out = {}
+        for u in unids:
+            v = self.db.get("docs", (u,))
+            if v is not None:
+                out[u] = v
+        return out
+
+    def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
+        unids = list(unids)
+        rows = self._rows(unids)
+        return {u: (Doc.trusted(rows[u][1]) if u in rows else None) for u in unids}
+
+    def stored_many(self, unids: Iterable[str]) -> list[list]:
+        """The stored form (``Doc.to_value``) of each document that exists, as read (to send it on)."""
+        unids = list(unids)
+        rows = self._rows(unids)
+        return [rows[u][1] for u in unids if u in rows]
+
+    def verify(self) -> int:
+        """Check every stored document's shape (``Doc.from_value``); the count. Local reads trust the
+        store (its writes were checked); this is the slow, full check for tools and tests."""
+        n = 0
+        for _, v in self.db.items("docs"):
+            Doc.from_value(v[1])
+            n += 1
+        return n
+
+    # -- replication --------------------------------------------------------------------------------
+    def bookmark(self, peer_db_id: str, direction: str) -> int:
+        """``in``: the peer's change number up to which its changes are applied here; ``out``: ours up to
+        which the peer has applied our changes (as it last told us)."""
+        return self.db.get("history", (peer_db_id, direction)) or 0
+
+    def set_bookmark(self, peer_db_id: str, direction: str, changeno: int) -> None:
+        with self._lock:
+            self.db.set("history", (peer_db_id, direction), max(changeno, self.bookmark(peer_db_id, direction)))
+
+    def current_at(self, unids: Iterable[str]) -> "Snapshot":
+        """The current documents and the write epoch they were read at; passed to ``apply_incoming`` as
+        ``known``, they save reading them again if nothing else was written since."""
+        with self._lock:
+            return Snapshot(self._epoch, self.current_many(unids))
+
+    def apply_incoming(self, docs: list[Doc], *, peer_db_id: str | None = None, bookmark: int | None = None,
+                       known: "Snapshot | None" = None, echo: set | None = None) -> Counter:
+        """Reconcile versions received from a replica (seed step 9) and write the outcome and, in the same
+        transaction, the ``in`` bookmark for ``peer_db_id``; counts per outcome kind. ``known`` (from
+        ``current_at``) is used if no write came in between, and is brought up to date with this one's.
+        ``echo`` collects ``(unid, stamp)`` of the received versions written as they came: the peer holds
+        them, so a push back to it in the same session need not offer them."""
+        counts: Counter = Counter()
+        with self._lock:
+            writes: list[tuple[Doc, int | None]] = []
+            pending: dict[str, tuple[Doc, int | None]] = {}  # a batch may hold a document twice
+            hint = known.docs if known is not None and known.epoch == self._epoch else None
+            unknown = [d.unid for d in docs if hint is None or d.unid not in hint]
+            have = {u: Doc.trusted(v[1]) for u, v in self._rows(unknown).items()}  # one batch read
+            conflicts: list[Doc] = []
+            for inc in docs:
+                if inc.unid in pending:
+                    cur = pending[inc.unid][0]
+                elif hint is not None and inc.unid in hint:
+                    cur = hint[inc.unid]
+                else:
+                    cur = have.get(inc.unid)
+                out: Outcome = reconcile(cur, inc)
+                counts[out.kind.value] += 1
+                if out.write is not None:
+                    pending[inc.unid] = (out.write, None)
+                    if echo is not None and out.write is inc:
+                        echo.add((inc.unid, inc.stamp))
+                if out.conflict_doc is not None:
+                    conflicts.append(out.conflict_doc)
+            if conflicts:  # a conflict document made here may exist already (found before, or replicated)
+                exist = self._rows([cd.unid for cd in conflicts if cd.unid not in pending])
+                for cd in conflicts:
+                    if cd.unid not in pending and cd.unid not in exist:
+                        pending[cd.unid] = (cd, None)
+            writes = list(pending.values())
+            extra = []
+            if peer_db_id is not None and bookmark is not None:
+                old = self.bookmark(peer_db_id, "in")
+                extra.append((SET, "history", (peer_db_id, "in"), encode_value(max(old, bookmark))))
+            if writes or extra:
+                self._write(writes, extra, checked=True)
+            if hint is not None:  # still current: add what this call wrote
+                hint.update((u, d) for u, (d, _) in pending.items())
+                known.epoch = self._epoch
+        return counts
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        self.db.flush()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "DocDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<DocDB {self.title!r} replica {self.replica_id} db {self.db_id} at {self.path}>"
+
+
+def _check_new(form: object, fields: object) -> None:
+    if not isinstance(form, str) or not form:
+        raise MalformedDocument(f"a document's form must be a non-empty string, got {form!r:.40}")
+    if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
+        raise MalformedDocument("fields must be a map of names (strings) to values")
+
+
+__all__ = ["DocDB", "create", "open", "read_identity", "MultisiteError", "Kind"]

@@ -1,0 +1,237 @@
+"""The replicator's wire between two document servers, sans-IO (the shape of ``grid/wire.py``).
+
+Every message is one frame: ``u32 length | u8 type | msgpack body`` (array-like structs). The
+**initiator** (the server whose Replicator runs the session) sends requests; the **responder**
+answers each with exactly one reply, in order. ``Hello`` comes first and names the initiator (and
+where its own server listens, for pull-pull) and is answered before anything else is sent; after it
+the initiator may pipeline: send several requests before the replies come (at most
+``MAX_OUTSTANDING_REQUESTS``), so the responder reads the next batch while the initiator applies one. ``Refused`` answers any
+request it cannot serve (no such replica, access denied, a malformed document) and the session may
+go on with its next database; a ``Refused`` to ``Hello`` ends the connection. Anything else out of
+turn, a malformed frame or an oversized one raises Remote/LocalProtocolError and the wire stays in
+``ERROR``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from enum import Enum
+from typing import Any, Union
+
+import msgspec
+
+from ..errors import LocalProtocolError, RemoteProtocolError
+
+DOC_WIRE_VERSION = 1
+FRAME_PREFIX = struct.Struct("<IB")
+MAX_DOC_FRAME_BYTES = 64 * 1024 * 1024
+MAX_OUTSTANDING_REQUESTS = 64
+
+
+class _M(msgspec.Struct, array_like=True):
+    pass
+
+
+# -- requests (initiator -> responder) -------------------------------------------------------------
+class Hello(_M, tag=1):
+    version: int
+    server: str
+    listen: str = ""  # where the initiator's own docserver listens ("" if it does not)
+
+
+class ListDbs(_M, tag=2):
+    pass
+
+
+class GetBookmarks(_M, tag=3):
+    replica_id: str
+    peer_db_id: str  # the initiator's database
+
+
+class Changes(_M, tag=4):
+    replica_id: str
+    since: int
+    limit: int
+
+
+class Fetch(_M, tag=5):
+    replica_id: str
+    unids: list[str]
+
+
+class PullDone(_M, tag=6):
+    replica_id: str
+    peer_db_id: str
+    upto: int  # the responder's change number the initiator now holds everything up to
+
+
+class Offer(_M, tag=7):
+    replica_id: str
+    entries: list[tuple[str, int, int, str]]  # unid, seq, time_us, origin
+
+
+class Push(_M, tag=8):
+    replica_id: str
+    peer_db_id: str
+    docs: list[Any]  # Doc.to_value() each
+    upto: int  # with this batch applied, the responder holds the initiator's changes up to here (-1: not yet)
+
+
+class PullBack(_M, tag=9):
+    """pull-pull: the initiator asks the responder's Replicator to pull from it, for these replicas."""
+
+    replica_ids: list[str]
+
+
+# -- replies (responder -> initiator) ---------------------------------------------------------------
+class HelloOk(_M, tag=20):
+    version: int
+    server: str
+
+
+class DbList(_M, tag=21):
+    dbs: list[tuple[str, str, str, str]]  # replica_id, db_id, title, the initiator's access
+
+
+class Bookmarks(_M, tag=22):
+    db_id: str
+    bm_in: int  # the responder holds the initiator's changes up to here
+    bm_out: int  # the initiator holds the responder's changes up to here (as the responder was told)
+
+
+class ChangePage(_M, tag=23):
+    entries: list[tuple[str, int, int, str]]
+    last: int
+    more: bool
+
+
+class Docs(_M, tag=24):
+    docs: list[Any]
+
+
+class Want(_M, tag=25):
+    unids: list[str]
+
+
+class Applied(_M, tag=26):
+    counts: dict[str, int]
+
+
+class Ok(_M, tag=27):
+    pass
+
+
+class Refused(_M, tag=28):
+    code: str
+    message: str
+
+
+Request = Union[Hello, ListDbs, GetBookmarks, Changes, Fetch, PullDone, Offer, Push, PullBack]
+Reply = Union[HelloOk, DbList, Bookmarks, ChangePage, Docs, Want, Applied, Ok, Refused]
+REQUESTS = tuple(Request.__args__)  # type: ignore[attr-defined]
+REPLIES = tuple(Reply.__args__)  # type: ignore[attr-defined]
+# The reply each request may get (besides Refused).
+ANSWERS: dict[type, type] = {Hello: HelloOk, ListDbs: DbList, GetBookmarks: Bookmarks, Changes: ChangePage,
+                             Fetch: Docs, PullDone: Ok, Offer: Want, Push: Applied, PullBack: Ok}
+MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in REQUESTS + REPLIES}
+_encoder = msgspec.msgpack.Encoder()
+_decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
+
+
+class Side(Enum):
+    INITIATOR = "initiator"
+    RESPONDER = "responder"
+
+
+class State(Enum):
+    IDLE = "idle"  # nothing yet: the initiator's Hello comes first
+    GREETING = "greeting"  # Hello sent, HelloOk awaited
+    READY = "ready"  # the initiator may send a request
+    WAITING = "waiting"  # requests are out; a reply answers the oldest
+    DONE = "done"  # the Hello was refused
+    CLOSED = "closed"
+    ERROR = "error"
+
+
+NEED_DATA = object()
+
+
+class DocWire:
+    """One end of a replicator connection (``side`` is the end this object is)."""
+
+    def __init__(self, side: Side, *, max_frame_bytes: int = MAX_DOC_FRAME_BYTES) -> None:
+        self.side = side
+        self.state = State.IDLE
+        self.max_frame_bytes = max_frame_bytes
+        self._asked: deque[type] = deque()  # the requests not yet answered, oldest first
+        self._buf = bytearray()
+        self._eof = False
+
+    def _step(self, sender: Side, msg: object, err: type) -> None:
+        if self.state is State.ERROR:
+            raise err(f"the replicator connection is broken; {type(msg).__name__} cannot be "
+                      f"{'sent' if err is LocalProtocolError else 'received'}")
+        t = type(msg)
+        st = self.state
+        if sender is Side.INITIATOR and isinstance(msg, REQUESTS) and (
+                (st is State.IDLE and t is Hello) or (st in (State.READY, State.WAITING) and t is not Hello
+                                                      and len(self._asked) < MAX_OUTSTANDING_REQUESTS)):
+            self._asked.append(t)
+            self.state = State.GREETING if t is Hello else State.WAITING
+            return
+        if sender is Side.RESPONDER and st in (State.GREETING, State.WAITING) and (
+                t is Refused or t is ANSWERS[self._asked[0]]):
+            self._asked.popleft()
+            self.state = (State.DONE if (st is State.GREETING and t is Refused)
+                          else State.WAITING if self._asked else State.READY)
+            return
+        self.state = State.ERROR
+        want = (f"a {ANSWERS[self._asked[0]].__name__} or Refused" if st in (State.GREETING, State.WAITING)
+                else "Hello" if st is State.IDLE else "a request" if st is State.READY else "nothing")
+        raise err(f"the {sender.value} may not send {t.__name__} in state {st.value}: expected {want}")
+
+    def send(self, msg: Request | Reply) -> bytes:
+        self._step(self.side, msg, LocalProtocolError)
+        body = _encoder.encode(msg)
+        return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the peer; ``b""`` means the peer closed."""
+        if data:
+            self._buf += data
+        else:
+            self._eof = True
+
+    def next_event(self) -> Any:
+        """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("the replicator connection is broken")
+        if len(self._buf) < FRAME_PREFIX.size:
+            return self._end() if self._eof else NEED_DATA
+        length, t = FRAME_PREFIX.unpack_from(self._buf)
+        if length < 1 or length > self.max_frame_bytes:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"replicator frame of {length} bytes (at most {self.max_frame_bytes}): "
+                                      f"not a multisite document server, or a broken one")
+        if len(self._buf) < 4 + length:
+            return self._end() if self._eof else NEED_DATA
+        body = bytes(self._buf[FRAME_PREFIX.size:4 + length])
+        del self._buf[:4 + length]
+        if t not in _decoders:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"unknown replicator message type {t}")
+        try:
+            msg = _decoders[t].decode(body)
+        except msgspec.DecodeError as e:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"malformed replicator message of type {t}: {e}") from None
+        peer = Side.RESPONDER if self.side is Side.INITIATOR else Side.INITIATOR
+        self._step(peer, msg, RemoteProtocolError)
+        return msg
+
+    def _end(self) -> None:
+        if self._buf:
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"the peer closed in the middle of a frame ({len(self._buf)} bytes left)")
+        self.state = State.CLOSED

@@ -1,0 +1,96 @@
+"""Starting, stopping and asking a document server (``multisite docserver``, the console verbs).
+
+Like ``grid_process.py``: the server runs in a new session, logs under its HOME, and is ready once
+its control socket (named after HOME) answers with its own pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ServerError
+from . import control
+from .process import _exited
+from .tls import parse_hostport
+
+START_TIMEOUT_S = 30.0
+
+
+def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, replicators: int = 1,
+                    peers: dict[str, str] | None = None, address_book: str | None = None,
+                    tls: dict[str, str] | None = None) -> dict:
+    """Spawn a document server serving ``dirs``; returns its run info once it answers."""
+    parse_hostport(listen)
+    if not dirs and not address_book:
+        raise ConfigError("a document server serves at least one database directory")
+    if replicators < 1:
+        raise ConfigError(f"--replicators must be 1 or more, got {replicators}")
+    from ..multimaster.docdb import read_identity
+    for d in dirs + ([address_book] if address_book else []):
+        read_identity(d)  # not a document database: an error here, naming it
+    home = Path(home).absolute()
+    for sub in ("log", "run"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    if control.is_running(home):
+        raise ServerError(f"a document server is already running with home {home}")
+    cmd = [sys.executable, "-m", "multisite.net.docserver", str(home), *[str(Path(d).absolute()) for d in dirs],
+           "--name", name, "--listen", listen, "--replicators", str(replicators)]
+    for n, a in (peers or {}).items():
+        cmd += ["--peer", f"{n}={a}"]
+    if address_book:
+        cmd += ["--address-book", str(Path(address_book).absolute())]
+    for k, v in (tls or {}).items():
+        if v is True:
+            cmd += [f"--tls-{k.replace('_', '-')}"]
+        elif v:
+            cmd += [f"--tls-{k.replace('_', '-')}", str(v)]
+    out = open(home / "log" / "docserver.out", "ab")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            lines = (home / "log" / "docserver.out").read_text(errors="replace").strip().splitlines()
+            err = [ln for ln in lines if "error" in ln.lower()] or lines[-1:]
+            raise ServerError(f"the document server {name} exited at start (status {proc.returncode}): "
+                              f"{err[-1] if err else '(no output)'}")
+        if control.is_running(home):
+            info = json.loads((home / "run" / "docserver.json").read_text())
+            if info.get("pid") == proc.pid:
+                info["process"] = proc
+                return info
+        time.sleep(0.05)
+    proc.kill()
+    raise ServerError(f"the document server {name} did not answer within {START_TIMEOUT_S:.0f} s")
+
+
+def call(home: Path, op: str, timeout: float = control.CONTROL_TIMEOUT_S, **args: Any) -> Any:
+    """One control request to the document server whose home is ``home``."""
+    home = Path(home).absolute()
+    try:
+        return control.call(home, op, timeout=timeout, **args)
+    except ServerError as e:
+        if "no instance server" in e.message:
+            raise ServerError(f"no document server is running with home {home}; start one with "
+                              f"`multisite docserver start`") from None
+        raise
+
+
+def stop_docserver(home: Path, timeout: float = 10.0) -> int:
+    home = Path(home).absolute()
+    pid = call(home, "ping", timeout=5)["pid"]
+    call(home, "shutdown", timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return pid
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return pid

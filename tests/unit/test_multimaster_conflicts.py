@@ -1,0 +1,134 @@
+"""Step 9 a-d under Hypothesis: for any two versions grown from a common ancestor on two replicas,
+both replicas decide the same: same divergence, same winner, same merge, same conflict document."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from multisite.multimaster.conflicts import Kind, common_seq, descends, reconcile, try_merge, winner
+from multisite.multimaster.document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
+
+FIELDS = ["a", "b", "c", "d"]
+UNID = "00" * 8 + "11" * 8
+
+# An edit: (field changes or None for a deletion, clock step in µs)
+edit = st.tuples(st.one_of(st.none(), st.dictionaries(st.sampled_from(FIELDS), st.integers(0, 9), min_size=1)),
+                 st.integers(0, 3))
+
+
+def grow(doc: Doc, edits, origin: str, clock: int) -> Doc:
+    for fields, step in edits:
+        if doc.deleted:
+            break
+        clock += step
+        doc = doc.next_version(clock, origin, deleted=True) if fields is None else doc.next_version(clock, origin, fields)
+    return doc
+
+
+@st.composite
+def two_lines(draw):
+    merge = draw(st.booleans())
+    base = first_version(UNID, "F", {f: 0 for f in FIELDS}, 100, "o0", merge)
+    base = grow(base, draw(st.lists(edit, max_size=3)), "o0", 100)
+    a = grow(base, draw(st.lists(edit, max_size=4)), "oa", base.time_us)
+    b = grow(base, draw(st.lists(edit, max_size=4)), "ob", base.time_us)
+    return base, a, b
+
+
+def settle(cur: Doc, inc: Doc):
+    out = reconcile(cur, inc)
+    return (out.write or cur), out
+
+
+@settings(max_examples=400)
+@given(two_lines())
+def test_both_replicas_reach_the_same_version(lines):
+    _, a, b = lines
+    on_a, _ = settle(a, b)
+    on_b, _ = settle(b, a)
+    # One pull-push: A pulls B's version, then B gets A's result.
+    final_b, _ = settle(b, on_a)
+    final_a, _ = settle(on_a, on_b)
+    assert final_a == final_b
+    assert winner(a, b) == winner(b, a)
+
+
+@settings(max_examples=400)
+@given(two_lines())
+def test_divergence_is_symmetric_and_ancestors_are_not_conflicts(lines):
+    base, a, b = lines
+    assert descends(a, base) and descends(b, base)
+    assert reconcile(a, base).kind in (Kind.SAME, Kind.OLDER)
+    diverged = not descends(a, b) and not descends(b, a)
+    kinds = {reconcile(a, b).kind, reconcile(b, a).kind}
+    if not diverged:
+        assert kinds <= {Kind.SAME, Kind.OLDER, Kind.UPDATED, Kind.DELETED}
+    else:
+        assert kinds & {Kind.KEPT, Kind.CONFLICT, Kind.MERGED, Kind.UPDATED, Kind.DELETED}
+        assert common_seq(a, b) >= base.seq
+
+
+@settings(max_examples=400)
+@given(two_lines())
+def test_merge_and_conflict_documents_are_identical_wherever_made(lines):
+    _, a, b = lines
+    out_a, out_b = reconcile(a, b), reconcile(b, a)
+    if out_a.kind is Kind.MERGED or out_b.kind is Kind.MERGED:
+        assert out_a.kind is out_b.kind is Kind.MERGED
+        assert out_a.write == out_b.write
+        m = out_a.write
+        assert descends(m, a) and descends(m, b)  # both lines are ancestors: no conflict later
+        for f in FIELDS:  # every changed field survives
+            if a.field_seqs[f] > common_seq(a, b):
+                assert m.fields[f] == a.fields[f]
+            if b.field_seqs[f] > common_seq(a, b):
+                assert m.fields[f] == b.fields[f]
+    conflicts = [o.conflict_doc for o in (out_a, out_b) if o.conflict_doc is not None]
+    assert len(conflicts) <= 1  # only the side holding the loser makes one
+    if conflicts:
+        cd = conflicts[0]
+        loser = a if out_a.conflict_doc else b
+        assert cd.fields[CONFLICT_FIELD] == 1 and cd.fields[REF_FIELD] == UNID
+        assert {k: v for k, v in cd.fields.items() if not k.startswith("$")} == loser.fields
+        assert reconcile(a if loser is b else b, loser).kind is Kind.KEPT
+
+
+def test_higher_sequence_number_wins_then_later_time():
+    base = first_version(UNID, "F", {"a": 0}, 100, "o0", False)
+    a = base.next_version(200, "oa", {"a": 1}).next_version(201, "oa", {"a": 2})
+    b = base.next_version(900, "ob", {"a": 3})
+    assert winner(a, b) is a
+    out = reconcile(b, a)
+    assert out.kind is Kind.CONFLICT and out.write == a and out.conflict_doc.fields["a"] == 3
+    c = base.next_version(300, "oc", {"a": 4})
+    assert winner(b, c) is b  # same seq: later time
+
+
+def test_a_tie_on_sequence_and_time_goes_to_the_greater_database_identifier():
+    base = first_version(UNID, "F", {"a": 0}, 100, "o0", False)
+    a = base.next_version(200, "oa", {"a": 1})
+    b = base.next_version(200, "ob", {"a": 2})
+    assert winner(a, b) is b and winner(b, a) is b
+
+
+def test_deletion_wins_unless_the_update_is_newer():
+    base = first_version(UNID, "F", {"a": 0}, 100, "o0", False)
+    upd = base.next_version(200, "oa", {"a": 1}).next_version(210, "oa", {"a": 2})
+    dele = base.next_version(300, "ob", deleted=True)
+    assert winner(upd, dele) is dele  # the deletion is later though its sequence number is lower
+    assert reconcile(upd, dele).kind is Kind.DELETED and reconcile(upd, dele).conflict_doc is None
+    later = base.next_version(400, "oa", {"a": 5})
+    assert winner(later, dele) is later
+    assert reconcile(dele, later).write == later
+
+
+def test_merge_needs_the_form_setting_and_disjoint_fields():
+    base = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", True)
+    a = base.next_version(200, "oa", {"a": 1})
+    b = base.next_version(300, "ob", {"b": 1})
+    m = try_merge(winner(a, b), a)
+    assert m is not None and m.fields == {"a": 1, "b": 1}
+    overlapping = base.next_version(300, "ob", {"a": 7})
+    assert try_merge(winner(a, overlapping), a) is None
+    plain = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", False)
+    assert try_merge(plain.next_version(300, "ob", {"b": 1}), plain.next_version(200, "oa", {"a": 1})) is None
