@@ -3,6 +3,8 @@ both replicas decide the same: same divergence, same winner, same merge, same co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings, strategies as st
 
 from multisite.multimaster.conflicts import Kind, common_seq, descends, reconcile, try_merge, winner
@@ -111,15 +113,27 @@ def test_a_tie_on_sequence_and_time_goes_to_the_greater_database_identifier():
     assert winner(a, b) is b and winner(b, a) is b
 
 
-def test_deletion_wins_unless_the_update_is_newer():
+def test_a_deletion_is_a_version_like_any_other_the_higher_sequence_then_the_later_time_wins():
     base = first_version(UNID, "F", {"a": 0}, 100, "o0", False)
     upd = base.next_version(200, "oa", {"a": 1}).next_version(210, "oa", {"a": 2})
     dele = base.next_version(300, "ob", deleted=True)
-    assert winner(upd, dele) is dele  # the deletion is later though its sequence number is lower
-    assert reconcile(upd, dele).kind is Kind.DELETED and reconcile(upd, dele).conflict_doc is None
-    later = base.next_version(400, "oa", {"a": 5})
-    assert winner(later, dele) is later
-    assert reconcile(dele, later).write == later
+    assert winner(upd, dele) is upd and winner(dele, upd) is upd  # the seed: the latest sequence number
+    edit = base.next_version(350, "oa", {"a": 9})
+    later_del = base.next_version(400, "ob", deleted=True)
+    assert winner(edit, later_del) is later_del  # equal sequence numbers: the later time
+    assert reconcile(edit, later_del).kind is Kind.DELETED and reconcile(edit, later_del).conflict_doc is None
+    later = base.next_version(500, "oa", {"a": 5})
+    assert winner(later, later_del) is later
+    assert reconcile(later_del, later).write == later
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3), st.booleans(), st.sampled_from("abc")),
+                 min_size=3, max_size=3))
+def test_the_winner_is_one_total_order_so_any_session_order_converges(specs):
+    base = first_version(UNID, "F", {"a": 0}, 100, "o0", False)
+    a, b, c = (replace(base, seq=q, time_us=200 + t, deleted=d, origin=o) for q, t, d, o in specs)
+    assert winner(a, winner(b, c)) == winner(winner(a, b), c)
+    assert winner(a, b) == winner(b, a)
 
 
 def test_merge_needs_the_form_setting_and_disjoint_fields():

@@ -9,9 +9,11 @@ arrives from another replica; it returns what to write. The parts:
   equal stamps are the same version. A version a merge absorbed (``Doc.merged``) counts as an
   ancestor too. Anything else has **diverged**.
 - **Winner** (9b), fully deterministic so every server picks the same one: the higher sequence number,
-  then the later sequence time, then the greater origin (database identifier). **Deletion against
-  update** (the seed is silent; Domino's rule): the deletion wins unless the update's sequence time
-  is later; a tie goes to the deletion. The update that loses to a deletion is dropped, as in Domino.
+  then the later sequence time (the seed's rule), then a deletion over an update, then the greater
+  origin (database identifier). A deletion is a version like any other: Domino's extra rule (a
+  deletion wins unless the update is newer, whatever the sequence numbers) is not transitive, and with
+  three replicas the outcome then depended on the order sessions met the versions (they never
+  converged). The update that loses to a deletion is dropped, as in Domino.
 - **Merge** (9c): if the winner's form has merge on and neither is a deletion, find the last version
   both lines share (the common ancestor ``c``); the fields each side changed are those with a field
   sequence number above ``c``. If the sets do not overlap, the result is one merged version made
@@ -60,12 +62,16 @@ def diverged(a: Doc, b: Doc) -> bool:
 
 
 def winner(a: Doc, b: Doc) -> Doc:
-    """The winning version of two diverged versions; symmetric: ``winner(a, b) is winner(b, a)``'s
-    twin. Domino's deletion rule first, then sequence number, sequence time, origin."""
-    if a.deleted != b.deleted:
-        d, u = (a, b) if a.deleted else (b, a)
-        return u if u.time_us > d.time_us else d
-    return a if (a.seq, a.time_us, a.origin) >= (b.seq, b.time_us, b.origin) else b
+    """The winning version of two diverged versions: the higher sequence number, then the later
+    sequence time, then a deletion over an update, then the origin. One total order, so the outcome
+    does not depend on the order sessions meet the versions in: Domino's own pairwise rule (a
+    deletion wins unless the update is newer, whatever the sequence numbers) is not transitive, and
+    three replicas could then keep different versions for good (found by a review; see DESIGN.md)."""
+    return a if _rank(a) >= _rank(b) else b
+
+
+def _rank(d: Doc) -> tuple:
+    return (d.seq, d.time_us, d.deleted, d.origin)
 
 
 def common_seq(a: Doc, b: Doc) -> int:

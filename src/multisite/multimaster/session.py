@@ -15,8 +15,9 @@ Per database both servers hold a replica of (matched by replica ID, step 5), in 
 - **push** (steps 11-12): list our own changes since the bookmark, ``Offer`` them, send the ones the
   responder wants (``Push``); it reconciles and stores its ``in`` bookmark with them.
 
-The bookmark used is the larger of the two sides' records of the same flow, each of which is stored
-only once the changes it covers are durable: a cut session repeats work, never skips it. Records are
+The bookmark used is the smaller of the two sides' records of the same flow (the point both agree on),
+each of which is stored only once the changes it covers are durable: a cut session repeats work,
+never skips it, and a replica restored from a backup (its change numbers go back) is not skipped. Records are
 kept per (peer database ID, peer server name): a server moves only the records of its own replicas.
 """
 
@@ -116,7 +117,7 @@ def _decode_docs(values: list[Any]) -> list[Doc]:
 
 
 def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[Any], bool] | None = None,
-             listen: str = "") -> Generator[Any, Any, SessionReport]:
+             listen: str = "", expect_peer: str | None = None) -> Generator[Any, Any, SessionReport]:
     """The initiator's side of one session. ``local``: this server's databases by replica ID (already
     filtered to those it serves); ``only`` picks the databases to replicate (default all in common)."""
     hello = yield Hello(DOC_WIRE_VERSION, server, listen)
@@ -124,6 +125,9 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
         raise _error(hello)
     assert isinstance(hello, HelloOk)
     peer = hello.server
+    if expect_peer is not None and peer != expect_peer:  # its certificate, or the server that asked for a pull-back
+        raise AccessDenied(f"the server answering says it is {peer!r}, but {expect_peer!r} was expected: "
+                           f"session refused")
     report = SessionReport(server, peer, mode.value)
     listing = yield ListDbs()
     if isinstance(listing, Refused):
@@ -164,7 +168,7 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
 
 
 def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
-    since = max(db.bookmark(key, "in"), bm.bm_out)
+    since = min(db.bookmark(key, "in"), bm.bm_out)  # the point both sides agree on: repeat, never skip
     while True:
         page = yield Changes(rid, since, CHANGES_PAGE_ENTRIES)
         if isinstance(page, Refused):
@@ -205,7 +209,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
 
 
 def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
-    since = max(db.bookmark(key, "out"), bm.bm_in)
+    since = min(db.bookmark(key, "out"), bm.bm_in)  # the point both sides agree on: repeat, never skip
     while True:
         changes, last = db.changes(since, PUSH_LIST_ENTRIES, current_only=True)
         if last == since:
@@ -336,8 +340,10 @@ class Responder:
                                        bookmark=req.upto if req.upto >= 0 else None)
             return Applied(dict(counts))
         if isinstance(req, PullBack):
-            if self.on_pull_back is not None:
-                self.on_pull_back(self.peer, self.peer_listen, list(req.replica_ids))
+            # our half pulls from the peer into our databases: only those it may write to here
+            ids = [r for r in req.replica_ids if r in self.dbs and self.dbs[r].access(self.peer) == "writer"]
+            if ids and self.on_pull_back is not None:
+                self.on_pull_back(self.peer, self.peer_listen, ids)
             return Ok()
         raise MalformedDocument(f"unexpected request {type(req).__name__}")
 

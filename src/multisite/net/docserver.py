@@ -163,20 +163,21 @@ class DocServer:
             writer.close()
 
     def _pull_back(self, peer: str, listen: str, replica_ids: list[str]) -> None:
-        address = listen or self.peers.get(peer, "")
+        address = self.peers.get(peer) or listen  # a configured address first: a Hello may name any
         if not address:
             self.log.warning("pull-pull from %s: it gave no address to pull from; its half is not run", peer)
             return
         self.log.info("pull-pull: %s asked for our half; pulling %d database(s) from %s", peer, len(replica_ids),
                       address)
         ids = set(replica_ids)
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (address, Mode.PULL_ONLY, ids, None, "pull-pull"))
+        self.loop.call_soon_threadsafe(self.queue.put_nowait,
+                                       (address, Mode.PULL_ONLY, ids, None, "pull-pull", peer))
 
     # -- the Replicator -------------------------------------------------------------------------------
     def _client_ctx(self) -> ssl.SSLContext | None:
         return self.client_tls.client_context() if self.client_tls else None
 
-    async def session(self, address: str, mode: Mode, only: set[str] | None) -> dict:
+    async def session(self, address: str, mode: Mode, only: set[str] | None, expect: str | None = None) -> dict:
         """One session with the docserver at ``address`` (HOST:PORT or a --peer name), this server initiating."""
         address = self.peers.get(address, address)
         host, port = parse_hostport(address)
@@ -191,7 +192,9 @@ class DocServer:
         def pick(db: DocDB) -> bool:
             return only is None or bool({db.title, db.replica_id, str(db.path), db.path.name} & only)
 
-        gen = initiate(self.dbs, self.name, mode, only=pick, listen=f"{self.host}:{self.port}")
+        if self.tls_names:  # the responder is the server its certificate names, whatever its Hello says
+            expect = _common_name(writer.get_extra_info("peercert")) or expect
+        gen = initiate(self.dbs, self.name, mode, only=pick, listen=f"{self.host}:{self.port}", expect_peer=expect)
         done: list = []
 
         def step(reply: Any) -> Any:  # StopIteration cannot cross a thread's future: the report goes in ``done``
@@ -250,14 +253,14 @@ class DocServer:
 
     async def worker(self, i: int) -> None:
         while True:
-            address, mode, only, fut, why = await self.queue.get()
+            address, mode, only, fut, why, *expect = await self.queue.get()
             key = self.peers.get(address, address)
             while key in self.busy_peers:  # one session per peer at a time
                 await asyncio.sleep(0.05)
             self.busy_peers.add(key)
             self.active[i] = f"{mode.value} with {address} ({why})"
             try:
-                result = await self.session(address, mode, only)
+                result = await self.session(address, mode, only, expect[0] if expect else None)
                 if fut is not None and not fut.done():
                     fut.set_result(result)
             except MultisiteError as e:
