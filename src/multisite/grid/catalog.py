@@ -218,7 +218,9 @@ class Catalog:
                             list(s.sync_replicas), list(s.async_replicas), self.policy.min_sync)
         return Assignments(self.policy.name, self.placement.version, shards,
                            heartbeat_interval_s(self.heartbeat_timeout_s), views, self.heartbeat_timeout_s,
-                           self.policy.partitions)
+                           self.policy.partitions,
+                           {m.name: {k: v for k, v in m.to_dict().items() if k != "name"}
+                            for m in self.policy.maps if m.loader})
 
     def route_table(self) -> RouteTable:
         """Each partition's primary by address (None while its container is down: a client waits, then

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from enum import Enum, StrEnum
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -84,6 +84,7 @@ class Assignments(msgspec.Struct, array_like=True, tag=3):
     views: dict[int, View] = {}
     heartbeat_timeout_s: float = 3.0
     partitions: int = 0
+    loaders: dict[str, dict[str, Any]] = {}  # map -> its loader and settings (grid.toml), maps with one only
 
 
 class RefusedCode(StrEnum):

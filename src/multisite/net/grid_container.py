@@ -46,6 +46,7 @@ from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, He
                          Register, Side,
                          Status, StatusRequest, View)
 from ..keys import encode_key
+from .grid_loader import ShardLoader, make_loader
 from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into
 from .control import answer_simple, control_address
 from .process import run_logged
@@ -105,6 +106,7 @@ class ContainerServer:
         self._partitions = 0
         self._pending: Assignments | None = None
         self._applier: asyncio.Task | None = None
+        self.loader_maps: dict[str, dict] = {}
 
     # -- assignments ------------------------------------------------------------------------------
     async def apply(self, a: Assignments) -> None:
@@ -116,6 +118,7 @@ class ContainerServer:
                 self.grid = a.grid
             if self.grid != a.grid:
                 raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
+            self.loader_maps = a.loaders  # issue 16: the maps' write-through loader (new primaries take it)
             self._remember()
             loop = asyncio.get_running_loop()
             for p in sorted(set(self.shards) - set(a.shards)):
@@ -185,6 +188,11 @@ class ContainerServer:
         """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
         if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
+
+    def shard_loader(self, p: int):
+        """A new primary's Loader (issue 16), None when no map has one."""
+        loader = make_loader(self.loader_maps)
+        return ShardLoader(p, loader, self.loader_maps) if loader is not None else None
 
     def shard_closed(self, p: int) -> None:
         pass
@@ -490,7 +498,8 @@ class Shard:
             await self.stop()
             # through the shard's thread: an apply the stopped replica left running there ends first
             await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
-            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor)
+            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor,
+                                        loader=self.host.shard_loader(self.partition))
             self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
                                was or "new", self.db.seqno)
             return

@@ -1,0 +1,127 @@
+"""Issue 16: the grid's write-through Loader through real containers: commits land in SQLite and in a
+throwaway PostgreSQL (rows and applied ids), a refused write (a constraint) and a database that is down
+fail the commit with the database's error and leave nothing committed on either side."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from multisite.errors import MultisiteError
+from multisite.testing.grid import GridCluster
+from multisite.testing.postgres import PostgresServer, pg_bindir
+
+
+@pytest.fixture
+def make(tmp_path, request):
+    made: list[GridCluster] = []
+
+    def factory(**kw) -> GridCluster:
+        g = GridCluster(tmp_path / f"g{len(made)}", **kw)
+        made.append(g)
+        return g
+    yield factory
+    for g in made:
+        g.stop_all()
+        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+            for f in sorted(g.root.glob("*/log/*.log")):
+                print(f"===== {f.relative_to(g.root)} (last 25 lines)")
+                print("\n".join(f.read_text(errors="replace").splitlines()[-25:]))
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if pg_bindir() is None:
+        pytest.skip("no PostgreSQL binaries: run `make setup`")
+    d = tempfile.mkdtemp(prefix="ms-pg-")
+    os.chmod(d, 0o755)
+    s = PostgresServer(Path(d) / "pg").start()
+    yield s
+    s.stop()
+
+
+def sqlite_rows(path: Path) -> tuple[dict, list]:
+    with sqlite3.connect(path) as c:
+        rows = {tuple(json.loads(k)): json.loads(v) for k, v in c.execute("SELECT key, value FROM m")}
+        ids = c.execute("SELECT partition, seqno, digest FROM multisite_applied").fetchall()
+    return rows, ids
+
+
+def pg_rows(pg: PostgresServer, table: str = "m") -> tuple[dict, list]:
+    with pg.connect() as c:
+        rows = {tuple(json.loads(k)): v for k, v in c.execute(f"SELECT key, value FROM {table}")}
+        ids = c.execute("SELECT partition, seqno, digest FROM multisite_applied").fetchall()
+    return rows, ids
+
+
+def grid_rows(g: GridCluster, st: dict) -> dict:
+    g.stop_all()
+    states = g.shard_states()
+    return {k: v for p in states for k, v in states[p][st["partitions"][p]["primary"]]["rows"].items()}
+
+
+def test_sqlite_write_through_and_a_refused_write(make, tmp_path):
+    db = tmp_path / "loader.db"
+    with sqlite3.connect(db) as c:  # the user's table, with a constraint the grid does not know
+        c.execute("CREATE TABLE m (key TEXT PRIMARY KEY, value TEXT NOT NULL CHECK (json_extract(value, '$') >= 0))")
+    g = make(partitions=2, min_sync=1, max_sync=1, max_async=0, map_settings=f'loader = "sqlite"\npath = "{db}"\n')
+    g.start_catalog()
+    g.start_container("a")
+    g.start_container("b")
+    g.wait_settled()
+    cl = g.client(timeout_s=10)
+    for i in range(100):
+        cl.put("m", i, i)
+    with pytest.raises(MultisiteError, match="CHECK constraint failed"):
+        cl.put("m", 7, -1)
+    assert cl.get("m", 7) == 7
+    cl.put("m", 1000, 5)  # the partition takes commits again
+    st = g.wait("replicas caught up", g.caught_up)
+    status = g.status()
+    rows, ids = sqlite_rows(db)
+    assert rows == grid_rows(g, st) == {**{(i,): i for i in range(100)}, (1000,): 5}
+    assert len(ids) == len(set(ids)) == 101
+    del status
+
+
+def test_postgresql_write_through_refused_and_down(make, pg):
+    with pg.connect() as c:
+        c.execute("DROP TABLE IF EXISTS m2, multisite_applied")
+        c.execute("CREATE TABLE m2 (key TEXT PRIMARY KEY, value JSONB NOT NULL CHECK ((value->>'n')::int >= 0))")
+    g = make(partitions=2, min_sync=1, max_sync=1, max_async=0,
+             map_settings=f'loader = "postgresql"\ndsn = "{pg.dsn}"\ntable = "m2"\n')
+    g.start_catalog()
+    g.start_container("a")
+    g.start_container("b")
+    g.wait_settled()
+    cl = g.client(timeout_s=10)
+    for i in range(100):
+        cl.put("m", i, {"n": i})
+    with pytest.raises(MultisiteError, match="check constraint"):
+        cl.put("m", 3, {"n": -5})
+    assert cl.get("m", 3) == {"n": 3}
+    pg.stop("immediate")  # the database down: a clear error, nothing committed in the grid
+    try:
+        with pytest.raises(MultisiteError, match="(?i)postgresql|database"):
+            cl.put("m", 4, {"n": 40})
+    finally:
+        pg.start()
+    deadline = __import__("time").monotonic() + 15
+    while True:  # the loader reconnects (backoff)
+        try:
+            cl.put("m", 5, {"n": 50})
+            break
+        except MultisiteError:
+            if __import__("time").monotonic() > deadline:
+                raise
+            __import__("time").sleep(0.2)
+    st = g.wait("replicas caught up", g.caught_up)
+    rows, ids = pg_rows(pg, "m2")
+    want = {**{(i,): {"n": i} for i in range(100)}, (5,): {"n": 50}}
+    assert rows == {k: v for k, v in grid_rows(g, st).items()} == want
+    assert len(ids) == len(set(ids))
