@@ -35,7 +35,9 @@ import msgspec
 from ..errors import MultisiteError
 from ..grid.loader import LoaderHealth, ReplayKind, TxnId, replay_plan
 from ..grid.shipping import digest
+from ..journal.reader import iter_runs
 from ..journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, decode_payload
+from ..journal.segments import list_segments
 
 log = logging.getLogger("multisite.container")
 
@@ -234,6 +236,15 @@ class PostgresLoader:
             self.conn = None
 
 
+def journal_first(db) -> int:
+    segs = list_segments(db.layout.journal)
+    return segs[0].first_seqno if segs else db.seqno + 1
+
+
+def _runs(db, lo: int, hi: int):
+    return iter_runs(db.layout.journal, lo, 1 << 20, to_seqno=hi)
+
+
 def _is_timeout(e: Exception) -> bool:
     """A statement or lock timeout (a held lock): the server is up and the write is refused."""
     return getattr(e, "sqlstate", None) in ("57014", "55P03")
@@ -330,7 +341,6 @@ class ShardLoader:
         """Before a new primary serves: hand the Loader every journal transaction the database may
         lack, retrying while the database is down (backoff); False if ``stopping()`` ended it or the
         two diverged (the shard then refuses commits)."""
-        from .grid_shard import _runs, journal_first
         loop = asyncio.get_running_loop()
         self.state = "replaying"
         t0 = time.monotonic()
