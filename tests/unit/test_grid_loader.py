@@ -73,8 +73,9 @@ def test_replay_plan():
     j = {s: f"d{s}" for s in range(1, 11)}
     assert replay_plan(0, None, j, 10, 1).txns == tuple(TxnId(0, s, f"d{s}") for s in range(1, 11))
     p = replay_plan(0, TxnId(0, 8, "d8"), j, 10, 1)
-    assert p.kind is ReplayKind.REPLAY and [x.seqno for x in p.txns] == [9, 10]
-    assert replay_plan(0, TxnId(0, 10, "d10"), j, 10, 1).kind is ReplayKind.IN_STEP
+    assert p.kind is ReplayKind.REPLAY and [x.seqno for x in p.txns] == [8, 9, 10]  # 8: skipped by id
+    p = replay_plan(0, TxnId(0, 10, "d10"), j, 10, 1)
+    assert p.kind is ReplayKind.IN_STEP and p.txns == (TxnId(0, 10, "d10"),)
     assert replay_plan(0, TxnId(0, 11, "x"), j, 10, 1).kind is ReplayKind.DIVERGED  # the database ahead
     assert replay_plan(0, TxnId(0, 8, "other"), j, 10, 1).kind is ReplayKind.DIVERGED  # another txn at 8
     # the journal starts after the database's last id (a checkpoint-installed shard): replay what it has
@@ -89,7 +90,7 @@ def test_replay_plan_hands_over_exactly_what_the_database_lacks(db_seqno, shard_
     if db_seqno > shard_seqno:
         assert p.kind is ReplayKind.DIVERGED
     else:
-        assert [x.seqno for x in p.txns] == list(range(db_seqno + 1, shard_seqno + 1))
+        assert [x.seqno for x in p.txns] == list(range(max(db_seqno, 1), shard_seqno + 1))
 
 
 def test_health_backoff():

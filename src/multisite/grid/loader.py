@@ -124,13 +124,15 @@ def replay_plan(partition: int, db_last: TxnId | None, journal: dict[int, str], 
                                                        f"shard's at that seqno ({have[:12]})")
         if have is None and db_last.seqno >= journal_first:
             return ReplayPlan(ReplayKind.DIVERGED, (), f"the shard's journal lacks seqno {db_last.seqno}")
-        lo = max(db_last.seqno + 1, journal_first)
+        lo = max(db_last.seqno, journal_first)  # the database's last one too: the Loader skips it by id
     txns = tuple(TxnId(partition, s, journal[s]) for s in range(lo, journal_seqno + 1) if s in journal)
     if len(txns) != max(0, journal_seqno - lo + 1):
         missing = [s for s in range(lo, journal_seqno + 1) if s not in journal][:5]
         return ReplayPlan(ReplayKind.DIVERGED, (), f"the shard's journal lacks seqnos {missing} to replay")
-    if not txns:
-        return ReplayPlan(ReplayKind.IN_STEP, (), "the database holds every transaction of the shard")
+    if not txns or (len(txns) == 1 and txns[0] == db_last):
+        return ReplayPlan(ReplayKind.IN_STEP, txns, "the database holds every transaction of the shard "
+                                                    "(its last one handed over, to be skipped by id)" if txns else
+                                                    "the database holds every transaction of the shard")
     return ReplayPlan(ReplayKind.REPLAY, txns, f"{len(txns)} transaction(s) from seqno {txns[0].seqno} to replay")
 
 

@@ -347,7 +347,7 @@ class ShardLoader:
         while not stopping():
             try:
                 last = await loop.run_in_executor(self.ex, self.loader.last_applied, self.partition)
-                lo = max(journal_first(db), last.seqno if last else 1)
+                lo = max(journal_first(db), last.seqno if last else 1)  # from the database's last id on
                 frames = await loop.run_in_executor(None, lambda: [
                     (s, bytes(f)) for run in _runs(db, lo, db.seqno) for s, f in run.frames()])
                 plan = replay_plan(self.partition, last, {s: digest(f).hex() for s, f in frames}, db.seqno,
