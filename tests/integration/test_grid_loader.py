@@ -8,11 +8,13 @@ import json
 import os
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from multisite.errors import MultisiteError
+from multisite.net import control
 from multisite.testing.grid import GridCluster
 from multisite.testing.postgres import PostgresServer, pg_bindir
 
@@ -82,11 +84,17 @@ def test_sqlite_write_through_and_a_refused_write(make, tmp_path):
     assert cl.get("m", 7) == 7
     cl.put("m", 1000, 5)  # the partition takes commits again
     st = g.wait("replicas caught up", g.caught_up)
-    status = g.status()
+    for p in range(2):  # the container's status: the primary's Loader, the replica's buffer
+        prim = control.call(g.root / st["partitions"][p]["primary"], "status")["shards"][str(p)]
+        assert prim["loader"]["state"] == "ready" and prim["loader"]["state"] == "ready", prim["loader"]
+        rep = control.call(g.root / st["partitions"][p]["sync"][0], "status")["shards"][str(p)]
+        assert rep["loader_buffer"]["buffered"] == 0 and rep["loader_buffer"]["committed"] > 0, rep
+    refused = sum(control.call(g.root / c, "status")["shards"][str(p)].get("loader", {}).get("refused", 0)
+                  for c in ("a", "b") for p in range(2))
+    assert refused == 1
     rows, ids = sqlite_rows(db)
     assert rows == grid_rows(g, st) == {**{(i,): i for i in range(100)}, (1000,): 5}
     assert len(ids) == len(set(ids)) == 101
-    del status
 
 
 def test_postgresql_write_through_refused_and_down(make, pg):
@@ -94,7 +102,7 @@ def test_postgresql_write_through_refused_and_down(make, pg):
         c.execute("DROP TABLE IF EXISTS m2, multisite_applied")
         c.execute("CREATE TABLE m2 (key TEXT PRIMARY KEY, value JSONB NOT NULL CHECK ((value->>'n')::int >= 0))")
     g = make(partitions=2, min_sync=1, max_sync=1, max_async=0,
-             map_settings=f'loader = "postgresql"\ndsn = "{pg.dsn}"\ntable = "m2"\n')
+             map_settings=f'loader = "postgresql"\ndsn = "{pg.dsn}"\ntable = "m2"\nstatement_timeout_ms = 500\n')
     g.start_catalog()
     g.start_container("a")
     g.start_container("b")
@@ -105,21 +113,30 @@ def test_postgresql_write_through_refused_and_down(make, pg):
     with pytest.raises(MultisiteError, match="check constraint"):
         cl.put("m", 3, {"n": -5})
     assert cl.get("m", 3) == {"n": 3}
+    with pg.connect() as lock:  # slow: a held row lock; the loader's lock_timeout ends the wait
+        lock.execute("BEGIN")
+        lock.execute("SELECT * FROM m2 WHERE key = '[6]' FOR UPDATE")
+        t0 = time.monotonic()
+        with pytest.raises(MultisiteError, match="statement timeout|lock timeout"):
+            cl.put("m", 6, {"n": 60})
+        assert time.monotonic() - t0 < 5
+        lock.execute("ROLLBACK")
+    assert cl.get("m", 6) == {"n": 6}
     pg.stop("immediate")  # the database down: a clear error, nothing committed in the grid
     try:
         with pytest.raises(MultisiteError, match="(?i)postgresql|database"):
             cl.put("m", 4, {"n": 40})
     finally:
         pg.start()
-    deadline = __import__("time").monotonic() + 15
+    deadline = time.monotonic() + 15
     while True:  # the loader reconnects (backoff)
         try:
             cl.put("m", 5, {"n": 50})
             break
         except MultisiteError:
-            if __import__("time").monotonic() > deadline:
+            if time.monotonic() > deadline:
                 raise
-            __import__("time").sleep(0.2)
+            time.sleep(0.2)
     st = g.wait("replicas caught up", g.caught_up)
     rows, ids = pg_rows(pg, "m2")
     want = {**{(i,): {"n": i} for i in range(100)}, (5,): {"n": 50}}

@@ -175,6 +175,6 @@ class LoaderHealth:
         return self.state is Health.UP or now >= self.retry_at
 
     def status(self, now: float) -> dict:
-        return {"state": self.state.value, "failures": self.failures, "last_error": self.last_error,
+        return {"database": self.state.value, "failures": self.failures, "last_error": self.last_error,
                 "retry_in_s": round(max(0.0, self.retry_at - now), 3) if self.state is Health.DOWN else 0.0,
                 "applied": self.applied, "refused": self.refused}

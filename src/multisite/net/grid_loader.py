@@ -33,7 +33,7 @@ from typing import Any, Iterable, Protocol
 import msgspec
 
 from ..errors import MultisiteError
-from ..grid.loader import LoaderHealth, ReplayKind, TxnId, replay_plan
+from ..grid.loader import LoaderHealth, ReplayKind, ReplicaBuffer, TxnId, replay_plan
 from ..grid.shipping import digest
 from ..journal.reader import iter_runs
 from ..journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, decode_payload
@@ -283,6 +283,16 @@ def frame_changes(frame: bytes, tables: Iterable[str]) -> list[Change]:
             else:
                 out.append((u.region, key_text(u.key), None))
     return out
+
+
+def buffer_frames(buf: ReplicaBuffer, run, voted: bool) -> None:
+    """A replica's received frames into its buffer: a sync prepare (``voted``) waits for its outcome,
+    committed frames (catch-up, asynchronous) are committed at once."""
+    if voted:
+        for seqno, f in run.frames():
+            buf.receive(TxnId(buf.partition, seqno, digest(f).hex()))
+    else:
+        buf.outcome(True, run.last_seqno)
 
 
 _crash = os.environ.get("MULTISITE_GRID_LOADER_CRASH", "")

@@ -54,7 +54,8 @@ from ..grid.wire import View
 from ..journal.reader import iter_runs
 from ..journal.records import FrameRun
 from ..journal.segments import list_segments
-from .grid_loader import LoaderError, LoaderRefused, ShardLoader, crash_point
+from ..grid.loader import ReplicaBuffer
+from .grid_loader import LoaderError, LoaderRefused, ShardLoader, buffer_frames, crash_point
 from .tls import parse_hostport
 
 RECONNECT_S = 0.3
@@ -637,6 +638,7 @@ class ReplicaShard:
         self.connected = False
         self.last_error = ""
         self.stopped = False
+        self.buffer = ReplicaBuffer(partition) if getattr(host, "loader_maps", None) else None  # issue 16
         self.task = asyncio.create_task(self.run())
 
     async def stop(self) -> Database:
@@ -708,7 +710,11 @@ class ReplicaShard:
                             await self._reopen()
                         raise
                     writer.write(encode(Voted(msg.vote, True, seqno) if msg.vote else Progress(seqno)))
+                    if self.buffer is not None:  # issue 16: the Loader protocol's buffer, for status
+                        buffer_frames(self.buffer, run, bool(msg.vote))
                 elif isinstance(msg, Outcome):
+                    if self.buffer is not None:
+                        self.buffer.outcome(msg.commit, msg.seqno)
                     if not msg.commit and self.db.seqno > msg.seqno:
                         await loop.run_in_executor(self.ex, lambda: self.db.rollback(
                             msg.seqno, reason=f"grid vote {msg.vote} rolled back on the primary"))
@@ -778,5 +784,6 @@ class ReplicaShard:
 
     def status(self) -> dict:
         return {"primary": self.view.primary, "epoch": self.view.epoch, "connected": self.connected,
-                "last_error": self.last_error}
+                "last_error": self.last_error,
+                **({"loader_buffer": self.buffer.status()} if self.buffer is not None else {})}
 
