@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup clean
+.PHONY: setup postgres demo test test-unit test-integration test-faults test-spark bench bench-catchup clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,7 +14,16 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[all]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) postgres
+
+# The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
+# Debian's package installed here (CI runs as root).
+postgres:
+	@if command -v pg_ctl >/dev/null || [ -x /usr/local/bin/pg_ctl ] || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql); \
+	else echo "no PostgreSQL found: install it (Debian: apt-get install postgresql) for the loader tests"; fi
 
 demo: setup
 	$(BIN)/multisite demo

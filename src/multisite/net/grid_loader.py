@@ -42,6 +42,7 @@ from ..journal.segments import list_segments
 log = logging.getLogger("multisite.container")
 
 APPLIED_TABLE = "multisite_applied"
+REPLAY_CHUNK = 1000  # transactions per database transaction in a replay
 Change = tuple[str, str, Any]  # (table, key as JSON text, value document or None = delete)
 
 
@@ -369,18 +370,19 @@ class ShardLoader:
                               plan.why)
                     return False
                 by_seqno = dict(frames)
-                for tid in plan.txns:
-                    txn = self.txns([(tid.seqno, by_seqno[tid.seqno])])
+                todo = list(plan.txns)
+                while todo:  # REPLAY_CHUNK transactions per database transaction; one by one after a refusal
+                    chunk, todo = todo[:REPLAY_CHUNK], todo[REPLAY_CHUNK:]
+                    txns = self.txns([(t.seqno, by_seqno[t.seqno]) for t in chunk])
                     try:
-                        self.replayed += await loop.run_in_executor(self.ex, self.loader.apply, txn)
-                    except LoaderRefused as e:
-                        # never acknowledged (the old primary answered no client of it): taken off the shard
-                        log.warning("partition %d: the database refuses buffered transaction %s: %s; the shard "
-                                    "rolls back to seqno %d", self.partition, tid, e, tid.seqno - 1)
-                        await loop.run_in_executor(None, lambda: db.rollback(
-                            tid.seqno - 1, reason=f"the loader's database refused it on failover: {e}"))
+                        self.replayed += await loop.run_in_executor(self.ex, self.loader.apply, txns)
+                        self.last_id = chunk[-1]
+                        continue
+                    except LoaderRefused:
+                        pass
+                    refused = await self._replay_one_by_one(db, txns)
+                    if refused:
                         break
-                    self.last_id = tid
                 self.health.ok()
                 self.replay_s = time.monotonic() - t0
                 log.info("partition %d: loader replay: %s; %d applied in %.3f s", self.partition, plan.why,
@@ -391,6 +393,22 @@ class ShardLoader:
                 retry = self.health.down(time.monotonic(), str(e))
                 log.warning("partition %d: loader replay waits for the database: %s", self.partition, e)
                 await asyncio.sleep(max(0.0, retry - time.monotonic()))
+        return False
+
+    async def _replay_one_by_one(self, db, txns) -> bool:
+        """True if the database refused one: it and those after it are taken off the shard (never
+        acknowledged: the old primary answered no client of them)."""
+        loop = asyncio.get_running_loop()
+        for tid, changes in txns:
+            try:
+                self.replayed += await loop.run_in_executor(self.ex, self.loader.apply, [(tid, changes)])
+            except LoaderRefused as e:
+                log.warning("partition %d: the database refuses buffered transaction %s: %s; the shard "
+                            "rolls back to seqno %d", self.partition, tid, e, tid.seqno - 1)
+                await loop.run_in_executor(None, lambda: db.rollback(
+                    tid.seqno - 1, reason=f"the loader's database refused it on failover: {e}"))
+                return True
+            self.last_id = tid
         return False
 
     def status(self) -> dict:
