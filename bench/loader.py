@@ -75,8 +75,9 @@ def baseline(pg: PostgresServer, clients: int, seconds: float) -> float:
     return run_threads(clients, seconds, body) / seconds
 
 
-def grid(pg: PostgresServer, root: Path, clients: int, seconds: float, replay: int, loader: bool = True) -> dict:
-    g = GridCluster(root, partitions=2, min_sync=1, max_sync=1, max_async=0, heartbeat_timeout_s=1.0,
+def grid(pg: PostgresServer, root: Path, clients: int, seconds: float, replay: int, loader: bool = True,
+         partitions: int = 2) -> dict:
+    g = GridCluster(root, partitions=partitions, min_sync=1, max_sync=1, max_async=0, heartbeat_timeout_s=1.0,
                     map_settings=f'loader = "postgresql"\ndsn = "{pg.dsn}"\n' if loader else "")
     out: dict = {}
     try:
@@ -150,21 +151,22 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--replay", type=int, default=20000)
+    ap.add_argument("--partitions", type=int, default=2)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ms-loader-bench-"))
     os.chmod(tmp, 0o755)
     pg = PostgresServer(tmp / "pg").start()
     try:
         base = baseline(pg, a.clients, a.seconds)
-        r = grid(pg, tmp / "grid", a.clients, a.seconds, a.replay)
-        bare = grid(pg, tmp / "bare", a.clients, a.seconds, 0, loader=False)["grid_tps"]
+        r = grid(pg, tmp / "grid", a.clients, a.seconds, a.replay, partitions=a.partitions)
+        bare = grid(pg, tmp / "bare", a.clients, a.seconds, 0, loader=False, partitions=a.partitions)["grid_tps"]
     finally:
         pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     ratio = r["grid_tps"] / base
     print(f"PostgreSQL: {pg.bin}")
     print(f"baseline, psycopg, {a.clients} clients, one commit each: {base:,.0f} commits/s")
-    print(f"grid write-through (min_sync 1, 2 partitions), {a.clients} clients: {r['grid_tps']:,.0f} commits/s "
+    print(f"grid write-through (min_sync 1, {a.partitions} partitions), {a.clients} clients: {r['grid_tps']:,.0f} commits/s "
           f"= {ratio:.2f} x the baseline (target >= 0.7)")
     print(f"the same grid without a loader, same clients: {bare:,.0f} commits/s (write-through costs "
           f"{1 - r['grid_tps'] / bare:.0%})")

@@ -187,21 +187,30 @@ class PostgresLoader:
 
     def apply(self, txns: list[tuple[TxnId, list[Change]]]) -> int:
         import psycopg
+        if not txns:
+            return 0
         c = self._connect()
         n = 0
         try:
             with c.cursor() as cur:
-                for tid, changes in txns:
-                    cur.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", tuple(tid))
-                    if cur.rowcount == 0:
-                        continue
-                    n += 1
-                    for table, key, value in changes:
-                        if value is None:
-                            cur.execute(f'DELETE FROM "{self.tables[table]}" WHERE key = %s', (key,))
-                        else:
-                            cur.execute(f'INSERT INTO "{self.tables[table]}" (key, value) VALUES (%s, %s::jsonb) '
-                                        f'ON CONFLICT (key) DO UPDATE SET value = excluded.value', (key, _json(value)))
+                # which ids the table has: one round trip; then the rest in pipeline mode (no round trip
+                # per statement), all in one database transaction
+                cur.execute(f"SELECT seqno, digest FROM {APPLIED_TABLE} WHERE partition = %s AND seqno = ANY(%s)",
+                            (txns[0][0].partition, [t.seqno for t, _ in txns]))
+                have = {(s, d) for s, d in cur.fetchall()}
+                with c.pipeline():
+                    for tid, changes in txns:
+                        if (tid.seqno, tid.digest) in have:
+                            continue  # applied before: no operation
+                        n += 1
+                        cur.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (%s, %s, %s)", tuple(tid))
+                        for table, key, value in changes:
+                            if value is None:
+                                cur.execute(f'DELETE FROM "{self.tables[table]}" WHERE key = %s', (key,))
+                            else:
+                                cur.execute(f'INSERT INTO "{self.tables[table]}" (key, value) VALUES (%s, %s::jsonb) '
+                                            f'ON CONFLICT (key) DO UPDATE SET value = excluded.value',
+                                            (key, _json(value)))
             c.commit()
         except (psycopg.OperationalError, psycopg.InterfaceError) as e:
             self.close()
