@@ -390,6 +390,7 @@ class PrimaryShard:
             leader = await self._report_if_narrower()
             if isinstance(e, LoaderRefused) and len(commits) > 1 and leader:
                 for r in commits:
+                    self._rejoin()  # the voters count again once the rollback outcome is ahead of the next frames
                     await self._commit([r])
                 return False
             code = (FailCode.TRANSACTION if isinstance(e, LoaderRefused) else FailCode.UNAVAILABLE) if leader \
