@@ -346,7 +346,7 @@ class ShardLoader:
         try:
             await loop.run_in_executor(self.ex, self.loader.apply, txns)
         except LoaderDown as e:
-            if self.health.state.value == "up" or self.health.failures == 0:
+            if self.health.failures == 0:
                 log.warning("partition %d: the loader's database is down: %s", self.partition, e)
             self.health.down(time.monotonic(), str(e))
             raise
@@ -354,6 +354,9 @@ class ShardLoader:
             self.health.refused_write(str(e))
             log.info("partition %d: the database refused a write: %s", self.partition, e)
             raise
+        if self.health.failures:
+            log.info("partition %d: the loader's database answers again (after %d failed attempt(s))",
+                     self.partition, self.health.failures)
         self.health.ok()
         self.last_id = txns[-1][0]
 
