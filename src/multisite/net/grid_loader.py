@@ -332,6 +332,8 @@ class ShardLoader:
         self.replayed = 0
         self.replay_s = 0.0
         self.last_id: TxnId | None = None
+        self.writes = 0  # batches written through
+        self.write_s = 0.0  # their time, hand-off to the loader's thread included
 
     def txns(self, frames: list[tuple[int, bytes]]) -> list[tuple[TxnId, list[Change]]]:
         return [(TxnId(self.partition, s, digest(f).hex()), frame_changes(f, self.tables)) for s, f in frames]
@@ -343,6 +345,7 @@ class ShardLoader:
             raise LoaderDown(f"the loader's database is down (next attempt in "
                              f"{self.health.retry_at - time.monotonic():.1f} s): {self.health.last_error}")
         txns = self.txns(frames)
+        t0 = time.monotonic()
         try:
             await loop.run_in_executor(self.ex, self.loader.apply, txns)
         except LoaderDown as e:
@@ -358,6 +361,8 @@ class ShardLoader:
             log.info("partition %d: the loader's database answers again (after %d failed attempt(s))",
                      self.partition, self.health.failures)
         self.health.ok()
+        self.writes += 1
+        self.write_s += time.monotonic() - t0
         self.last_id = txns[-1][0]
 
     async def replay(self, db, stopping) -> bool:
@@ -425,6 +430,7 @@ class ShardLoader:
 
     def status(self) -> dict:
         return {"state": self.state, "replayed": self.replayed, "replay_s": round(self.replay_s, 3),
+                "batches": self.writes, "batch_ms": round(1000 * self.write_s / self.writes, 3) if self.writes else 0,
                 "last_id": str(self.last_id) if self.last_id else None, **self.health.status(time.monotonic())}
 
     def close(self) -> None:
