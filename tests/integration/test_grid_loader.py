@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -110,6 +112,14 @@ def test_sqlite_write_through_and_a_refused_write(make, tmp_path):
         assert prim["loader"]["state"] == "ready" and prim["loader"]["state"] == "ready", prim["loader"]
         rep = control.call(g.root / st["partitions"][p]["sync"][0], "status")["shards"][str(p)]
         assert rep["loader_buffer"]["buffered"] == 0 and rep["loader_buffer"]["committed"] > 0, rep
+    gst = g.wait("grid status with the loaders", lambda: (x := g.status()) and all(
+        (p["loader"]["primary"] or {}).get("applied", 0) > 0 for p in x["partitions"]) and x)
+    for p in gst["partitions"]:  # grid status: the primary's Loader state, the replicas' buffers
+        assert p["loader"]["primary"]["state"] == "ready" and p["loader"]["primary"]["database"] == "up", p
+        assert p["loader"]["buffered"] == {p["sync"][0]: 0}, p
+    out = subprocess.run([sys.executable, "-c", "from multisite.cli.main import main; main()", "grid", "status",
+                          "--catalog", g.address], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert "loader" in out.stdout and "ready" in out.stdout, out.stdout + out.stderr
     refused = sum(control.call(g.root / c, "status")["shards"][str(p)].get("loader", {}).get("refused", 0)
                   for c in ("a", "b") for p in range(2))
     assert refused >= 9

@@ -54,6 +54,7 @@ class Member:
     up: bool = True
     applied_version: int = -1
     seqnos: dict[int, int] | None = None
+    loaders: dict[int, dict] | None = None  # issue 16: its shards' Loader reports (last heartbeat)
 
     def container(self) -> Container:
         return Container(self.name, self.zone, self.capacity)
@@ -142,6 +143,7 @@ class Catalog:
         m.last_heard = now
         m.applied_version = msg.applied_version
         m.seqnos = dict(msg.seqnos)
+        m.loaders = dict(msg.loaders)
         if msg.currency:
             self._update_currency(m, msg.currency)
         return None
@@ -252,6 +254,12 @@ class Catalog:
                           if lag is None else
                           f"min_sync is 0: a promotion may lose the replicas' lag, now {lag} transaction(s)")
             parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos, "backlog": backlog, "loss_window": window})
+            if any(m.loader for m in self.policy.maps):  # issue 16: the primary's Loader, the replicas' buffers
+                reports = {c: self.members[c].loaders.get(i) for c in s.containers()
+                           if c in self.members and self.members[c].up and self.members[c].loaders}
+                parts[-1]["loader"] = {"primary": reports.get(s.primary) if s.primary else None,
+                                       "buffered": {c: r["buffered"] for c, r in reports.items()
+                                                    if r and "buffered" in r}}
         counts = self.placement.shard_counts()
         prim = {s.primary: 0 for s in self.placement.partitions}
         for s in self.placement.partitions:

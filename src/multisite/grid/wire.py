@@ -51,6 +51,7 @@ class Heartbeat(msgspec.Struct, array_like=True, tag=2):
     seqnos: dict[int, int] = {}
     currency: dict[int, tuple[int, list[str]]] = {}
     ack: int = 0
+    loaders: dict[int, dict[str, Any]] = {}  # issue 16: per shard, its Loader's state (primary) or buffer (replica)
 
 
 class HeartbeatAck(msgspec.Struct, array_like=True, tag=9):

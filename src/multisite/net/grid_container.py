@@ -213,7 +213,18 @@ class ContainerServer:
             self.shards[p].primary.in_flight_reports[ack] = frozenset(names)
         self._reports[ack] = currency
         return Heartbeat(self.name, self.applied_version, {p: sh.db.seqno for p, sh in self.shards.items()},
-                         currency, ack)
+                         currency, ack, self.loader_report())
+
+    def loader_report(self) -> dict[int, dict]:
+        """Issue 16: each shard's Loader state (a primary) or protocol buffer (a replica), for grid status."""
+        out: dict[int, dict] = {}
+        for p, sh in self.shards.items():
+            if sh.primary is not None and sh.primary.loader is not None:
+                st = sh.primary.loader.status()
+                out[p] = {k: st[k] for k in ("state", "database", "applied", "refused", "replayed", "last_error")}
+            elif sh.replica is not None and sh.replica.buffer is not None:
+                out[p] = {"buffered": sh.replica.buffer.status()["buffered"]}
+        return out
 
     def _answered(self, msg: HeartbeatAck) -> None:
         """The catalog recorded heartbeat ``msg.ack`` (and, answering in order, every earlier one)."""
