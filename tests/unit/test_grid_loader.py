@@ -104,3 +104,25 @@ def test_health_backoff():
     assert r == 2.0 and h.state is Health.DOWN
     h.ok()
     assert h.state is Health.UP and h.failures == 0
+
+
+def test_the_sqlite_loader_skips_applied_ids_and_a_module_class_loads(tmp_path):
+    from multisite.net.grid_loader import LoaderRefused, make_loader
+    for kind in ("sqlite", "multisite.net.grid_loader:SQLiteLoader"):
+        path = tmp_path / f"{kind.replace(':', '_')}.db"
+        ld = make_loader({"m": {"loader": kind, "path": str(path), "table": "t"}})
+        a, b = TxnId(0, 1, "aa"), TxnId(0, 2, "bb")
+        assert ld.apply([(a, [("m", "[1]", {"x": 1})])]) == 1
+        assert ld.apply([(a, [("m", "[1]", {"x": 99})]), (b, [("m", "[2]", 2), ("m", "[1]", None)])]) == 1
+        assert ld.last_applied(0) == b and ld.last_applied(1) is None
+        import sqlite3
+        with sqlite3.connect(path) as c:
+            assert c.execute("SELECT key, value FROM t").fetchall() == [("[2]", "2")]
+        try:
+            ld.apply([(TxnId(0, 3, "cc"), [("m", None, 1)])])  # a NULL key: refused, nothing of it kept
+        except LoaderRefused:
+            pass
+        else:
+            raise AssertionError("a NULL key was taken")
+        assert ld.last_applied(0) == b
+        ld.close()

@@ -105,7 +105,7 @@ class SQLiteLoader:
                 c.execute(f"CREATE TABLE IF NOT EXISTS {APPLIED_TABLE} (partition INTEGER NOT NULL, seqno INTEGER "
                           f"NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (partition, seqno, digest))")
                 for t in self.tables.values():
-                    c.execute(f'CREATE TABLE IF NOT EXISTS "{t}" (key TEXT PRIMARY KEY, value TEXT NOT NULL)')
+                    c.execute(f'CREATE TABLE IF NOT EXISTS "{t}" (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)')
             except sqlite3.Error as e:
                 raise LoaderDown(f"sqlite {self.path}: {e}") from e
             self.conn = c
