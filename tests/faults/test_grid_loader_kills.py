@@ -7,6 +7,7 @@ duplicates."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -49,6 +50,15 @@ class Writer(threading.Thread):
         cl.close()
 
 
+def new_primary(g: GridCluster) -> dict | None:
+    s = g.status()
+    return s if s["partitions"][0]["primary"] in ("b", "c") else None
+
+
+def gone(g: GridCluster, name: str) -> bool:
+    return not g.running(name)
+
+
 @pytest.fixture(scope="module")
 def pg():
     if pg_bindir() is None:
@@ -89,9 +99,8 @@ def test_primary_killed_at_a_crash_point(tmp_path, request, point, database, rou
             writers = [Writer(g, seed + i) for i in range(4)]
             for w in writers:
                 w.start()
-            g.wait("the primary's container killed at its crash point", lambda: not g.running("a"), 30)
-            st = g.wait("a new primary", lambda: (s := g.status())["partitions"][0]["primary"] in ("b", "c")
-                        and s, 20)
+            g.wait("the primary's container killed at its crash point", functools.partial(gone, g, "a"), 30)
+            st = g.wait("a new primary", functools.partial(new_primary, g), 20)
             new = st["partitions"][0]["primary"]
             acked_before = sum(len(w.acked) for w in writers)
             deadline = time.monotonic() + 10

@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multisite.grid.loader import (Health, LoaderHealth, ReplayKind, ReplicaBuffer, TxnId, replay_plan)
+from multisite.grid.loader import (
+    Health,
+    LoaderHealth,
+    ReplayKind,
+    ReplicaBuffer,
+    TxnId,
+    replay_plan,
+)
 
 
 def t(seqno: int, d: str = "aa") -> TxnId:

@@ -20,6 +20,7 @@ its outcome is sent).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import logging
@@ -27,8 +28,9 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -153,8 +155,8 @@ class SQLiteLoader:
         if self.conn is not None:
             try:
                 self.conn.close()
-            except sqlite3.Error:
-                pass
+            except sqlite3.Error as e:
+                log.info("closing the loader's SQLite connection: %s", e)
             self.conn = None
 
 
@@ -241,8 +243,8 @@ class PostgresLoader:
         if self.conn is not None:
             try:
                 self.conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
-                pass
+            except Exception as e:  # noqa: BLE001 - closing a broken connection
+                log.info("closing the loader's PostgreSQL connection: %s", e)
             self.conn = None
 
 
@@ -253,6 +255,10 @@ def journal_first(db) -> int:
 
 def _runs(db, lo: int, hi: int):
     return iter_runs(db.layout.journal, lo, 1 << 20, to_seqno=hi)
+
+
+def _frames(db, lo: int, hi: int) -> list[tuple[int, bytes]]:
+    return [(s, bytes(f)) for run in _runs(db, lo, hi) for s, f in run.frames()]
 
 
 def _is_timeout(e: Exception) -> bool:
@@ -376,8 +382,7 @@ class ShardLoader:
             try:
                 last = await loop.run_in_executor(self.ex, self.loader.last_applied, self.partition)
                 lo = max(journal_first(db), last.seqno if last else 1)  # from the database's last id on
-                frames = await loop.run_in_executor(None, lambda: [
-                    (s, bytes(f)) for run in _runs(db, lo, db.seqno) for s, f in run.frames()])
+                frames = await loop.run_in_executor(None, _frames, db, lo, db.seqno)
                 plan = replay_plan(self.partition, last, {s: digest(f).hex() for s, f in frames}, db.seqno,
                                    journal_first(db))
                 if plan.kind is ReplayKind.DIVERGED:
@@ -422,8 +427,8 @@ class ShardLoader:
             except LoaderRefused as e:
                 log.warning("partition %d: the database refuses buffered transaction %s: %s; the shard "
                             "rolls back to seqno %d", self.partition, tid, e, tid.seqno - 1)
-                await loop.run_in_executor(None, lambda: db.rollback(
-                    tid.seqno - 1, reason=f"the loader's database refused it on failover: {e}"))
+                await loop.run_in_executor(None, functools.partial(
+                    db.rollback, tid.seqno - 1, reason=f"the loader's database refused it on failover: {e}"))
                 return True
             self.last_id = tid
         return False

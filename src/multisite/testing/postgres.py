@@ -53,7 +53,7 @@ class PostgresServer:
         return subprocess.run([*self.as_user, str(self.bin / tool), *map(str, args)], check=check,
                               capture_output=True, text=True)
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.uid is not None:
             os.chown(self.root, self.uid, self.gid)
