@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster clean
+.PHONY: setup postgres demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,16 @@ $(BROKER): $(BIN)/python
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
 	touch $@
 
-setup: $(STAMP) $(BROKER)
+setup: $(STAMP) $(BROKER) postgres
+
+# The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
+# Debian's package installed here (CI runs as root).
+postgres:
+	@if command -v pg_ctl >/dev/null || [ -x /usr/local/bin/pg_ctl ] || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql); \
+	else echo "no PostgreSQL found: install it (Debian: apt-get install postgresql) for the loader tests"; fi
 
 demo: setup
 	$(BIN)/multisite demo
@@ -44,6 +53,9 @@ bench-delivery: setup  # delivery through the file transport, and a remote 1,000
 
 bench-grid: setup  # the grid's figures of issue 11 (real catalog and container processes); ARGS="--figure commit --quick"
 	PYTHONPATH=src $(BIN)/python bench/grid.py $(ARGS)
+
+bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psycopg, replay after failover
+	PYTHONPATH=src $(BIN)/python bench/loader.py $(ARGS)
 
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)

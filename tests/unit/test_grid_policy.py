@@ -118,7 +118,14 @@ def test_maps_are_required_and_checked():
     e = _bad(no_maps + "\n[maps.m]\ncolour = 1\n")
     assert e.key == "maps.m.colour" and "unknown key" in str(e)
     e = _bad(no_maps + '\n[maps.m]\nloader = "pg"\n')
-    assert e.key == "maps.m.loader" and "not built yet" in str(e)
+    assert e.key == "maps.m.loader" and '"sqlite", "postgresql" or "module:Class"' in str(e)
+    e = _bad(no_maps + '\n[maps.m]\nloader = "sqlite"\n')
+    assert e.key == "maps.m.path" and "missing" in str(e)
+    e = _bad(no_maps + '\n[maps.m]\nloader = "sqlite"\npath = "a.db"\n[maps.n]\nloader = "sqlite"\npath = "b.db"\n')
+    assert e.key == "maps" and "more than one database" in str(e)
+    ok = parse_policy(no_maps + '\n[maps.m]\nloader = "postgresql"\ndsn = "host=x"\ntable = "t"\n')
+    assert ok.maps[0].loader == "postgresql" and dict(ok.maps[0].settings) == {"dsn": "host=x", "table": "t"}
+    assert parse_policy(no_maps + '\n[maps.m]\nloader = "pkg.mod:Cls"\nanything = 1\n').maps[0].loader
 
 
 def test_toml_syntax_errors_and_unreadable_files_name_the_file(tmp_path):

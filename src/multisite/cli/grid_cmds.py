@@ -122,6 +122,17 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
             " ".join(f"{c}={s}" for c, s in sorted(p["seqnos"].items())) or "-",
             " ".join(f"{c}={n}" for c, n in sorted(p.get("backlog", {}).items())) or "-")
            for p in st["partitions"]])
+    if any("loader" in p for p in st["partitions"]):  # issue 16
+        rows = []
+        for p in st["partitions"]:
+            lo = p.get("loader") or {}
+            pr = lo.get("primary") or {}
+            rows.append((p["partition"], pr.get("state", "-"), pr.get("database", "-"), pr.get("applied", "-"),
+                         pr.get("refused", "-"), pr.get("replayed", "-"),
+                         " ".join(f"{c}={n}" for c, n in sorted(lo.get("buffered", {}).items())) or "-",
+                         pr.get("last_error") or "-"))
+        table("loader", ["partition", "state", "database", "applied", "refused", "replayed", "buffered",
+                         "last error"], rows)
     if pol["min_sync"] == 0:
         lags = [n for p in st["partitions"] for n in p.get("backlog", {}).values()]
         console.print(f"min_sync is 0: a promotion may lose up to the replicas' lag (now at most "

@@ -54,6 +54,7 @@ class Member:
     up: bool = True
     applied_version: int = -1
     seqnos: dict[int, int] | None = None
+    loaders: dict[int, dict] | None = None  # issue 16: its shards' Loader reports (last heartbeat)
 
     def container(self) -> Container:
         return Container(self.name, self.zone, self.capacity)
@@ -142,6 +143,7 @@ class Catalog:
         m.last_heard = now
         m.applied_version = msg.applied_version
         m.seqnos = dict(msg.seqnos)
+        m.loaders = dict(msg.loaders)
         if msg.currency:
             self._update_currency(m, msg.currency)
         return None
@@ -225,7 +227,9 @@ class Catalog:
                             list(s.sync_replicas), list(s.async_replicas), self.policy.min_sync)
         return Assignments(self.policy.name, self.placement.version, shards,
                            heartbeat_interval_s(self.heartbeat_timeout_s), views, self.heartbeat_timeout_s,
-                           self.policy.partitions)
+                           self.policy.partitions,
+                           {m.name: {k: v for k, v in m.to_dict().items() if k != "name"}
+                            for m in self.policy.maps if m.loader})
 
     def route_table(self) -> RouteTable:
         """Each partition's primary by address (None while its container is down: a client waits, then
@@ -257,6 +261,12 @@ class Catalog:
                           if lag is None else
                           f"min_sync is 0: a promotion may lose the replicas' lag, now {lag} transaction(s)")
             parts.append({"partition": i, **s.to_dict(), "seqnos": seqnos, "backlog": backlog, "loss_window": window})
+            if any(m.loader for m in self.policy.maps):  # issue 16: the primary's Loader, the replicas' buffers
+                reports = {c: self.members[c].loaders.get(i) for c in s.containers()
+                           if c in self.members and self.members[c].up and self.members[c].loaders}
+                parts[-1]["loader"] = {"primary": reports.get(s.primary) if s.primary else None,
+                                       "buffered": {c: r["buffered"] for c, r in reports.items()
+                                                    if r and "buffered" in r}}
         counts = self.placement.shard_counts()
         prim = {s.primary: 0 for s in self.placement.partitions}
         for s in self.placement.partitions:

@@ -32,8 +32,11 @@ NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 TOP_KEYS = ("name", "partitions", "min_sync", "max_sync", "max_async", "zones", "initial_containers", "maps")
 MAX_INITIAL_CONTAINERS = 1024
-MAP_KEYS: tuple[str, ...] = ()  # a later session adds "loader" here (the seed's write-through Loader)
-RESERVED_MAP_KEYS = {"loader": "a map's loader is not built yet"}
+MAP_KEYS: tuple[str, ...] = ("loader", "table")  # with a loader, its settings too (LOADER_KEYS)
+RESERVED_MAP_KEYS: dict[str, str] = {}
+LOADER_KEYS = {"sqlite": ("path", "synchronous"),
+               "postgresql": ("dsn", "connect_timeout_s", "statement_timeout_ms")}  # "module:Class": any
+LOADER_REQUIRED = {"sqlite": "path", "postgresql": "dsn"}
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,21 @@ class MapPolicy:
     """One map of the grid: a region of that name in every shard's instance."""
 
     name: str
+    loader: str | None = None  # "sqlite", "postgresql" or "module:Class": the write-through Loader
+    settings: tuple[tuple[str, Any], ...] = ()  # the loader's settings (table, path, dsn, ...)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name}
+        d: dict[str, Any] = {"name": self.name}
+        if self.loader:
+            d["loader"] = self.loader
+            d.update(dict(self.settings))
+        return d
+
+    def database(self) -> tuple | None:
+        """What names the map's database (the loader and its settings but the table)."""
+        if not self.loader:
+            return None
+        return (self.loader, tuple(sorted((k, repr(v)) for k, v in self.settings if k != "table")))
 
 
 @dataclass(frozen=True)
@@ -128,8 +143,12 @@ def policy_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> GridPol
     return GridPolicy(name=data["name"], partitions=data["partitions"], min_sync=data.get("min_sync", 0),
                       max_sync=data.get("max_sync", 0), max_async=data.get("max_async", 0),
                       zones=None if zones is None else tuple(zones),
-                      maps=tuple(MapPolicy(n) for n in data["maps"]), source=source,
+                      maps=tuple(_map(n, s) for n, s in data["maps"].items()), source=source,
                       initial_containers=data.get("initial_containers", 1))
+
+
+def _map(name: str, settings: Mapping[str, Any]) -> MapPolicy:
+    return MapPolicy(name, settings.get("loader"), tuple(sorted((k, v) for k, v in settings.items() if k != "loader")))
 
 
 # -- the checks ----------------------------------------------------------------------------------------
@@ -194,9 +213,23 @@ def _check(data: Mapping[str, Any], source: str) -> None:
             _fail(source, key, f"map name {mname!r} is not a name of letters, digits, '_', '.', '-'")
         if not isinstance(settings, Mapping):
             _fail(source, key, f"must be a table ([{key}]), got {type(settings).__name__} {settings!r}")
+        loader = settings.get("loader")
+        if loader is not None and (not isinstance(loader, str) or (loader not in LOADER_KEYS and not re.fullmatch(
+                r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", loader))):
+            _fail(source, f"{key}.loader", f'must be "sqlite", "postgresql" or "module:Class", got {loader!r}')
+        known = MAP_KEYS + (LOADER_KEYS.get(loader, ()) if loader else ())
         for k in settings:
             if k in RESERVED_MAP_KEYS:
                 _fail(source, f"{key}.{k}", RESERVED_MAP_KEYS[k])
-            if k not in MAP_KEYS:
-                _fail(source, f"{key}.{k}", "unknown key" + (f" (known: {', '.join(MAP_KEYS)})" if MAP_KEYS else
-                                                             " (a map takes no settings yet)"))
+            if k not in known and not (loader and loader not in LOADER_KEYS):
+                _fail(source, f"{key}.{k}", f"unknown key (known: {', '.join(known)})"
+                      + ("" if loader else "; a loader's settings need loader = ..."))
+        if loader in LOADER_REQUIRED and LOADER_REQUIRED[loader] not in settings:
+            _fail(source, f"{key}.{LOADER_REQUIRED[loader]}", f"missing; the {loader} loader needs it")
+        if "table" in settings and (not isinstance(settings["table"], str) or not re.fullmatch(r"[A-Za-z_]\w{0,62}",
+                                                                                              settings["table"])):
+            _fail(source, f"{key}.table", f"must be a table name of letters, digits and '_', got {settings['table']!r}")
+    dbs = {_map(n, s).database() for n, s in maps.items() if isinstance(s, Mapping)} - {None}
+    if len(dbs) > 1:
+        _fail(source, "maps", "the maps' loaders name more than one database: a transaction over two maps would "
+                              "need two-phase commit between them; give every map with a loader the same one")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from enum import Enum, StrEnum
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -51,6 +51,7 @@ class Heartbeat(msgspec.Struct, array_like=True, tag=2):
     seqnos: dict[int, int] = {}
     currency: dict[int, tuple[int, list[str]]] = {}
     ack: int = 0
+    loaders: dict[int, dict[str, Any]] = {}  # issue 16: per shard, its Loader's state (primary) or buffer (replica)
 
 
 class HeartbeatAck(msgspec.Struct, array_like=True, tag=9):
@@ -84,6 +85,7 @@ class Assignments(msgspec.Struct, array_like=True, tag=3):
     views: dict[int, View] = {}
     heartbeat_timeout_s: float = 3.0
     partitions: int = 0
+    loaders: dict[str, dict[str, Any]] = {}  # map -> its loader and settings (grid.toml), maps with one only
 
 
 class RefusedCode(StrEnum):

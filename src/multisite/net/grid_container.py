@@ -46,6 +46,7 @@ from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
 from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
                          Register, Side, Status, StatusRequest, View)
 from ..keys import encode_key
+from .grid_loader import ShardLoader, make_loader
 from .control import answer_simple, control_address
 from .process import run_logged
 from .grid_catalog import LOG_FORMAT, read_message
@@ -105,6 +106,7 @@ class ContainerServer:
         self._partitions = 0
         self._pending: Assignments | None = None
         self._applier: asyncio.Task | None = None
+        self.loader_maps: dict[str, dict] = {}
 
     # -- assignments ------------------------------------------------------------------------------
     async def apply(self, a: Assignments) -> None:
@@ -116,6 +118,7 @@ class ContainerServer:
                 self.grid = a.grid
             if self.grid != a.grid:
                 raise ConfigError(f"catalog sent assignments of grid {a.grid!r} to a container of grid {self.grid!r}")
+            self.loader_maps = a.loaders  # issue 16: the maps' write-through loader (new primaries take it)
             self._remember()
             loop = asyncio.get_running_loop()
             for p in sorted(set(self.shards) - set(a.shards)):
@@ -187,6 +190,11 @@ class ContainerServer:
         if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
 
+    def shard_loader(self, p: int):
+        """A new primary's Loader (issue 16), None when no map has one."""
+        loader = make_loader(self.loader_maps)
+        return ShardLoader(p, loader, self.loader_maps) if loader is not None else None
+
     def shard_reopened(self, p: int, db: Database) -> None:
         sh = self.shards.get(p)
         if sh is not None:
@@ -204,7 +212,18 @@ class ContainerServer:
         self._reports[ack] = currency
         # a primary's seqno is its last committed one, not one of a batch still being voted on
         seqnos = {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
-        return Heartbeat(self.name, self.applied_version, seqnos, currency, ack)
+        return Heartbeat(self.name, self.applied_version, seqnos, currency, ack, self.loader_report())
+
+    def loader_report(self) -> dict[int, dict]:
+        """Issue 16: each shard's Loader state (a primary) or protocol buffer (a replica), for grid status."""
+        out: dict[int, dict] = {}
+        for p, sh in self.shards.items():
+            if sh.primary is not None and sh.primary.loader is not None:
+                st = sh.primary.loader.status()
+                out[p] = {k: st[k] for k in ("state", "database", "applied", "refused", "replayed", "last_error")}
+            elif sh.replica is not None and sh.replica.buffer is not None:
+                out[p] = {"buffered": sh.replica.buffer.status()["buffered"]}
+        return out
 
     def _answered(self, msg: HeartbeatAck) -> None:
         """The catalog recorded heartbeat ``msg.ack`` (and, answering in order, every earlier one)."""
@@ -489,7 +508,8 @@ class Shard:
             await self.stop()
             # through the shard's thread: an apply the stopped replica left running there ends first
             await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
-            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor)
+            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor,
+                                        loader=self.host.shard_loader(self.partition))
             self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
                                was or "new", self.db.seqno)
             return

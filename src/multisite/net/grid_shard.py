@@ -54,6 +54,8 @@ from ..grid.wire import View
 from ..journal.reader import iter_runs
 from ..journal.records import FrameRun
 from ..journal.segments import list_segments
+from ..grid.loader import ReplicaBuffer
+from .grid_loader import LoaderError, LoaderRefused, ShardLoader, buffer_frames, crash_point
 from .tls import parse_hostport
 
 RECONNECT_S = 0.3
@@ -129,8 +131,10 @@ class Link:
 
 
 class PrimaryShard:
-    def __init__(self, host, partition: int, db: Database, view: View, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, host, partition: int, db: Database, view: View, executor: ThreadPoolExecutor,
+                 loader: ShardLoader | None = None) -> None:
         self.host, self.partition, self.db, self.view, self.ex = host, partition, db, view, executor
+        self.loader = loader  # issue 16: the write-through Loader (grid_loader.py), None without one
         self.sync = SyncReplicas(view.min_sync, view.sync, committed_seqno=db.seqno, vote_timeout_s=VOTE_TIMEOUT_S)
         self.links: dict[str, Link] = {}
         self.committed = db.seqno
@@ -147,6 +151,7 @@ class PrimaryShard:
         # (seqno, digest) of the last committed frames, so that a subscription compares tails without a
         # scan of the journal files (which starts at a segment's beginning)
         self.recent: deque[tuple[int, bytes]] = deque(maxlen=2 * TAIL_FRAMES)
+        self.ready = True  # False: the loader's database and this shard diverged (issue 16): no commits
         self.task = asyncio.create_task(self.run())
 
     @property
@@ -192,8 +197,13 @@ class PrimaryShard:
         self.queue.clear()
         for name in list(self.links):
             self.drop(name, "the primary stopped here")
+        if self.loader is not None:
+            self.loader.close()
 
     async def run(self) -> None:
+        if self.loader is not None:  # issue 16: the database catches up with this shard before it serves
+            self.ready = await self.loader.replay(self.db, lambda: self.stopping)
+            self.committed = self.db.seqno  # a transaction the database refused on replay was rolled back
         while not self.stopping:
             await self.wake.wait()
             self.wake.clear()
@@ -270,6 +280,11 @@ class PrimaryShard:
                 _fail(r, FailCode.NOT_PRIMARY, f"partition {p}: this primary was deposed; ask the catalog",
                       epoch=self.epoch)
             return
+        if not self.ready:
+            for r in commits:
+                _fail(r, FailCode.UNAVAILABLE, f"partition {p}: the loader's database and this shard diverged: "
+                                               f"{self.loader.health.last_error if self.loader else ''}")
+            return
         if len(self.sync.current) < self.sync.min_sync:
             cur = len(self.sync.current)
             for r in commits:
@@ -334,6 +349,8 @@ class PrimaryShard:
             for r in commits:
                 _fail(r, FailCode.VOTED_ROLLBACK, f"partition {p}: {decision.why}; nothing committed", **counts)
             return
+        if self.loader is not None and prep.frames and not await self._load(commits, prep, decision):
+            return
         try:
             token = await self._engine(lambda: prep.write(flush_store=False))
         except MultisiteError as e:  # the primary's own journal write failed (a full disk): undone here
@@ -352,6 +369,8 @@ class PrimaryShard:
             self.committed = prep.last_seqno
             self.sync.committed(self.committed)
             self.recent.extend((seqno, digest(f)) for seqno, f in prep.frames)
+            if self.loader is not None:
+                crash_point("c")
             if decision is not None:
                 self._send_outcome(decision, True, self.committed)
             data, ends = _joined(prep.frames)
@@ -374,6 +393,35 @@ class PrimaryShard:
             task = asyncio.create_task(self._harden(token, commits, prep.results))
             self.hardening.add(task)
             task.add_done_callback(self.hardening.discard)
+
+    async def _load(self, commits: list[Request], prep, decision: Decision | None) -> bool:
+        """Issue 16: write the voted batch through the Loader and commit the database before the
+        grid commits it. True: committed there. False: the database did not commit; the batch is undone
+        here, the voters cut back (a rollback outcome, as after a rollback vote) and the clients are
+        answered (a refused batch of several transactions is retried one by one, so that one bad
+        transaction does not fail the others)."""
+        crash_point("a")
+        try:
+            await self.loader.write(prep.frames)
+        except LoaderError as e:
+            await self._engine(prep.abort)
+            if decision is not None:
+                for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
+                    self.sync.fell_behind(name)
+                self._send_outcome(decision, False, prep.first_seqno - 1)
+            leader = await self._report_if_narrower()
+            if isinstance(e, LoaderRefused) and len(commits) > 1 and leader:
+                for r in commits:
+                    self._rejoin()  # the voters count again once the rollback outcome is ahead of the next frames
+                    await self._commit([r])
+                return False
+            code = (FailCode.TRANSACTION if isinstance(e, LoaderRefused) else FailCode.UNAVAILABLE) if leader \
+                else FailCode.OUTCOME_UNKNOWN
+            for r in commits:
+                _fail(r, code, f"partition {self.partition}: the database did not commit; nothing committed: {e}")
+            return False
+        crash_point("b")
+        return True
 
     async def _harden(self, token: tuple, commits: list[Request], results: list) -> None:
         loop = asyncio.get_running_loop()
@@ -604,6 +652,7 @@ class PrimaryShard:
 
     def status(self) -> dict:
         return {"committed": self.committed, "epoch": self.epoch, "sync": self.sync.to_dict(),
+                **({"loader": self.loader.status()} if self.loader is not None else {}),
                 "deposed": self.deposed, "queued": len(self.queue), "hardening": len(self.hardening),
                 "links": {n: {"role": lk.role, "live": lk.live, "acked": lk.acked, "sent": lk.sent,
                               "backlog": self.committed - lk.acked} for n, lk in self.links.items()}}
@@ -683,6 +732,7 @@ class ReplicaShard:
         self.last_error = ""
         self.retry_s = 0.01
         self.stopped = False
+        self.buffer = ReplicaBuffer(partition) if getattr(host, "loader_maps", None) else None  # issue 16
         self.task = asyncio.create_task(self.run())
 
     async def stop(self) -> Database:
@@ -762,7 +812,11 @@ class ReplicaShard:
                             await self._reopen()
                         raise
                     writer.write(encode(Voted(msg.vote, True, seqno) if msg.vote else Progress(seqno)))
+                    if self.buffer is not None:  # issue 16: the Loader protocol's buffer, for status
+                        buffer_frames(self.buffer, run, bool(msg.vote))
                 elif isinstance(msg, Outcome):
+                    if self.buffer is not None:
+                        self.buffer.outcome(msg.commit, msg.seqno)
                     if not msg.commit and self.db.seqno > msg.seqno:
                         await loop.run_in_executor(self.ex, lambda: self.db.rollback(
                             msg.seqno, reason=f"grid vote {msg.vote} rolled back on the primary"))
@@ -834,5 +888,6 @@ class ReplicaShard:
 
     def status(self) -> dict:
         return {"primary": self.view.primary, "epoch": self.view.epoch, "connected": self.connected,
-                "last_error": self.last_error}
+                "last_error": self.last_error,
+                **({"loader_buffer": self.buffer.status()} if self.buffer is not None else {})}
 

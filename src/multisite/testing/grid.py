@@ -25,13 +25,13 @@ from ..net.grid_process import catalog_status, start_catalog, start_container, s
 class GridCluster:
     def __init__(self, root: Path, *, name: str = "orders", partitions: int = 4, min_sync: int = 1,
                  max_sync: int = 1, max_async: int = 1, heartbeat_timeout_s: float = 1.0,
-                 checkpoint_after: int | None = None) -> None:
+                 checkpoint_after: int | None = None, map_settings: str = "") -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.toml = self.root / "grid.toml"
         self.toml.write_text(f'name = "{name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
-                             f"max_sync = {max_sync}\nmax_async = {max_async}\n[maps.m]\n")
+                             f"max_sync = {max_sync}\nmax_async = {max_async}\n[maps.m]\n{map_settings}")
         self.partitions = partitions
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.checkpoint_after = checkpoint_after
@@ -44,11 +44,22 @@ class GridCluster:
         self.address = info["listen"]  # a restart takes the same port
         return self.address
 
-    def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None) -> dict:
+    def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None,
+                        env: dict[str, str] | None = None) -> dict:
+        """``env``: variables for this container only (e.g. a loader crash point)."""
         if name not in self.containers:
             self.containers.append(name)
-        return start_container(self.root / name, self.address, listen, name=name,
-                               checkpoint_after=self.checkpoint_after, advertise=advertise)
+        saved = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
+        try:
+            return start_container(self.root / name, self.address, listen, name=name,
+                                   checkpoint_after=self.checkpoint_after, advertise=advertise)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def pid(self, name: str) -> int:
         what = "catalog" if name == "catalog" else "container"
