@@ -412,7 +412,12 @@ class PrimaryShard:
             leader = await self._report_if_narrower()
             if isinstance(e, LoaderRefused) and len(commits) > 1 and leader:
                 for r in commits:
-                    self._rejoin()  # the voters count again once the rollback outcome is ahead of the next frames
+                    # The voters count again at once: the rollback outcome is ahead of the next frames on
+                    # their links, and should one be promoted still holding the refused batch, the
+                    # Loader's replay hands it to the database, which refuses it again, and cuts it back.
+                    self.in_batch = False
+                    self._rejoin()
+                    self.in_batch = True
                     await self._commit([r])
                 return False
             code = (FailCode.TRANSACTION if isinstance(e, LoaderRefused) else FailCode.UNAVAILABLE) if leader \
