@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import random
 import sqlite3
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from multisite.errors import MultisiteError
 from multisite.testing.grid import GridCluster
-from multisite.testing.postgres import PostgresServer, pg_bindir
 
 ROUNDS = 5
 KEYS = 50
@@ -57,17 +53,6 @@ def new_primary(g: GridCluster) -> dict | None:
 
 def gone(g: GridCluster, name: str) -> bool:
     return not g.running(name)
-
-
-@pytest.fixture(scope="module")
-def pg():
-    if pg_bindir() is None:
-        pytest.skip("no PostgreSQL binaries: run `make setup`")
-    d = tempfile.mkdtemp(prefix="ms-pg-")
-    os.chmod(d, 0o755)
-    s = PostgresServer(Path(d) / "pg").start()
-    yield s
-    s.stop()
 
 
 @pytest.mark.parametrize("point,database,rounds", [("a", "sqlite", ROUNDS), ("b", "sqlite", ROUNDS),

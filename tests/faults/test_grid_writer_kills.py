@@ -11,6 +11,7 @@ import subprocess
 import random
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -110,15 +111,44 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
     print(w.counts)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
-def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_is_room(tmp_path):
-    g = GridCluster(tmp_path, partitions=1, min_sync=1, max_sync=1, max_async=0)
-    (tmp_path / "b").mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "b")], capture_output=True,
-                         text=True)
+@contextmanager
+def small_disk(path):
+    """``path`` on a tmpfs of 24 MiB (needs root), unmounted after."""
+    path.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextmanager
+def stopping(g: GridCluster):
+    try:
+        yield g
+    finally:
+        g.stop_all()
+
+
+def fill_disk(path):
+    """Take every free byte of ``path``'s disk with a file; its path (unlink it to make room)."""
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
+def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_is_room(tmp_path):
+    g = GridCluster(tmp_path, partitions=1, min_sync=1, max_sync=1, max_async=0)
+    with small_disk(tmp_path / "b"), stopping(g):
         g.start_catalog()
         g.start_container("a")
         g.wait_settled()
@@ -127,14 +157,7 @@ def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_
         assert st["partitions"][0]["primary"] == "a"
         with g.client(timeout_s=5) as cl:
             cl.put("m", 0, "before")
-            filler = tmp_path / "b" / "filler"
-            with open(filler, "wb") as f:  # take every free byte of b's disk
-                try:
-                    while True:
-                        f.write(b"\0" * (1 << 20))
-                        f.flush()
-                except OSError:
-                    pass
+            filler = fill_disk(tmp_path / "b")
             refused = None
             for i in range(1, 2000):
                 try:
@@ -152,24 +175,16 @@ def test_a_sync_replica_whose_disk_is_full_votes_no_and_counts_again_once_there_
             g.wait("b current again", lambda: (s := g.settled()) and s["partitions"][0]["current"] == ["b"])
             cl.put("m", i, "after")
             assert cl.get("m", i) == "after"
-        st = g.wait("caught up", g.caught_up)
+        g.wait("caught up", g.caught_up)
         g.stop_all()
         states = g.shard_states()
         assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
-    finally:
-        g.stop_all()
-        subprocess.run(["umount", "-l", str(tmp_path / "b")], check=False)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
 def test_a_primary_whose_disk_is_full_refuses_commits_and_takes_them_again_once_there_is_room(tmp_path):
     g = GridCluster(tmp_path, partitions=1, min_sync=0, max_sync=0, max_async=1)
-    (tmp_path / "a").mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(tmp_path / "a")], capture_output=True,
-                         text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
-    try:
+    with small_disk(tmp_path / "a"), stopping(g):
         g.start_catalog()
         g.start_container("a")
         g.wait_settled()
@@ -177,14 +192,7 @@ def test_a_primary_whose_disk_is_full_refuses_commits_and_takes_them_again_once_
         g.wait("b placed", lambda: (s := g.settled()) and s["partitions"][0]["async"] == ["b"] and s)
         acked = {}
         with g.client(timeout_s=2) as cl:
-            filler = tmp_path / "a" / "filler"
-            with open(filler, "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * (1 << 20))
-                        f.flush()
-                except OSError:
-                    pass
+            filler = fill_disk(tmp_path / "a")
             failed = None
             for i in range(3000):
                 try:
@@ -205,9 +213,6 @@ def test_a_primary_whose_disk_is_full_refuses_commits_and_takes_them_again_once_
         states = g.shard_states()
         assert states[0]["a"]["rows"] == states[0]["b"]["rows"]
         assert all(states[0]["a"]["rows"][(k,)] == v for k, v in acked.items())
-    finally:
-        g.stop_all()
-        subprocess.run(["umount", "-l", str(tmp_path / "a")], check=False)
 
 
 def _put_ok(cl, key) -> bool:

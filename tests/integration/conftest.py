@@ -8,13 +8,6 @@ from multisite.testing.checks import log_text
 from multisite.testing.cluster import Cluster
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
-
-
 @pytest.fixture
 def cluster(tmp_path, request):
     """A Cluster in the test's directory; every server is stopped (or killed) afterwards, and the

@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,35 +18,7 @@ import pytest
 from multisite.errors import MultisiteError
 from multisite.net import control
 from multisite.testing.grid import GridCluster
-from multisite.testing.postgres import PostgresServer, pg_bindir
-
-
-@pytest.fixture
-def make(tmp_path, request):
-    made: list[GridCluster] = []
-
-    def factory(**kw) -> GridCluster:
-        g = GridCluster(tmp_path / f"g{len(made)}", **kw)
-        made.append(g)
-        return g
-    yield factory
-    for g in made:
-        g.stop_all()
-        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
-            for f in sorted(g.root.glob("*/log/*.log")):
-                print(f"===== {f.relative_to(g.root)} (last 25 lines)")
-                print("\n".join(f.read_text(errors="replace").splitlines()[-25:]))
-
-
-@pytest.fixture(scope="module")
-def pg():
-    if pg_bindir() is None:
-        pytest.skip("no PostgreSQL binaries: run `make setup`")
-    d = tempfile.mkdtemp(prefix="ms-pg-")
-    os.chmod(d, 0o755)
-    s = PostgresServer(Path(d) / "pg").start()
-    yield s
-    s.stop()
+from multisite.testing.postgres import PostgresServer
 
 
 def sqlite_rows(path: Path) -> tuple[dict, list]:

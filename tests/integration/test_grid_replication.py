@@ -15,23 +15,6 @@ from multisite.journal.reader import iter_frames
 from multisite.testing.grid import GridCluster
 
 
-@pytest.fixture
-def make(tmp_path, request):
-    made: list[GridCluster] = []
-
-    def factory(**kw) -> GridCluster:
-        g = GridCluster(tmp_path / f"g{len(made)}", **kw)
-        made.append(g)
-        return g
-    yield factory
-    for g in made:
-        g.stop_all()
-        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
-            for f in sorted(g.root.glob("*/log/*.log")):
-                print(f"===== {f.relative_to(g.root)} (last 25 lines)")
-                print("\n".join(f.read_text(errors="replace").splitlines()[-25:]))
-
-
 def shards_of(st: dict, p: int) -> list[str]:
     part = st["partitions"][p]
     return [part["primary"], *part["sync"], *part["async"]]
@@ -185,7 +168,7 @@ def test_a_new_replica_copies_a_checkpoint_while_the_primary_commits(make):
     finally:
         stop.set()
         w.join()
-    st = g.wait("the new replica caught up", g.caught_up)
+    g.wait("the new replica caught up", g.caught_up)
     log = (g.root / "a" / "log" / "container.log").read_text()
     assert "checkpoint at seqno" in log
     assert "checkpoint installed" in (g.root / "b" / "log" / "container.log").read_text()
