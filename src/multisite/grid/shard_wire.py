@@ -28,16 +28,15 @@ frame, raises ``RemoteProtocolError`` and the connection is closed.
 
 from __future__ import annotations
 
-import struct
 from enum import StrEnum
 from typing import Any, Union
 
 import msgspec
 
 from ..errors import RemoteProtocolError
+from ..protocol.framing import FRAME_PREFIX, encode_frame
 
 SHARD_WIRE_VERSION = 1
-FRAME_PREFIX = struct.Struct("<IB")
 MAX_DATA_FRAME_BYTES = 64 * 1024 * 1024
 
 
@@ -174,8 +173,7 @@ _decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
 
 
 def encode(msg: Message) -> bytes:
-    body = _encoder.encode(msg)
-    return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
+    return encode_frame(_encoder, msg)
 
 
 class DataWire:

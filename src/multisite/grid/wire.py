@@ -15,16 +15,15 @@ stays in ``ERROR`` for good.
 
 from __future__ import annotations
 
-import struct
 from enum import Enum, StrEnum
 from typing import Any, Union
 
 import msgspec
 
 from ..errors import LocalProtocolError, RemoteProtocolError
+from ..protocol.framing import NEED_DATA, Frames, encode_frame
 
 GRID_WIRE_VERSION = 1
-FRAME_PREFIX = struct.Struct("<IB")
 MAX_GRID_FRAME_BYTES = 4 * 1024 * 1024  # an Assignments of MAX_PARTITIONS shards, or a big Status, fits
 
 
@@ -160,7 +159,6 @@ TRANSITIONS: dict[tuple[Side, State, type], State] = {
     (C, State.ASKED, Refused): State.DONE,
 }
 
-NEED_DATA = object()
 
 
 class GridWire:
@@ -171,8 +169,7 @@ class GridWire:
         self.peer = C if side is M else M
         self.state = State.IDLE
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._eof = False
+        self._frames = Frames(_decoders, max_frame_bytes, "grid", "a multisite grid peer")
 
     def _step(self, sender: Side, msg: object, err: type) -> None:
         if self.state is State.ERROR:
@@ -192,44 +189,25 @@ class GridWire:
 
     def send(self, msg: Message) -> bytes:
         self._step(self.side, msg, LocalProtocolError)
-        body = _encoder.encode(msg)
-        return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
+        return encode_frame(_encoder, msg)
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer; ``b""`` means the peer closed."""
-        if data:
-            self._buf += data
-        else:
-            self._eof = True
+        self._frames.receive_data(data)
 
-    def next_event(self) -> Message | object:
+    def next_event(self):
         """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
         if self.state is State.ERROR:
             raise RemoteProtocolError("the grid connection is broken")
-        if len(self._buf) < FRAME_PREFIX.size:
-            return self._end() if self._eof else NEED_DATA
-        length, t = FRAME_PREFIX.unpack_from(self._buf)
-        if length < 1 or length > self.max_frame_bytes:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"grid frame of {length} bytes (at most {self.max_frame_bytes}): "
-                                      f"not a multisite grid peer, or a broken one")
-        if len(self._buf) < 4 + length:
-            return self._end() if self._eof else NEED_DATA
-        body = bytes(self._buf[FRAME_PREFIX.size:4 + length])
-        del self._buf[:4 + length]
-        if t not in _decoders:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"unknown grid message type {t}")
         try:
-            msg = _decoders[t].decode(body)
-        except msgspec.DecodeError as e:
+            msg = self._frames.next_message()
+        except RemoteProtocolError:
             self.state = State.ERROR
-            raise RemoteProtocolError(f"malformed grid message of type {t}: {e}") from None
+            raise
+        if msg is NEED_DATA:
+            return msg
+        if msg is None:
+            self.state = State.CLOSED
+            return None
         self._step(self.peer, msg, RemoteProtocolError)
         return msg
-
-    def _end(self) -> None:
-        if self._buf:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"the peer closed in the middle of a frame ({len(self._buf)} bytes left)")
-        self.state = State.CLOSED

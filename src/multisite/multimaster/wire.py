@@ -14,7 +14,6 @@ turn, a malformed frame or an oversized one raises Remote/LocalProtocolError and
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from enum import Enum
 from typing import Any, Union
@@ -22,9 +21,9 @@ from typing import Any, Union
 import msgspec
 
 from ..errors import LocalProtocolError, RemoteProtocolError
+from ..protocol.framing import NEED_DATA, Frames, encode_frame
 
 DOC_WIRE_VERSION = 1
-FRAME_PREFIX = struct.Struct("<IB")
 MAX_DOC_FRAME_BYTES = 64 * 1024 * 1024
 MAX_OUTSTANDING_REQUESTS = 64
 
@@ -154,7 +153,6 @@ class State(Enum):
     ERROR = "error"
 
 
-NEED_DATA = object()
 
 
 class DocWire:
@@ -165,8 +163,7 @@ class DocWire:
         self.state = State.IDLE
         self.max_frame_bytes = max_frame_bytes
         self._asked: deque[type] = deque()  # the requests not yet answered, oldest first
-        self._buf = bytearray()
-        self._eof = False
+        self._frames = Frames(_decoders, max_frame_bytes, "replicator", "a multisite document server")
 
     def _step(self, sender: Side, msg: object, err: type) -> None:
         if self.state is State.ERROR:
@@ -193,45 +190,25 @@ class DocWire:
 
     def send(self, msg: Request | Reply) -> bytes:
         self._step(self.side, msg, LocalProtocolError)
-        body = _encoder.encode(msg)
-        return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
+        return encode_frame(_encoder, msg)
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the peer; ``b""`` means the peer closed."""
-        if data:
-            self._buf += data
-        else:
-            self._eof = True
+        self._frames.receive_data(data)
 
-    def next_event(self) -> Any:
+    def next_event(self):
         """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
         if self.state is State.ERROR:
             raise RemoteProtocolError("the replicator connection is broken")
-        if len(self._buf) < FRAME_PREFIX.size:
-            return self._end() if self._eof else NEED_DATA
-        length, t = FRAME_PREFIX.unpack_from(self._buf)
-        if length < 1 or length > self.max_frame_bytes:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"replicator frame of {length} bytes (at most {self.max_frame_bytes}): "
-                                      f"not a multisite document server, or a broken one")
-        if len(self._buf) < 4 + length:
-            return self._end() if self._eof else NEED_DATA
-        body = bytes(self._buf[FRAME_PREFIX.size:4 + length])
-        del self._buf[:4 + length]
-        if t not in _decoders:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"unknown replicator message type {t}")
         try:
-            msg = _decoders[t].decode(body)
-        except msgspec.DecodeError as e:
+            msg = self._frames.next_message()
+        except RemoteProtocolError:
             self.state = State.ERROR
-            raise RemoteProtocolError(f"malformed replicator message of type {t}: {e}") from None
-        peer = Side.RESPONDER if self.side is Side.INITIATOR else Side.INITIATOR
-        self._step(peer, msg, RemoteProtocolError)
+            raise
+        if msg is NEED_DATA:
+            return msg
+        if msg is None:
+            self.state = State.CLOSED
+            return None
+        self._step(Side.RESPONDER if self.side is Side.INITIATOR else Side.INITIATOR, msg, RemoteProtocolError)
         return msg
-
-    def _end(self) -> None:
-        if self._buf:
-            self.state = State.ERROR
-            raise RemoteProtocolError(f"the peer closed in the middle of a frame ({len(self._buf)} bytes left)")
-        self.state = State.CLOSED
