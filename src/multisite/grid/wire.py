@@ -20,8 +20,8 @@ from typing import Any, Union
 
 import msgspec
 
-from ..errors import LocalProtocolError, RemoteProtocolError
-from ..protocol.framing import NEED_DATA, Frames, encode_frame
+from ..errors import LocalProtocolError
+from ..protocol.framing import NEED_DATA, FramedWire, Frames, encode_frame  # noqa: F401 - NEED_DATA re-exported
 
 GRID_WIRE_VERSION = 1
 MAX_GRID_FRAME_BYTES = 4 * 1024 * 1024  # an Assignments of MAX_PARTITIONS shards, or a big Status, fits
@@ -161,8 +161,10 @@ TRANSITIONS: dict[tuple[Side, State, type], State] = {
 
 
 
-class GridWire:
+class GridWire(FramedWire):
     """One end of a catalog connection. ``side`` is the end this object is."""
+
+    ERROR, CLOSED = State.ERROR, State.CLOSED
 
     def __init__(self, side: Side, *, max_frame_bytes: int = MAX_GRID_FRAME_BYTES) -> None:
         self.side = side
@@ -190,24 +192,3 @@ class GridWire:
     def send(self, msg: Message) -> bytes:
         self._step(self.side, msg, LocalProtocolError)
         return encode_frame(_encoder, msg)
-
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the peer; ``b""`` means the peer closed."""
-        self._frames.receive_data(data)
-
-    def next_event(self):
-        """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
-        if self.state is State.ERROR:
-            raise RemoteProtocolError("the grid connection is broken")
-        try:
-            msg = self._frames.next_message()
-        except RemoteProtocolError:
-            self.state = State.ERROR
-            raise
-        if msg is NEED_DATA:
-            return msg
-        if msg is None:
-            self.state = State.CLOSED
-            return None
-        self._step(self.peer, msg, RemoteProtocolError)
-        return msg

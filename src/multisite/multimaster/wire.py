@@ -20,8 +20,8 @@ from typing import Any, Union
 
 import msgspec
 
-from ..errors import LocalProtocolError, RemoteProtocolError
-from ..protocol.framing import NEED_DATA, Frames, encode_frame
+from ..errors import LocalProtocolError
+from ..protocol.framing import NEED_DATA, FramedWire, Frames, encode_frame  # noqa: F401 - NEED_DATA re-exported
 
 DOC_WIRE_VERSION = 1
 MAX_DOC_FRAME_BYTES = 64 * 1024 * 1024
@@ -155,11 +155,14 @@ class State(Enum):
 
 
 
-class DocWire:
+class DocWire(FramedWire):
     """One end of a replicator connection (``side`` is the end this object is)."""
+
+    ERROR, CLOSED = State.ERROR, State.CLOSED
 
     def __init__(self, side: Side, *, max_frame_bytes: int = MAX_DOC_FRAME_BYTES) -> None:
         self.side = side
+        self.peer = Side.RESPONDER if side is Side.INITIATOR else Side.INITIATOR
         self.state = State.IDLE
         self.max_frame_bytes = max_frame_bytes
         self._asked: deque[type] = deque()  # the requests not yet answered, oldest first
@@ -191,24 +194,3 @@ class DocWire:
     def send(self, msg: Request | Reply) -> bytes:
         self._step(self.side, msg, LocalProtocolError)
         return encode_frame(_encoder, msg)
-
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the peer; ``b""`` means the peer closed."""
-        self._frames.receive_data(data)
-
-    def next_event(self):
-        """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
-        if self.state is State.ERROR:
-            raise RemoteProtocolError("the replicator connection is broken")
-        try:
-            msg = self._frames.next_message()
-        except RemoteProtocolError:
-            self.state = State.ERROR
-            raise
-        if msg is NEED_DATA:
-            return msg
-        if msg is None:
-            self.state = State.CLOSED
-            return None
-        self._step(Side.RESPONDER if self.side is Side.INITIATOR else Side.INITIATOR, msg, RemoteProtocolError)
-        return msg

@@ -61,6 +61,36 @@ class Frames:
         return None
 
 
+class FramedWire:
+    """One end of a connection whose messages pass a state machine: the subclass has ``state``,
+    ``peer`` (the other end's side), ``_frames`` and ``_step(sender, msg, error_type)``, and names its
+    ``ERROR`` and ``CLOSED`` states; a protocol error leaves it in ``ERROR`` for good."""
+
+    ERROR: Any
+    CLOSED: Any
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the peer; ``b""`` means the peer closed."""
+        self._frames.receive_data(data)
+
+    def next_event(self) -> Any:
+        """The next whole message, ``NEED_DATA``, or ``None`` once the peer closed cleanly."""
+        if self.state is self.ERROR:
+            raise RemoteProtocolError(f"the {self._frames.what} connection is broken")
+        try:
+            msg = self._frames.next_message()
+        except RemoteProtocolError:
+            self.state = self.ERROR
+            raise
+        if msg is NEED_DATA:
+            return msg
+        if msg is None:
+            self.state = self.CLOSED
+            return None
+        self._step(self.peer, msg, RemoteProtocolError)
+        return msg
+
+
 def encode_frame(encoder: msgspec.msgpack.Encoder, msg: Any) -> bytes:
     body = encoder.encode(msg)
     return FRAME_PREFIX.pack(len(body) + 1, type(msg).__struct_config__.tag) + body
