@@ -7,8 +7,6 @@ its control socket (named after HOME) answers with its own pid.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError, ServerError
 from . import control
-from .process import _exited
+from .process import wait_exit
 from .tls import parse_hostport
 
 START_TIMEOUT_S = 30.0
@@ -87,10 +85,4 @@ def stop_docserver(home: Path, timeout: float = 10.0) -> int:
     home = Path(home).absolute()
     pid = call(home, "ping", timeout=5)["pid"]
     call(home, "shutdown", timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _exited(pid):
-            return pid
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    return pid
+    return wait_exit(pid, timeout)

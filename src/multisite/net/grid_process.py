@@ -9,8 +9,6 @@ catalog refuses exits, and ``start_container`` raises with the refusal from its 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +21,7 @@ from ..grid.routing import RouteTable
 from ..grid.wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
 from . import control
 from .grid_container import REFUSED_FILE
-from .process import _exited
+from .process import wait_exit
 from .tls import parse_hostport
 
 START_TIMEOUT_S = 30.0
@@ -133,13 +131,7 @@ def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
     except ServerError:
         raise ServerError(f"no {what} is running in {root}; start one with `multisite {what} start`") from None
     control.call(root, "shutdown", timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _exited(pid):
-            return pid
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    return pid
+    return wait_exit(pid, timeout)
 
 
 def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:

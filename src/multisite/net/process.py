@@ -67,7 +67,12 @@ def stop_server(root: Path, timeout: float = 10.0) -> int:
     lay = Layout.existing(root)
     pid = control.call(lay.root, "ping")["pid"]
     control.call(lay.root, "shutdown", timeout=timeout + 5, timeout_s=timeout)  # socket timeout, flush bound
-    deadline = time.monotonic() + timeout + 10
+    return wait_exit(pid, timeout + 10)
+
+
+def wait_exit(pid: int, timeout: float) -> int:
+    """Wait up to ``timeout`` seconds for ``pid`` (told to shut down) to exit, then SIGKILL it; the pid."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _exited(pid):
             return pid
