@@ -189,3 +189,31 @@ def test_small_pages_chunks_and_batches_move_everything_once(pair, monkeypatch):
     t = run_local(a, b, "pull-only").totals()
     assert t["updated"] == len(us[1::3])
     assert [d.to_value() for d in b.documents()] == [d.to_value() for d in a.documents()]
+
+
+def test_a_replica_restored_from_a_backup_has_its_new_writes_replicated(tmp_path):
+    """Its change numbers go back to the backup's, below the peer's record of what it pulled: the
+    session starts from the point both sides agree on, so the new writes are not skipped."""
+    import shutil
+
+    from multisite.instance.maintenance import backup
+    a = documents.create(tmp_path / "a", "T", durability="none")
+    b = documents.create(tmp_path / "b", "T", replica_id=a.replica_id, durability="none")
+    for i in range(3):
+        a.create("F", {"x": i})
+    run_local(a, b, "pull-push")
+    a.close()
+    backup(tmp_path / "a", tmp_path / "a-backup")
+    a = documents.open(tmp_path / "a")
+    for i in range(3):
+        a.create("F", {"y": i})
+    run_local(a, b, "pull-push")  # b's record of a's changes moves past the backup's
+    a.close()
+    shutil.rmtree(tmp_path / "a")
+    shutil.copytree(tmp_path / "a-backup", tmp_path / "a")
+    a = documents.open(tmp_path / "a")
+    new = [a.create("F", {"z": i}) for i in range(3)]  # change numbers the backup had not used yet
+    run_local(b, a, "pull-only", server_a="local-b", server_b="local-a")
+    assert all(b.get(u) is not None for u in new)
+    a.close()
+    b.close()
