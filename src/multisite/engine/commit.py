@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import NotPrimary, TransactionError
 from ..journal.records import KILL, SET, ZKILL, Update
 from ..keys import decode_key, encode_key
-from .core import Core
+from .core import REQUEST, Core
 
 OPS = frozenset((SET, KILL, ZKILL))
 Op = tuple[int, str, tuple, "bytes | None"]  # (opcode, region, key, encoded value or None)
@@ -39,6 +39,27 @@ def commit(core: Core, ops: list[Op]) -> int:
         core.release()
         core.maybe_flush()
     return seqno
+
+
+def prepare_each(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes]]) -> list[int | Exception]:
+    """Under the commit lock: prepare transactions one by one, each in a store savepoint of its own,
+    so that one that fails leaves nothing behind and the others go on. Appends the frames; returns
+    each transaction's seqno (0: nothing replicated) or the exception that refused it alone."""
+    st = core.store
+    out: list[int | Exception] = []
+    for ops in txns:
+        st.savepoint(REQUEST)
+        try:
+            seqno, data = prepare(core, ops)
+        except Exception as e:  # this transaction only
+            st.rollback_to(REQUEST)
+            out.append(e)
+            continue
+        st.release(REQUEST)
+        out.append(seqno)
+        if data:
+            frames.append((seqno, data))
+    return out
 
 
 def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int = 0,

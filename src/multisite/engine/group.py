@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import KeyTypeError, TransactionError
 from ..journal.records import SET, Update
 from ..keys import encode_key
-from .commit import Op, prepare
-from .core import REQUEST, Core
+from .commit import Op, prepare_each
+from .core import Core
 
 _ABSENT = object()  # a key the store does not hold (None is a value a key can hold)
 
@@ -126,17 +126,11 @@ class GroupCommit:
     def _prepare_each(self, batch: list[_Request], frames: list[tuple[int, bytes]]) -> None:
         """Prepare a batch request by request, each in a savepoint of its own, so that a request
         that fails leaves nothing behind and the others go on."""
-        st = self.core.store
-        for r in batch:
-            st.savepoint(REQUEST)
-            try:
-                r.seqno, data = prepare(self.core, r.ops)
-                if data:
-                    frames.append((r.seqno, data))
-                st.release(REQUEST)
-            except Exception as e:  # this request only: it leaves nothing behind
-                st.rollback_to(REQUEST)
-                r.error, r.seqno = e, 0
+        for r, res in zip(batch, prepare_each(self.core, [r.ops for r in batch], frames)):
+            if isinstance(res, Exception):
+                r.error, r.seqno = res, 0
+            else:
+                r.seqno = res
 
     def _prepare_sets(self, batch: list[_Request], frames: list[tuple[int, bytes]]) -> bool:
         """The common batch (on a primary, every request only sets keys of existing regions): read

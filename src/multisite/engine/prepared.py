@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from ..errors import NotPrimary, TransactionError
 from ..journal.durability import Durability
-from .commit import Op, prepare
-from .core import REQUEST, Core
+from .commit import Op, prepare_each
+from .core import Core
 
 
 class Prepared:
@@ -101,22 +101,9 @@ def prepare_batch(core: Core, txns: list[list[Op]]) -> Prepared:
     except BaseException:
         core.lock.release()
         raise
-    results: list[int | BaseException] = []
     frames: list[tuple[int, bytes]] = []
-    st = core.store
     try:
-        for ops in txns:
-            st.savepoint(REQUEST)
-            try:
-                seqno, data = prepare(core, ops)
-            except Exception as e:  # this transaction only: it leaves nothing behind
-                st.rollback_to(REQUEST)
-                results.append(e)
-                continue
-            st.release(REQUEST)
-            results.append(seqno)
-            if data:
-                frames.append((seqno, data))
+        results = prepare_each(core, txns, frames)
     except BaseException:
         core.undo(snap)
         core.lock.release()
