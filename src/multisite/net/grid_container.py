@@ -123,9 +123,7 @@ class ContainerServer:
             loop = asyncio.get_running_loop()
             for p in sorted(set(self.shards) - set(a.shards)):
                 sh = self.shards.pop(p)
-                await sh.stop()
-                await loop.run_in_executor(sh.executor, sh.db.close)
-                sh.executor.shutdown(wait=False)
+                await sh.close()
                 self.log.info("closed shard p%d (was %s): no longer assigned here", p, sh.role)
             for p, role in sorted(a.shards.items()):
                 view = a.views.get(p) or View(a.epoch, None, None, [], [], 0)
@@ -479,8 +477,7 @@ class ContainerServer:
             ctl.close()
             srv.close()
             for sh in self.shards.values():
-                await sh.stop()
-                await loop.run_in_executor(sh.executor, sh.db.close)
+                await sh.close()
             (self.root / "run" / "container.json").unlink(missing_ok=True)
             self.log.info("container %s stopped", self.name)
         if self.refused is not None:
@@ -531,6 +528,12 @@ class Shard:
         if self.replica is not None:
             self.db = await self.replica.stop()
             self.replica = None
+
+    async def close(self) -> None:
+        """Stop the role and close the instance in the shard's thread (its data stays)."""
+        await self.stop()
+        await asyncio.get_running_loop().run_in_executor(self.executor, self.db.close)
+        self.executor.shutdown(wait=False)
 
     def status(self) -> dict:
         out = {"role": self.role, "seqno": self.db.seqno, "epoch": self.view.epoch, "dir": str(self.path)}

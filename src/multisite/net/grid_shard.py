@@ -172,8 +172,7 @@ class PrimaryShard:
             self.drop(name, "no longer a replica of this partition")
         for link in self.links.values():
             link.role = "sync" if link.name in view.sync else "async"
-        if not self.sync.in_flight:
-            self._rejoin()  # an asynchronous replica made synchronous may hold everything already
+        self._rejoin()  # an asynchronous replica made synchronous may hold everything already
 
     # -- requests ----------------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -256,7 +255,7 @@ class PrimaryShard:
     def _rejoin(self) -> None:
         """At a batch boundary (no vote in flight): live synchronous replicas holding every committed
         transaction count as current again."""
-        if self.in_batch:  # a decided batch not yet answered: a voter it left behind may hold its frames
+        if self.in_batch or self.sync.in_flight:  # a voter it left behind may hold a batch's frames
             return
         for name in list(self.sync.behind):
             link = self.links.get(name)
@@ -266,6 +265,11 @@ class PrimaryShard:
                              link.acked)
         if frozenset(self.sync.current) != self.reported:
             self.host.report_currency_soon()
+
+    def _rejoin_if_ready(self, link: Link) -> None:
+        """``link``'s replica may count current again now (no need to wait for a batch boundary)."""
+        if link.name in self.sync.behind and link.live and link.acked >= self.committed:
+            self._rejoin()
 
     async def _commit(self, commits: list[Request]) -> None:
         loop = asyncio.get_running_loop()
@@ -601,9 +605,7 @@ class PrimaryShard:
                     self.on_vote(link, msg)
                 elif isinstance(msg, Progress):
                     link.acked = max(link.acked, msg.seqno)
-                    if link.name in self.sync.behind and link.live and link.acked >= self.committed \
-                            and not self.sync.in_flight:
-                        self._rejoin()
+                    self._rejoin_if_ready(link)
                 elif isinstance(msg, Failed):
                     log.warning("partition %d: replica %s: %s: %s", self.partition, link.name, msg.code, msg.message)
                     return
@@ -619,8 +621,7 @@ class PrimaryShard:
         while not link.closed.is_set():
             if link.sent >= self.committed:
                 link.live = True
-                if link.name in self.sync.behind and link.acked >= self.committed and not self.sync.in_flight:
-                    self._rejoin()
+                self._rejoin_if_ready(link)
                 return
             runs = _runs(self.db, link.sent + 1, self.committed)
             while not link.closed.is_set():  # one run in memory at a time, whatever the replica's lag
