@@ -188,10 +188,14 @@ class Grid:
             c = conns[address] = _Conn(address, self.grid)
         return c
 
-    def _drop(self, address: str) -> None:
+    def _lost(self, address: str) -> None:
+        """The container at ``address`` broke or refused a connection: close ours, and route its
+        partitions anew (the next table says whether it is still their primary)."""
         c = getattr(self._local, "conns", {}).pop(address, None)
         if c is not None:
             c.close()
+        with self._lock:
+            self.routes.unreachable(address)
 
     def _refresh(self) -> None:
         try:
@@ -216,16 +220,13 @@ class Grid:
                     conn = self._conn(route.primary)
                 except OSError as e:
                     last = f"container {route.primary} unreachable: {e}"
-                    with self._lock:
-                        self.routes.unreachable(route.primary)
+                    self._lost(route.primary)
                     conn = None
                 if conn is not None:
                     try:
                         ans = conn.ask(make)
-                    except (OSError, ConnectionError, MultisiteError) as e:
-                        self._drop(route.primary)
-                        with self._lock:
-                            self.routes.unreachable(route.primary)
+                    except (OSError, MultisiteError) as e:
+                        self._lost(route.primary)
                         if commit:
                             raise CommitOutcomeUnknown(
                                 f"partition {partition}: the commit was sent to {route.primary} and no answer "
