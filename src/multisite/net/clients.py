@@ -1,27 +1,37 @@
-"""The client protocol's listener: a thread per connection, each running its own transactions.
+"""The client protocol's listener: one event loop reads every connection; commits gather into group commits.
 
-Why threads and not the server's asyncio loop: a commit blocks (on the commit lock and the fsync),
-so the loop would hand every request to a worker thread and take the reply back, two thread
-wake-ups per request on top of the network's. A connection's own thread reads a request, runs it
-through the engine and writes the reply itself; concurrent connections share group commits. The
-protocol (framing, ops) is ``protocol.client``; what each op does is ``InstanceServer._client_op``.
+Before (issue 14), a thread per connection ran its own requests and handed each commit to the
+engine's group commit: under the GIL every hand-off cost thread wake-ups, and 2 connections
+committed at half PostgreSQL's rate. Now one thread runs an asyncio loop over all connections
+(``clients-loop``). What arrives together is gathered (``protocol.client.Gathering``): the loop
+writes the commits ready in one pass as one batch (``Database.prepare`` then ``Prepared.write``: one
+journal write, the commit lock held only while it runs) and hands the fdatasync to a thread of its
+own (``Database.harden``), so that the next batches are written while the last syncs and are
+answered together after the next one. Reads (get/items/info) run on the loop at once and never wait
+behind an fsync. A connection may pipeline; its replies go out in order (``ClientSession``).
+Anything else (create_region, a commit on a secondary, where the engine's own path decides) runs in
+a small worker pool, one request of a connection at a time. docs/decisions.md says what was measured.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import ConfigError, MultisiteError, RemoteProtocolError, ServerError
-from ..protocol.client import FrameBuffer, encode
+from ..protocol.client import READ_OPS, ClientSession, Gathering, Request, encode, error_reply
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
 KEEPALIVE_PROBES = 3
 BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
+WRITE_BUFFER_BYTES = 1 << 20  # replies held for a client that does not read them; its reading pauses past it
+WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
 
 
 def check_keepalive(seconds: object) -> int:
@@ -34,9 +44,9 @@ def check_keepalive(seconds: object) -> int:
 def keepalive(conn: socket.socket, seconds: int) -> None:
     """Drop a client whose host or network vanished without closing the connection: after ``seconds``
     of silence the kernel probes it, ``KEEPALIVE_PROBES`` times ``seconds / 3`` apart, and a client
-    that answers none is reset (its thread's recv fails), so it does not hold a thread and one of the
-    ``MAX_CONNECTIONS`` slots forever. A reply it never acknowledges fails as late (TCP_USER_TIMEOUT).
-    An idle client that is alive answers the probes itself (its kernel does) and stays connected."""
+    that answers none is reset, so it does not hold one of the ``MAX_CONNECTIONS`` slots forever. A
+    reply it never acknowledges fails as late (TCP_USER_TIMEOUT). An idle client that is alive
+    answers the probes itself (its kernel does) and stays connected."""
     interval = max(1, seconds // 3)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
@@ -45,137 +55,302 @@ def keepalive(conn: socket.socket, seconds: int) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, (seconds + KEEPALIVE_PROBES * interval) * 1000)
 
 
+class _Connection(asyncio.Protocol):
+    """One client connection's transport; what it means is in its ``ClientSession``."""
+
+    def __init__(self, listener: "ClientListener"):
+        self.lis = listener
+        self.session = ClientSession()
+        self.session.owner = self
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.held = 0  # bytes of the listener's budget this connection's partial frames hold
+        self.reading = True
+        self.write_paused = False
+        self.failed: list | None = None  # the reply saying why it closes, sent once what is in flight is
+        self.lost = False
+        self.open = False  # counted among the listener's connections
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.lis._opened(self, transport)  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        self.lis._received(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lis._lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.lis._flow(self)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.lis._flow(self)
+
+
 class ClientListener:
+    """Serves the client protocol on ``host:port`` from a thread of its own (``clients-loop``).
+
+    ``run_op(op, args)`` answers a request; with ``db`` (the instance server's Database) and
+    ``commit_ops(args)`` (which checks a commit's arguments and returns the engine's updates), the
+    commits of a primary are gathered into group commits instead."""
+
     def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
-                 keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES):
+                 keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES, *, db: Any = None,
+                 commit_ops: Callable[[dict], list] | None = None):
         self.keepalive_s = check_keepalive(keepalive_s)
         self.buffer_bytes = buffer_bytes
-        self._buffered = 0  # bytes all connections hold in their FrameBuffers (under _lock)
-        self._sock = socket.create_server((host, port))
-        self.port: int = self._sock.getsockname()[1]
+        self._buffered = 0  # bytes all connections hold in partial frames (the loop's thread only)
         self._run_op = run_op
         self._log = log
-        self._lock = threading.Lock()
-        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._db = db if commit_ops is not None else None
+        self._commit_ops = commit_ops
+        self._conns: set[_Connection] = set()
         self._closing = False
-        self._acceptor = threading.Thread(target=self._accept, name="client-accept", daemon=True)
-        self._acceptor.start()
+        self._gathering = Gathering()
+        self._write_soon = False  # a batch write is scheduled for this pass of the loop
+        self.groups = 0  # fdatasyncs of gathered groups (status, benchmarks)
+        self.batched = 0  # commits written in gathered batches
+        sock = socket.create_server((host, port))  # OSError here, in the caller's thread
+        self.port: int = sock.getsockname()[1]
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="clients-sync")
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(sock, started), name="clients-loop", daemon=True)
+        self._thread.start()
+        started.wait()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, addr = self._sock.accept()
-            except OSError:
-                return  # closed
-            try:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                keepalive(conn, self.keepalive_s)
-            except OSError as e:  # the client is already gone: this connection only, not the acceptor
-                self._log.warning("client connection from %s dropped at accept: %s", _peer(addr), e)
-                conn.close()
-                continue
-            with self._lock:
-                if self._closing or len(self._conns) >= MAX_CONNECTIONS:
-                    self._log.warning("client connection from %s refused: %s", addr,
-                                      "shutting down" if self._closing else f"{MAX_CONNECTIONS} connections open")
-                    conn.close()
-                    continue
-                th = threading.Thread(target=self._serve, args=(conn, addr), name=f"client-{addr[1]}",
-                                      daemon=True)
-                self._conns[conn] = th
-            th.start()
+    # -- the loop's thread -------------------------------------------------------------------------
+    def _run(self, sock: socket.socket, started: threading.Event) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._server = loop.run_until_complete(loop.create_server(lambda: _Connection(self), sock=sock))
+        finally:
+            started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
 
     @property
     def connections(self) -> int:
         """Client connections open now."""
-        with self._lock:
-            return len(self._conns)
+        return len(self._conns)
+
+    def _opened(self, conn: _Connection, transport: asyncio.Transport) -> None:
+        conn.transport = transport
+        addr = transport.get_extra_info("peername")
+        conn.peer = _peer(addr)
+        if self._closing or len(self._conns) >= MAX_CONNECTIONS:
+            self._log.warning("client connection from %s refused: %s", addr,
+                              "shutting down" if self._closing else f"{MAX_CONNECTIONS} connections open")
+            transport.abort()
+            return
+        try:
+            s = transport.get_extra_info("socket")
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keepalive(s, self.keepalive_s)
+        except OSError as e:  # the client is already gone: this connection only
+            self._log.warning("client connection from %s dropped at accept: %s", conn.peer, e)
+            transport.abort()
+            return
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        conn.open = True
+        self._conns.add(conn)
+
+    def _lost(self, conn: _Connection, exc: Exception | None) -> None:
+        conn.lost = True
+        if not conn.open:
+            return
+        conn.open = False
+        self._conns.discard(conn)
+        self._buffered -= conn.held
+        conn.held = 0
+        conn.session.drop_waiting()
+        if exc is not None and not self._closing:
+            self._log.warning("client connection from %s closed: %s", conn.peer, exc)
 
     def _hold(self, held: int, now: int) -> int:
         """Account for a connection holding ``now`` bytes instead of ``held``; refuse growth past the
         budget: 256 connections each filling a 64 MiB frame would otherwise take 16 GiB and the
         instance's owner with them (the kernel's OOM killer)."""
-        with self._lock:
-            if now > held and self._buffered + now - held > self.buffer_bytes:
-                total = self._buffered
-                raise RemoteProtocolError(
-                    f"the server holds {total / 2**20:.0f} MiB of client requests not yet received in full, "
-                    f"its limit is {self.buffer_bytes / 2**20:.0f} MiB; send smaller requests or retry later")
-            self._buffered += now - held
+        if now > held and self._buffered + now - held > self.buffer_bytes:
+            total = self._buffered
+            raise RemoteProtocolError(
+                f"the server holds {total / 2**20:.0f} MiB of client requests not yet received in full, "
+                f"its limit is {self.buffer_bytes / 2**20:.0f} MiB; send smaller requests or retry later")
+        self._buffered += now - held
         return now
 
-    def _serve(self, conn: socket.socket, addr: Any) -> None:
-        buf = FrameBuffer()
-        held = 0  # of this listener's buffer budget
+    def _received(self, conn: _Connection, data: bytes) -> None:
+        if not conn.open or conn.failed is not None:
+            return
+        s = conn.session
         try:
-            while not self._closing:
-                data = conn.recv(1 << 20)
-                if not data:
-                    return
-                buf.feed(data)
-                held = self._hold(held, len(buf))
-                while (req := buf.next()) is not None:
-                    held = self._hold(held, len(buf))
-                    if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
-                        raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
-                    conn.sendall(encode(self._reply(*req)))
-                    if self._closing:
-                        return  # the request in flight was answered; take no more
+            s.feed(data)
+            conn.held = self._hold(conn.held, len(s.frames))
+            s.parse()
+            conn.held = self._hold(conn.held, len(s.frames))
         except RemoteProtocolError as e:
-            # A frame that cannot be read leaves nothing to go on: say why, then close.
-            self._log.warning("client connection from %s closed: %s", _peer(addr), e)
-            try:
-                conn.sendall(encode([None, False, [e.code, e.message]]))
-            except OSError:
-                pass
-        except OSError as e:
-            if not self._closing:
-                self._log.warning("client connection from %s closed: %s", _peer(addr), e)
-        finally:
-            with self._lock:
-                self._buffered -= held
-                self._conns.pop(conn, None)
-            conn.close()
+            # A frame that cannot be read leaves nothing to go on: what came before it is answered,
+            # then the reason, then the connection closes.
+            self._log.warning("client connection from %s closed: %s", conn.peer, e)
+            conn.failed = [None, False, [e.code, e.message]]
+        self._start(conn)
 
-    def _reply(self, rid: Any, op: Any, args: dict) -> list:
+    def _start(self, conn: _Connection) -> None:
+        """Start what the connection's order allows, then send what is answered."""
+        s = conn.session
+        while (req := s.next_runnable()) is not None:
+            if req.op == "commit" and self._db is not None and self._db.role == "primary":
+                try:
+                    ops = self._commit_ops(req.args)  # type: ignore[misc]
+                except Exception as e:  # noqa: BLE001 - answered, as _call answers
+                    s.answer(req, False, self._error(req.op, e))
+                    continue
+                self._gathering.add(req, ops)
+                if not self._write_soon:
+                    self._write_soon = True
+                    self._loop.call_soon(self._write_batch)
+            elif req.op in READ_OPS:
+                s.answer(req, *self._call(req.op, req.args))
+            else:
+                fut = self._loop.run_in_executor(self._workers, self._call, req.op, req.args)
+                fut.add_done_callback(lambda f, req=req: self._ran(req, f))
+        self._send(conn)
+
+    def _ran(self, req: Request, fut: asyncio.Future) -> None:
+        req.session.answer(req, *fut.result())
+        self._after(req.session)
+
+    def _call(self, op: Any, args: dict) -> tuple[bool, Any]:
         try:
-            return [rid, True, self._run_op(op, args)]
+            return True, self._run_op(op, args)
+        except Exception as e:  # noqa: BLE001 - every failure is the request's answer
+            return False, self._error(op, e)
+
+    def _error(self, op: Any, e: Exception) -> list:
+        if isinstance(e, MultisiteError):
+            return [e.code, e.message]
+        if isinstance(e, (KeyError, TypeError, ValueError)):  # a request missing or mistyping an argument
+            return [ConfigError.code, f"malformed {op!r:.40} request: {type(e).__name__}: {e}"]
+        # a bug met by this request: answer it and keep serving the connection
+        self._log.error("client request %r failed", op, exc_info=e)
+        return [ServerError.code, f"{op!r:.40} failed in the server: {type(e).__name__}: {e}"]
+
+    # -- group commit ------------------------------------------------------------------------------
+    def _write_batch(self) -> None:
+        """Write every commit gathered in this pass of the loop as one batch (one journal write)."""
+        self._write_soon = False
+        batch = self._gathering.take_batch()
+        if not batch:
+            return
+        reqs = [r for r, _ in batch]
+        try:
+            prep = self._db.prepare([ops for _, ops in batch])
+            token = prep.write(flush_store=False)  # the store's periodic commit runs in the sync thread
+        except Exception as e:  # noqa: BLE001 - nothing of the batch was committed (a full disk, a demotion)
+            err = self._error("commit", e)
+            for r in reqs:
+                r.session.answer(r, False, err)
+        else:
+            self.batched += len(reqs)
+            self._gathering.wrote(reqs, prep.results, token)
+        for session in {r.session for r in reqs}:
+            self._after(session)
+        self._sync_next()
+
+    def _sync_next(self) -> None:
+        nxt = self._gathering.next_sync()
+        if nxt is None:
+            return
+        token, group = nxt
+        fut = self._loop.run_in_executor(self._syncer, self._harden, token)
+        fut.add_done_callback(lambda f: self._synced(group, f))
+
+    def _harden(self, token: Any) -> None:
+        """In the sync thread: the group's fdatasync, then the store's periodic commit when due (it
+        fsyncs too; a failure there is the store's, logged by the engine, never the commits')."""
+        if token is not None:
+            self._db.harden(token)
+        try:
+            self._db.flush_if_due()
         except MultisiteError as e:
-            return [rid, False, [e.code, e.message]]
-        except (KeyError, TypeError, ValueError) as e:  # a request missing or mistyping an argument
-            return [rid, False, [ConfigError.code, f"malformed {op!r:.40} request: {type(e).__name__}: {e}"]]
-        except Exception as e:  # a bug met by this request: answer it and keep serving the connection
-            self._log.exception("client request %r failed", op)
-            return [rid, False, [ServerError.code, f"{op!r:.40} failed in the server: {type(e).__name__}: {e}"]]
+            self._log.warning("the store could not be flushed after client commits: %s", e)
+
+    def _synced(self, group: list, fut: asyncio.Future) -> None:
+        err = fut.exception()
+        if err is not None:
+            self._log.error("fdatasync of %d client commits failed: %s", len(group), err)
+        self.groups += 1
+        answered = self._gathering.synced(group, err)
+        for session in {r.session for r in answered}:
+            self._after(session)
+        self._sync_next()
+
+    def _after(self, session: ClientSession) -> None:
+        conn = session.owner  # type: ignore[attr-defined]
+        self._start(conn)
+
+    # -- sending and flow --------------------------------------------------------------------------
+    def _send(self, conn: _Connection) -> None:
+        replies = conn.session.replies()
+        if conn.lost or conn.transport is None:
+            return
+        if replies:
+            conn.transport.write(b"".join(encode(r) for r in replies))
+        if conn.session.in_flight == 0 and (conn.failed is not None or self._closing):
+            if conn.failed is not None:
+                conn.transport.write(encode(conn.failed))
+            conn.transport.close()  # after what is buffered is sent
+            return
+        self._flow(conn)
+
+    def _flow(self, conn: _Connection) -> None:
+        """Read while the connection's pipeline and unsent replies stay within bounds."""
+        if conn.lost or conn.transport is None:
+            return
+        want = (not self._closing and conn.failed is None and not conn.write_paused
+                and conn.session.wants_more)
+        if want != conn.reading:
+            conn.reading = want
+            (conn.transport.resume_reading if want else conn.transport.pause_reading)()
+
+    # -- stopping ----------------------------------------------------------------------------------
+    async def _close(self, timeout_s: float) -> None:
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        deadline = time.monotonic() + timeout_s  # one bound for all, not one per connection
+        for conn in list(self._conns):
+            conn.session.drop_waiting()  # read, not started: never done, the client sees the close
+            self._flow(conn)
+            self._send(conn)
+        # Requests in flight finish and their replies reach the client (a commit made durable is
+        # acknowledged); a client that reads no replies is cut at the deadline.
+        while self._conns and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self._conns):
+            if conn.transport is not None:
+                conn.transport.abort()
+        while self._gathering.syncing and time.monotonic() < deadline + 1.0:
+            await asyncio.sleep(0.01)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection, and wait for the transactions in flight."""
-        with self._lock:
-            self._closing = True
-            conns = dict(self._conns)
+        if not self._thread.is_alive():
+            return
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (a close alone would not)
-        except OSError:
-            pass
-        self._sock.close()
-        for conn in conns:
-            try:
-                # The reading side only: the thread's recv returns, and a request in flight finishes
-                # and its reply still reaches the client (a commit made durable is acknowledged).
-                conn.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
-        deadline = time.monotonic() + timeout_s  # one bound for all, not one per connection
-        for th in conns.values():
-            th.join(max(0.0, deadline - time.monotonic()))
-        for conn, th in conns.items():
-            if th.is_alive():  # blocked sending to a client that reads no replies: cut it
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                th.join(1.0)
-        self._acceptor.join(timeout_s)
+            asyncio.run_coroutine_threadsafe(self._close(timeout_s), self._loop).result(timeout_s + 5)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)
+            self._workers.shutdown(wait=False, cancel_futures=True)
+            self._syncer.shutdown(wait=True)
 
 
 def _peer(addr: Any) -> str:

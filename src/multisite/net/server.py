@@ -91,7 +91,8 @@ class InstanceServer:
         if self.listen:
             host, port = parse_hostport(self.listen)
             try:
-                cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s)
+                cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s, db=db,
+                                         commit_ops=self._commit_ops)
             except OSError as e:
                 self.db.close()
                 raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None
@@ -392,6 +393,24 @@ class InstanceServer:
             await asyncio.sleep(0.005)
 
     # -- client protocol (connections are served by net.clients) ------------------------------
+    def _commit_ops(self, a: dict) -> list:
+        """A client's commit request checked, as the engine's updates (a primary's listener gathers
+        them into group commits; otherwise ``_client_op`` commits them)."""
+        db = self.db
+        ops = []
+        if not isinstance(a["ops"], list):
+            raise ConfigError(f"commit: ops must be a list of [opcode, region, key, value], got {a['ops']!r:.80}")
+        for i, u in enumerate(a["ops"]):
+            if not (isinstance(u, list) and len(u) == 4):
+                raise ConfigError(f"commit: update {i} must be [opcode, region, key, value], got {u!r:.80}")
+            opc, region, key, value = u
+            if type(opc) is not int or opc not in CLIENT_OPCODES:
+                raise ConfigError(f"commit: update {i} has opcode {opc!r:.40}; the opcodes are "
+                                  + ", ".join(f"{c} ({n})" for c, n in CLIENT_OPCODES.items()))
+            db.region(_region_name(region))
+            ops.append((opc, region, check_key(key), encode_value(value) if opc == SET else None))
+        return ops
+
     def _client_op(self, op: str, a: dict) -> Any:
         """One client request. Every argument is checked here, with an error naming it: what the
         engine's own API trusts its caller for (an opcode, the types of a region's settings) comes
@@ -411,19 +430,7 @@ class InstanceServer:
             rows = db.page(region, lo, hi, limit, inclusive=inclusive)
             return [[list(decode_key(k)), decode_value(v)] for k, v in rows]
         if op == "commit":
-            ops = []
-            if not isinstance(a["ops"], list):
-                raise ConfigError(f"commit: ops must be a list of [opcode, region, key, value], got {a['ops']!r:.80}")
-            for i, u in enumerate(a["ops"]):
-                if not (isinstance(u, list) and len(u) == 4):
-                    raise ConfigError(f"commit: update {i} must be [opcode, region, key, value], got {u!r:.80}")
-                opc, region, key, value = u
-                if type(opc) is not int or opc not in CLIENT_OPCODES:
-                    raise ConfigError(f"commit: update {i} has opcode {opc!r:.40}; the opcodes are "
-                                      + ", ".join(f"{c} ({n})" for c, n in CLIENT_OPCODES.items()))
-                db.region(_region_name(region))
-                ops.append((opc, region, check_key(key), encode_value(value) if opc == SET else None))
-            return db.commit_updates(ops)
+            return db.commit_updates(self._commit_ops(a))
         if op == "create_region":
             replicated, schema = a.get("replicated", True), a.get("schema")
             if type(replicated) is not bool:

@@ -3,16 +3,20 @@
 Frames are ``u32 length | msgpack body``. A request is ``[id, op, args]``; the reply is
 ``[id, True, result]`` or ``[id, False, [code, message]]``. Ops: ``get``, ``items``, ``commit``
 (a whole transaction's updates in one request), ``create_region``, ``info``, ``history``.
-Sans-IO: ``FrameBuffer`` turns received bytes into bodies; sockets live in ``net``.
+Requests may be pipelined: several in flight on one connection, answered in order.
+Sans-IO: ``FrameBuffer`` turns received bytes into bodies, ``ClientSession`` keeps one connection's
+requests in order, ``Gathering`` gathers the commits of every connection into group commits; sockets
+live in ``net`` (``net.clients``).
 """
 
 from __future__ import annotations
 
 import struct
+from collections import deque
 
 import msgspec
 
-from ..errors import RemoteProtocolError
+from ..errors import LocalProtocolError, RemoteProtocolError
 
 LEN = struct.Struct("<I")
 MAX_CLIENT_FRAME_BYTES = 64 * 1024 * 1024
@@ -53,3 +57,202 @@ class FrameBuffer:
             return msgspec.msgpack.decode(body)
         except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nesting too deep to decode
             raise RemoteProtocolError(f"malformed client frame: {e}") from None
+
+
+# -- one connection's requests in order, and the commits of all connections gathered ----------------
+# The listener (net.clients) reads every connection on one event loop. What may run when, what
+# gathers into one group commit and in which order replies go out is decided here, without sockets,
+# so that the rules are tested byte by byte (tests/unit/test_client_session.py).
+
+READ_OPS = frozenset(("get", "items", "info", "history", "regions"))  # answered on the loop at once
+MAX_PIPELINE = 1024  # requests of one connection in flight (read, not yet answered); reading pauses past it
+
+QUEUED, GATHERED, WRITTEN, RUNNING, DONE = "queued", "gathered", "written", "running", "done"
+
+
+class Request:
+    """One request of a connection: ``[id, op, args]`` and where it stands.
+
+    ``queued`` (read, not started) → ``gathered`` (a commit waiting for its group to be written) →
+    ``written`` (journaled, waiting for its group's fdatasync) → ``done``; any other op goes
+    ``queued`` → ``running`` (the listener runs it) → ``done``. ``reply`` is the frame body to send."""
+
+    __slots__ = ("rid", "op", "args", "state", "reply", "session")
+
+    def __init__(self, rid: object, op: object, args: dict, session: "ClientSession"):
+        self.rid, self.op, self.args, self.session = rid, op, args, session
+        self.state = QUEUED
+        self.reply: list | None = None
+
+
+class ClientSession:
+    """The state of one client connection, sans-IO: bytes in (``feed``), requests that may start now
+    (``next_runnable``), replies out in request order (``replies``), however they finish.
+
+    Ordering rules, so that a pipelined connection sees what one at a time would have seen:
+    a commit may join the group being gathered as soon as every earlier request of its connection
+    has started and none is ``running`` (consecutive commits of one connection go into one group, in
+    order); any other request starts only once every earlier commit is written (so a read after a
+    commit sees it) and nothing earlier is still running. A reply is sent only when every earlier
+    one was."""
+
+    def __init__(self, max_frame_bytes: int = MAX_CLIENT_FRAME_BYTES, max_pipeline: int = MAX_PIPELINE):
+        self.frames = FrameBuffer(max_frame_bytes)
+        self.max_pipeline = max_pipeline
+        self._waiting: deque[Request] = deque()  # read, not started, in order
+        self._unanswered: deque[Request] = deque()  # every request not yet replied to, in order
+        self._gathered = 0  # started requests in GATHERED
+        self._running = 0  # started requests in RUNNING
+        self.owner: object = None  # what the caller keeps this session for (its connection)
+
+    def feed(self, data: bytes) -> None:
+        """Received bytes, held until ``parse`` (the caller may first check what they add up to)."""
+        self.frames.feed(data)
+
+    def parse(self) -> None:
+        """Whole frames held become requests (RemoteProtocolError for a frame that cannot be read or
+        is not ``[id, op, args]``: nothing after it can be trusted; the requests before it stand)."""
+        while (body := self.frames.next()) is not None:
+            if not (isinstance(body, list) and len(body) == 3 and isinstance(body[2], dict)):
+                raise RemoteProtocolError(f"client request must be [id, op, args], got {body!r:.80}")
+            req = Request(body[0], body[1], body[2], self)
+            self._waiting.append(req)
+            self._unanswered.append(req)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests read and not yet answered."""
+        return len(self._unanswered)
+
+    @property
+    def wants_more(self) -> bool:
+        """Whether reading more requests keeps within ``max_pipeline``."""
+        return len(self._unanswered) < self.max_pipeline
+
+    def next_runnable(self) -> Request | None:
+        """The next request that may start now (marked ``gathered`` if it is a commit, ``running``
+        otherwise), or None. The caller starts it before asking again."""
+        if not self._waiting or self._running:
+            return None
+        req = self._waiting[0]
+        if req.op == "commit":
+            req.state = GATHERED
+            self._gathered += 1
+        elif self._gathered:
+            return None
+        else:
+            req.state = RUNNING
+            self._running += 1
+        self._waiting.popleft()
+        return req
+
+    def written(self, req: Request) -> None:
+        """A gathered commit was journaled: requests after it may read what it wrote."""
+        if req.state is not GATHERED:
+            raise LocalProtocolError(f"request {req.rid!r} is {req.state}, not gathered")
+        req.state = WRITTEN
+        self._gathered -= 1
+
+    def answer(self, req: Request, ok: bool, result: object) -> None:
+        """``req`` finished: its reply is ``[id, ok, result]`` (``result`` is ``[code, message]`` when
+        not ok)."""
+        if req.state is GATHERED:
+            self._gathered -= 1
+        elif req.state is RUNNING:
+            self._running -= 1
+        elif req.state is not WRITTEN:
+            raise LocalProtocolError(f"request {req.rid!r} is {req.state}: it cannot be answered")
+        req.state = DONE
+        req.reply = [req.rid, ok, result]
+
+    def replies(self) -> list[list]:
+        """Replies that may be sent now, in request order (each once)."""
+        out = []
+        q = self._unanswered
+        while q and q[0].state is DONE:
+            out.append(q.popleft().reply)
+        return out
+
+    def drop_waiting(self) -> int:
+        """Forget requests not started (the connection is closing); how many."""
+        n = len(self._waiting)
+        for req in self._waiting:
+            self._unanswered.remove(req)
+        self._waiting.clear()
+        return n
+
+
+class Gathering:
+    """The commits of every connection, sans-IO: gathered while the loop reads, written as one batch,
+    hardened as one group.
+
+    ``add`` a gathered commit; ``take_batch`` what to write now (all gathered, in arrival order);
+    after the engine wrote it, ``wrote`` with each one's result and the fsync token; ``next_sync``
+    gives the token and requests of the next group to harden when none is being hardened (every
+    batch written since the last, under one fdatasync); ``synced`` ends it. While one group's
+    fdatasync runs, the next batches are written and wait for the next, together."""
+
+    def __init__(self) -> None:
+        self._gathered: list[tuple[Request, object]] = []
+        self._written: list[tuple[Request, object]] = []  # (request, seqno or exception), not yet hard
+        self._token: object = None  # the last written batch's token (hardening it hardens them all)
+        self.syncing = False
+
+    def add(self, req: Request, ops: object) -> None:
+        self._gathered.append((req, ops))
+
+    def __len__(self) -> int:
+        return len(self._gathered)
+
+    @property
+    def waiting_sync(self) -> int:
+        return len(self._written)
+
+    def take_batch(self) -> list[tuple[Request, object]]:
+        batch, self._gathered = self._gathered, []
+        return batch
+
+    def wrote(self, batch: list[Request], results: list, token: object) -> list[Request]:
+        """A batch was journaled (``token``: what hardens it, None if nothing needs it). Requests that
+        failed alone, and all of them when there is nothing to harden, are answered now; the others
+        wait for ``next_sync``. Returns the requests answered."""
+        answered = []
+        for req, res in zip(batch, results):
+            req.session.written(req)
+            if isinstance(res, BaseException):
+                req.session.answer(req, False, error_reply(res))
+                answered.append(req)
+            elif token is None:  # nothing of it to harden (nothing replicated, or durability none)
+                req.session.answer(req, True, res)
+                answered.append(req)
+            else:
+                self._written.append((req, res))
+        if token is not None:
+            self._token = token
+        return answered
+
+    def next_sync(self) -> tuple[object, list[tuple[Request, object]]] | None:
+        """``(token, group)`` to harden now, or None (nothing written, or a sync already running)."""
+        if self.syncing or not self._written:
+            return None
+        group, self._written = self._written, []
+        token, self._token = self._token, None
+        self.syncing = True
+        return token, group
+
+    def synced(self, group: list[tuple[Request, object]], error: BaseException | None = None) -> list[Request]:
+        """The group's fdatasync returned (or failed with ``error``): answer every request of it."""
+        self.syncing = False
+        for req, res in group:
+            if error is None:
+                req.session.answer(req, True, res)
+            else:
+                req.session.answer(req, False, error_reply(error))
+        return [req for req, _ in group]
+
+
+def error_reply(e: BaseException) -> list:
+    """``[code, message]`` of an error, as a reply carries it."""
+    code = getattr(e, "code", "SERVER")
+    message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+    return [code, message]
