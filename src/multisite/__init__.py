@@ -33,3 +33,13 @@ def _grid_connect(catalog: str, *, timeout_s: float = 30.0):
 from . import grid as _grid  # noqa: E402 - the grid package is sans-IO; its client comes from net
 
 _grid.connect = _grid_connect
+
+
+async def aconnect(address: str, timeout: float = 30.0):
+    """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``net.aclient``)."""
+    from .net.aclient import connect as _connect
+
+    return await _connect(address, timeout)
+
+
+__all__.append("aconnect")

@@ -71,15 +71,7 @@ class RemoteDatabase:
                 raise
             if msg[0] is None:  # the server could not read the request and closed the connection
                 self._lose(op, f"{msg[2][0]}: {msg[2][1]}")
-        _id, ok, result = msg
-        if ok:
-            return result
-        code, message = result
-        cls = next((c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, MultisiteError)
-                    and c.code == code), MultisiteError)
-        err = cls.__new__(cls)
-        MultisiteError.__init__(err, message)
-        raise err
+        return result_of(msg)
 
     def _lose(self, op: str, why: str) -> None:
         self._broken, self._broken_op = why, op
@@ -167,6 +159,19 @@ class RemoteTransaction(TransactionBase):
 
     def zkill(self, region: str, key: tuple) -> None:
         self._add([ZKILL, region, list(check_key(key)), None])
+
+
+def result_of(reply: list) -> Any:
+    """The result of an ``[id, ok, result]`` reply, or the error it carries raised as its own class."""
+    _id, ok, result = reply
+    if ok:
+        return result
+    code, message = result
+    cls = next((c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, MultisiteError)
+                and c.code == code), MultisiteError)
+    err = cls.__new__(cls)
+    MultisiteError.__init__(err, message)
+    raise err
 
 
 def _document(value: Any) -> Any:

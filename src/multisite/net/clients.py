@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import threading
 import time
@@ -31,7 +32,21 @@ KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see kee
 KEEPALIVE_PROBES = 3
 BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
 WRITE_BUFFER_BYTES = 1 << 20  # replies held for a client that does not read them; its reading pauses past it
+FLUSH_CHECK_S = 0.05  # how often the sync thread asks whether the store's periodic commit is due
 WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
+    asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
+    if os.environ.get("MULTISITE_CLIENT_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def check_keepalive(seconds: object) -> int:
@@ -112,11 +127,14 @@ class ClientListener:
         self._write_soon = False  # a batch write is scheduled for this pass of the loop
         self.groups = 0  # fdatasyncs of gathered groups (status, benchmarks)
         self.batched = 0  # commits written in gathered batches
+        self.batches = 0  # batches written
+        self.sync_s = 0.0  # seconds the sync thread spent hardening
+        self._flush_checked = 0.0  # perf_counter of the last flush_if_due
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="clients-sync")
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(sock, started), name="clients-loop", daemon=True)
@@ -140,6 +158,11 @@ class ClientListener:
     def connections(self) -> int:
         """Client connections open now."""
         return len(self._conns)
+
+    def stats(self) -> dict:
+        """Commits gathered: how many, in how many written batches and fdatasync'd groups."""
+        return {"commits": self.batched, "batches": self.batches, "groups": self.groups,
+                "sync_s": round(self.sync_s, 3)}
 
     def _opened(self, conn: _Connection, transport: asyncio.Transport) -> None:
         conn.transport = transport
@@ -259,35 +282,44 @@ class ClientListener:
                 r.session.answer(r, False, err)
         else:
             self.batched += len(reqs)
+            self.batches += 1
             self._gathering.wrote(reqs, prep.results, token)
         for session in {r.session for r in reqs}:
             self._after(session)
         self._sync_next()
 
     def _sync_next(self) -> None:
-        nxt = self._gathering.next_sync()
-        if nxt is None:
+        if not self._gathering.start_sync():
             return
-        token, group = nxt
-        fut = self._loop.run_in_executor(self._syncer, self._harden, token)
-        fut.add_done_callback(lambda f: self._synced(group, f))
+        fut = self._loop.run_in_executor(self._syncer, self._harden)
+        fut.add_done_callback(self._synced)
 
-    def _harden(self, token: Any) -> None:
-        """In the sync thread: the group's fdatasync, then the store's periodic commit when due (it
-        fsyncs too; a failure there is the store's, logged by the engine, never the commits')."""
-        if token is not None:
-            self._db.harden(token)
-        try:
-            self._db.flush_if_due()
-        except MultisiteError as e:
-            self._log.warning("the store could not be flushed after client commits: %s", e)
+    def _harden(self) -> int:
+        """In the sync thread: one fdatasync for every batch written until it starts (the token is
+        read here, not when the sync was asked for: what the loop wrote meanwhile joins the group),
+        then the store's periodic commit when due (it fsyncs too; a failure there is the store's,
+        logged by the engine, never the commits'). Returns how many written commits are now hard."""
+        token, upto = self._gathering.latest  # type: ignore[misc]
+        t0 = time.perf_counter()
+        self._db.harden(token)
+        self.sync_s += time.perf_counter() - t0
+        if t0 - self._flush_checked >= FLUSH_CHECK_S:
+            self._flush_checked = t0
+            try:
+                self._db.flush_if_due()
+            except MultisiteError as e:
+                self._log.warning("the store could not be flushed after client commits: %s", e)
+        return upto
 
-    def _synced(self, group: list, fut: asyncio.Future) -> None:
+    def _synced(self, fut: asyncio.Future) -> None:
         err = fut.exception()
-        if err is not None:
-            self._log.error("fdatasync of %d client commits failed: %s", len(group), err)
+        if err is None:
+            upto = fut.result()
+        else:
+            upto = self._gathering.latest[1]  # type: ignore[index]  # every one written may not be hard
+            self._log.error("fdatasync of client commits failed: %s", err)
         self.groups += 1
-        answered = self._gathering.synced(group, err)
+        answered = self._gathering.synced(upto, err)
         for session in {r.session for r in answered}:
             self._after(session)
         self._sync_next()

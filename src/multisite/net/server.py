@@ -196,6 +196,7 @@ class InstanceServer:
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "clients": self.clients.connections if self.clients else 0,
+                "client_commits": self.clients.stats() if self.clients else None,
                 "durability": self.db.durability.value, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},

@@ -187,15 +187,18 @@ class Gathering:
     hardened as one group.
 
     ``add`` a gathered commit; ``take_batch`` what to write now (all gathered, in arrival order);
-    after the engine wrote it, ``wrote`` with each one's result and the fsync token; ``next_sync``
-    gives the token and requests of the next group to harden when none is being hardened (every
-    batch written since the last, under one fdatasync); ``synced`` ends it. While one group's
-    fdatasync runs, the next batches are written and wait for the next, together."""
+    after the engine wrote it, ``wrote`` with each one's result and the fsync token. ``start_sync``
+    says whether to start an fdatasync now (something written waits for one, and none runs). The
+    thread that hardens takes ``latest`` (token, requests written so far) only when it starts, so
+    whatever was written by then shares that one fdatasync; ``synced`` with that count answers them.
+    While one group's fdatasync runs, the next batches are written and then hardened together."""
 
     def __init__(self) -> None:
         self._gathered: list[tuple[Request, object]] = []
-        self._written: list[tuple[Request, object]] = []  # (request, seqno or exception), not yet hard
-        self._token: object = None  # the last written batch's token (hardening it hardens them all)
+        self._written: deque[tuple[Request, object]] = deque()  # (request, seqno or exception), not yet hard
+        self._total = 0  # requests ever put into _written
+        self._done = 0  # of those, answered after an fdatasync
+        self.latest: tuple[object, int] | None = None  # (token hardening every written batch, _total then)
         self.syncing = False
 
     def add(self, req: Request, ops: object) -> None:
@@ -206,6 +209,7 @@ class Gathering:
 
     @property
     def waiting_sync(self) -> int:
+        """Commits written and not yet hard."""
         return len(self._written)
 
     def take_batch(self) -> list[tuple[Request, object]]:
@@ -215,7 +219,7 @@ class Gathering:
     def wrote(self, batch: list[Request], results: list, token: object) -> list[Request]:
         """A batch was journaled (``token``: what hardens it, None if nothing needs it). Requests that
         failed alone, and all of them when there is nothing to harden, are answered now; the others
-        wait for ``next_sync``. Returns the requests answered."""
+        wait for an fdatasync. Returns the requests answered."""
         answered = []
         for req, res in zip(batch, results):
             req.session.written(req)
@@ -227,28 +231,32 @@ class Gathering:
                 answered.append(req)
             else:
                 self._written.append((req, res))
+                self._total += 1
         if token is not None:
-            self._token = token
+            self.latest = (token, self._total)  # one assignment: another thread reads it whole
         return answered
 
-    def next_sync(self) -> tuple[object, list[tuple[Request, object]]] | None:
-        """``(token, group)`` to harden now, or None (nothing written, or a sync already running)."""
+    def start_sync(self) -> bool:
+        """Whether to start an fdatasync now (marked running until ``synced``)."""
         if self.syncing or not self._written:
-            return None
-        group, self._written = self._written, []
-        token, self._token = self._token, None
+            return False
         self.syncing = True
-        return token, group
+        return True
 
-    def synced(self, group: list[tuple[Request, object]], error: BaseException | None = None) -> list[Request]:
-        """The group's fdatasync returned (or failed with ``error``): answer every request of it."""
+    def synced(self, upto: int, error: BaseException | None = None) -> list[Request]:
+        """The fdatasync of ``latest`` taken when ``upto`` requests had been written returned (or
+        failed with ``error``): answer every request up to it."""
         self.syncing = False
-        for req, res in group:
+        answered = []
+        while self._done < upto:
+            req, res = self._written.popleft()
+            self._done += 1
             if error is None:
                 req.session.answer(req, True, res)
             else:
                 req.session.answer(req, False, error_reply(error))
-        return [req for req, _ in group]
+            answered.append(req)
+        return answered
 
 
 def error_reply(e: BaseException) -> list:
