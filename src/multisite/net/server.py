@@ -21,6 +21,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ class InstanceServer:
         self.started_at = time.time()
         self.client_port: int | None = None
         self.clients: ClientListener | None = None
+        self.ready = threading.Event()  # set once it serves (the control socket answers)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -101,12 +103,18 @@ class InstanceServer:
                           self.keepalive_s)
         self.clients = cli_srv
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stop.set)
+        if threading.current_thread() is threading.main_thread():  # not so when served in-process (net.serve)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stop.set)
         # The control socket last: once it answers, `server start` reads the run file, which must
         # then be this server's (not one left by a killed server) and the server fully up.
         self._write_runfile()
-        ctl = await asyncio.start_unix_server(self._control, path=control_address(self.root))
+        try:
+            ctl = await asyncio.start_unix_server(self._control, path=control_address(self.root))
+        except BaseException:
+            await self._shutdown(None, cli_srv, 0.0)
+            raise
+        self.ready.set()
         try:
             await self._stop.wait()
         finally:
@@ -125,7 +133,8 @@ class InstanceServer:
         if self.receiver:
             await self.receiver.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
-        ctl.close()
+        if ctl is not None:
+            ctl.close()
         if cli_srv:
             await asyncio.get_running_loop().run_in_executor(None, cli_srv.close)  # transactions in flight end first
         self.db.close()
