@@ -14,12 +14,15 @@ commits (``group.GroupCommit``) and hardens each batch outside the lock. If a jo
 
 from __future__ import annotations
 
-from ..errors import NotPrimary, TransactionError
+from typing import Any
+
+from ..errors import KeyTypeError, NotPrimary, TransactionError
 from ..journal.records import KILL, SET, ZKILL, Update
 from ..keys import decode_key, encode_key
 from .core import REQUEST, Core
 
 OPS = frozenset((SET, KILL, ZKILL))
+_ABSENT = object()  # a key the store does not hold (None is a value a key can hold)
 Op = tuple[int, str, tuple, "bytes | None"]  # (opcode, region, key, encoded value or None)
 
 
@@ -59,6 +62,72 @@ def prepare_each(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
         out.append(seqno)
         if data:
             frames.append((seqno, data))
+    return out
+
+
+def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes]]) -> list[int | Exception] | None:
+    """Under the commit lock: the common batch (on a primary, every transaction only sets keys of
+    existing regions) read with one query per region for its before-images and written with one
+    statement per region, instead of a savepoint, a read and a write for each transaction. Every
+    SQLite call lets the GIL go, and with many committing threads the committer then waits for its
+    turn to take it back: the calls per batch, more than their work, bound group commit. Appends the
+    frames; returns each transaction's seqno or the exception that refused it alone (its sets are
+    undone); None, having done nothing, for any other batch."""
+    st = core.store
+    regions = st.regions
+    if core.info.role != "primary":
+        return None
+    for ops in txns:
+        for op in ops:
+            if op[0] != SET or op[1] not in regions:
+                return None
+    out: list[int | Exception] = [0] * len(txns)
+    keyed: list[tuple[int, list[Op], list[bytes]]] = []
+    for i, ops in enumerate(txns):
+        try:
+            keyed.append((i, ops, [encode_key(op[2]) for op in ops]))
+        except KeyTypeError as e:  # a string subscript that is not text: this transaction only
+            out[i] = e
+    wanted: dict[int, list[bytes]] = {}
+    for _, ops, kbs in keyed:
+        for op, kb in zip(ops, kbs):
+            reg = regions[op[1]]
+            if reg.replicated:
+                wanted.setdefault(reg.id, []).append(kb)
+    current = {rid: st.get_many(rid, kbs) for rid, kbs in wanted.items()}  # before-images, kept current
+    written: dict[int, dict[bytes, bytes]] = {}
+    for i, ops, kbs in keyed:
+        undo: list[tuple[dict, bytes, Any]] = []  # what to put back if the transaction fails
+        updates: list[Update] = []
+        touched: set[str] = set()
+        for (_, region, key, vb), kb in zip(ops, kbs):
+            reg = regions[region]
+            if reg.replicated:
+                cur = current[reg.id]
+                before = cur.get(kb, _ABSENT)
+                updates.append(Update(SET, region, key, vb, None if before is _ABSENT else before))
+                touched.add(region)
+                undo.append((cur, kb, before))
+                cur[kb] = vb
+            w = written.setdefault(reg.id, {})
+            undo.append((w, kb, w.get(kb, _ABSENT)))
+            w[kb] = vb
+        try:
+            seqno, data = core.seal(updates, touched)
+        except Exception as e:  # this transaction only (a record over the limit): undo its sets
+            for d, kb, old in reversed(undo):
+                if old is _ABSENT:
+                    del d[kb]
+                else:
+                    d[kb] = old
+            out[i] = e
+            continue
+        out[i] = seqno
+        if data:
+            frames.append((seqno, data))
+    for rid, w in written.items():
+        if w:
+            st.put_values(rid, w)
     return out
 
 

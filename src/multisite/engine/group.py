@@ -10,16 +10,9 @@ the GIL, handing a commit to another thread costs more than doing it (docs/decis
 from __future__ import annotations
 
 import threading
-from typing import Any
-
-from ..errors import KeyTypeError, TransactionError
-from ..journal.records import SET, Update
-from ..keys import encode_key
-from .commit import Op, prepare_each
+from ..errors import TransactionError
+from .commit import Op, prepare_each, prepare_sets
 from .core import Core
-
-_ABSENT = object()  # a key the store does not hold (None is a value a key can hold)
-
 
 class _Request:
     """One transaction waiting in the group-commit queue."""
@@ -133,66 +126,16 @@ class GroupCommit:
                 r.seqno = res
 
     def _prepare_sets(self, batch: list[_Request], frames: list[tuple[int, bytes]]) -> bool:
-        """The common batch (on a primary, every request only sets keys of existing regions): read
-        the batch's before-images with one query per region and write its values with one statement
-        per region, instead of a savepoint, a read and a write for each request. Every SQLite call
-        lets the GIL go, and with many committing threads the combiner then waits for its turn to
-        take it back: the calls per batch, more than their work, bound group commit. Returns False,
-        having done nothing, for any other batch."""
-        core = self.core
-        st = core.store
-        regions = st.regions
-        if core.info.role != "primary":
+        """The common batch, set by set in one pass (``commit.prepare_sets``); False, having done
+        nothing, for any other batch."""
+        results = prepare_sets(self.core, [r.ops for r in batch], frames)
+        if results is None:
             return False
-        for r in batch:
-            for op in r.ops:
-                if op[0] != SET or op[1] not in regions:
-                    return False
-        keyed: list[tuple[_Request, list[bytes]]] = []
-        for r in batch:
-            try:
-                keyed.append((r, [encode_key(op[2]) for op in r.ops]))
-            except KeyTypeError as e:  # a string subscript that is not text: this request only
-                r.error, r.seqno = e, 0
-        wanted: dict[int, list[bytes]] = {}
-        for r, kbs in keyed:
-            for op, kb in zip(r.ops, kbs):
-                reg = regions[op[1]]
-                if reg.replicated:
-                    wanted.setdefault(reg.id, []).append(kb)
-        current = {rid: st.get_many(rid, kbs) for rid, kbs in wanted.items()}  # before-images, kept current
-        written: dict[int, dict[bytes, bytes]] = {}
-        for r, kbs in keyed:
-            undo: list[tuple[dict, bytes, Any]] = []  # what to put back if the request fails
-            updates: list[Update] = []
-            touched: set[str] = set()
-            for (_, region, key, vb), kb in zip(r.ops, kbs):
-                reg = regions[region]
-                if reg.replicated:
-                    cur = current[reg.id]
-                    before = cur.get(kb, _ABSENT)
-                    updates.append(Update(SET, region, key, vb, None if before is _ABSENT else before))
-                    touched.add(region)
-                    undo.append((cur, kb, before))
-                    cur[kb] = vb
-                w = written.setdefault(reg.id, {})
-                undo.append((w, kb, w.get(kb, _ABSENT)))
-                w[kb] = vb
-            try:
-                r.seqno, data = core.seal(updates, touched)
-            except Exception as e:  # this request only (a record over the limit): undo its sets
-                for d, kb, old in reversed(undo):
-                    if old is _ABSENT:
-                        del d[kb]
-                    else:
-                        d[kb] = old
-                r.error, r.seqno = e, 0
-                continue
-            if data:
-                frames.append((r.seqno, data))
-        for rid, w in written.items():
-            if w:
-                st.put_values(rid, w)
+        for r, res in zip(batch, results):
+            if isinstance(res, Exception):
+                r.error, r.seqno = res, 0
+            else:
+                r.seqno = res
         return True
 
 

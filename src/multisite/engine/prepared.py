@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..errors import NotPrimary, TransactionError
 from ..journal.durability import Durability
-from .commit import Op, prepare_each
+from .commit import Op, prepare_each, prepare_sets
 from .core import Core
 
 
@@ -90,8 +90,9 @@ class Prepared:
 
 
 def prepare_batch(core: Core, txns: list[list[Op]]) -> Prepared:
-    """Apply ``txns`` to the store in order, each in a savepoint of its own (one that fails is undone
-    alone and reported in ``results``), frame them, and return holding the commit lock."""
+    """Apply ``txns`` to the store in order (a batch of sets in one pass, ``commit.prepare_sets``;
+    any other each in a savepoint of its own), one that fails undone alone and reported in
+    ``results``; frame them, and return holding the commit lock."""
     core.lock.acquire()
     try:
         core.check_open()
@@ -103,7 +104,9 @@ def prepare_batch(core: Core, txns: list[list[Op]]) -> Prepared:
         raise
     frames: list[tuple[int, bytes]] = []
     try:
-        results = prepare_each(core, txns, frames)
+        results = prepare_sets(core, txns, frames)
+        if results is None:
+            results = prepare_each(core, txns, frames)
     except BaseException:
         core.undo(snap)
         core.lock.release()

@@ -284,9 +284,9 @@ class ClientListener:
             self.batched += len(reqs)
             self.batches += 1
             self._gathering.wrote(reqs, prep.results, token)
+        self._sync_next()
         for session in {r.session for r in reqs}:
             self._after(session)
-        self._sync_next()
 
     def _sync_next(self) -> None:
         if not self._gathering.start_sync():
@@ -320,9 +320,9 @@ class ClientListener:
             self._log.error("fdatasync of client commits failed: %s", err)
         self.groups += 1
         answered = self._gathering.synced(upto, err)
+        self._sync_next()  # first: the next group's fdatasync runs while these replies are sent
         for session in {r.session for r in answered}:
             self._after(session)
-        self._sync_next()
 
     def _after(self, session: ClientSession) -> None:
         conn = session.owner  # type: ignore[attr-defined]

@@ -1,0 +1,299 @@
+"""Durable commits through client connections against PostgreSQL in the same run, and end to end.
+
+    .venv/bin/python bench/client.py                 # writes its section of bench/RESULTS.md
+    .venv/bin/python bench/client.py --quick         # shorter, prints only
+
+**Commit rate** (issue 14): single-row updates, each its own durable transaction, by 2 clients and by
+16 (2 client processes x 8 connections), against
+
+- multisite: a ``group``-durability instance served by ``multisite server start`` (its own process);
+  every client process runs ``multisite.aconnect`` connections, each one commit at a time (as a
+  pgbench client), a random key of 100,000; with the listener's loop on uvloop and on asyncio's own;
+- PostgreSQL 15 (``testing.postgres``: initdb in a temp dir, fsync on, synchronous_commit on):
+  ``pgbench -c 2 -j 2`` and ``-c 16 -j 2`` with one ``UPDATE ... WHERE id = :id`` per transaction
+  over 100,000 rows.
+
+Each round runs every configuration once, interleaved, ``--rounds`` times; the figure is the median.
+**End to end** (committed on the primary and applied on a streaming secondary, each in a server of its
+own): single-update transactions through client connections (2 processes x 8 connections, 16
+requests pipelined on each) and through ``multisite.serve``'s handle (threads of this process
+committing on ``srv.db``); the rate is the transactions over the time until the secondary applied the
+last. The machine is shared with other work: the load average is recorded beside each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROWS = 100_000
+PG_SCRIPT = "\\set id random(1, 100000)\nUPDATE acct SET v = v + 1 WHERE id = :id;\n"
+
+
+# -- client processes -------------------------------------------------------------------------------
+def worker(addr: str, conns: int, depth: int, seconds: float, total: int) -> None:
+    """A client process: ``conns`` connections with ``depth`` requests in flight each, committing for
+    ``seconds`` (or ``total`` transactions); prints what it did as JSON."""
+    import multisite
+
+    async def main() -> dict:
+        dbs = [await multisite.aconnect(addr) for _ in range(conns)]
+        rnd = random.Random(os.getpid())
+        done = 0
+        stop = time.monotonic() + seconds
+        lats: list[float] = []
+
+        async def one() -> None:
+            nonlocal done
+            db = dbs[one.n % conns]
+            one.n += 1
+            while time.monotonic() < stop and (not total or done < total):
+                done += 1
+                t0 = time.perf_counter()
+                await db.set("acct", (rnd.randrange(ROWS),), rnd.randrange(1 << 30))
+                if len(lats) < 100_000:
+                    lats.append(time.perf_counter() - t0)
+
+        one.n = 0  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(conns * depth)))
+        took = time.perf_counter() - t0
+        for db in dbs:
+            await db.close()
+        return {"commits": done, "seconds": took, "p50_ms": statistics.median(lats) * 1000 if lats else 0}
+
+    print(json.dumps(asyncio.run(main())))
+
+
+def clients(addr: str, procs: int, conns: int, depth: int, seconds: float, total: int = 0) -> list[dict]:
+    cmd = [sys.executable, __file__, "--worker", addr, str(conns), str(depth), str(seconds), str(total)]
+    ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    out = [json.loads(p.communicate()[0]) for p in ps]
+    if any(p.returncode for p in ps):
+        raise RuntimeError("a client process failed")
+    return out
+
+
+# -- multisite ------------------------------------------------------------------------------------
+def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float) -> dict:
+    import multisite
+    from multisite.net import control
+    from multisite.net.process import start_server, stop_server
+
+    root = multisite.create(work / f"M-{time.monotonic_ns()}", name="M", durability="group")
+    os.environ["MULTISITE_CLIENT_LOOP"] = loop
+    info = start_server(root, "127.0.0.1:0")
+    addr = f"127.0.0.1:{info['client_port']}"
+    try:
+        with multisite.connect(addr) as c:
+            c.create_region("acct")
+        clients(addr, 1, 1, 16, 1.0)  # warm-up
+        before = control.call(root, "status")["client_commits"]
+        load = os.getloadavg()[0]
+        out = clients(addr, procs, conns, 1, seconds)
+        after = control.call(root, "status")["client_commits"]
+    finally:
+        stop_server(root)
+        shutil.rmtree(root, ignore_errors=True)
+    groups = after["groups"] - before["groups"]
+    n = sum(o["commits"] for o in out)
+    return {"rate": n / max(o["seconds"] for o in out), "load": load,
+            "per_fsync": (after["commits"] - before["commits"]) / groups if groups else 0,
+            "p50_ms": statistics.median(o["p50_ms"] for o in out)}
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+class Postgres:
+    def __init__(self, work: Path):
+        from multisite.testing.postgres import PostgresServer
+
+        self.pg = PostgresServer(work / "pg").start()
+        with self.pg.connect() as c:
+            c.execute("CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL)")
+            c.execute(f"INSERT INTO acct SELECT g, 0 FROM generate_series(0, {ROWS - 1}) g")
+            c.execute("VACUUM ANALYZE acct")
+            self.settings = {k: c.execute(f"SHOW {k}").fetchone()[0]
+                             for k in ("fsync", "synchronous_commit", "wal_sync_method", "commit_delay")}
+        self.script = work / "update.sql"
+        self.script.write_text(PG_SCRIPT)
+
+    def rate(self, clients_n: int, seconds: float) -> dict:
+        load = os.getloadavg()[0]
+        res = subprocess.run([str(self.pg.bin / "pgbench"), "-n", "-c", str(clients_n), "-j", "2",
+                              "-T", str(int(seconds)), "-f", str(self.script), "-h", "127.0.0.1",
+                              "-p", str(self.pg.port), "-U", "postgres", "postgres"],
+                             capture_output=True, text=True, check=True)
+        m = re.search(r"tps = ([\d.]+)", res.stdout)
+        lat = re.search(r"latency average = ([\d.]+) ms", res.stdout)
+        return {"rate": float(m[1]), "load": load, "p50_ms": float(lat[1]) if lat else 0}
+
+    def close(self) -> None:
+        self.pg.stop()
+
+
+# -- end to end -----------------------------------------------------------------------------------
+def end_to_end(work: Path, how: str, n: int) -> dict:
+    """``n`` single-update transactions committed on A (through clients, or ``serve``'s handle) and
+    applied on B; the rate over the time until B applied the last."""
+    import multisite
+    from multisite.net import control
+    from multisite.net.process import start_server, stop_server
+
+    stamp = time.monotonic_ns()
+    a = multisite.create(work / f"A-{stamp}", name="A", durability="group")
+    b = multisite.create(work / f"B-{stamp}", name="B", durability="group")
+    start_server(b, None)
+    srv = None
+    try:
+        port = control.call(b, "receiver.start", listen="127.0.0.1:0")["listen"].rsplit(":", 1)[1]
+        if how == "serve":
+            srv = multisite.serve(a, listen="127.0.0.1:0")
+            addr = srv.address
+        else:
+            addr = f"127.0.0.1:{start_server(a, '127.0.0.1:0')['client_port']}"
+        control.call(a, "source.start", secondary="B", connect=f"127.0.0.1:{port}")
+        with multisite.connect(addr) as c:
+            c.create_region("acct")
+        base = control.call(a, "status")["seqno"]
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        if how == "serve":
+            threads, each = 32, n // 32
+            db = srv.db
+
+            def commit(t: int) -> None:
+                rnd = random.Random(t)
+                for _ in range(each):
+                    db.set("acct", (rnd.randrange(ROWS),), rnd.randrange(1 << 30))
+
+            ths = [threading.Thread(target=commit, args=(t,)) for t in range(threads)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            n = threads * each
+        else:
+            out = clients(addr, 2, 8, 16, 3600, n // 2)
+            n = sum(o["commits"] for o in out)
+        committed = time.perf_counter() - t0
+        last = control.call(a, "status")["seqno"]
+        deadline = time.monotonic() + 300
+        while control.call(b, "status")["seqno"] < last and time.monotonic() < deadline:
+            time.sleep(0.005)
+        applied = time.perf_counter() - t0
+        assert last - base == n, (last, base, n)
+    finally:
+        if srv is not None:
+            srv.close()
+        elif (a / "run" / "server.json").exists():
+            stop_server(a)
+        stop_server(b)
+        shutil.rmtree(a, ignore_errors=True)
+        shutil.rmtree(b, ignore_errors=True)
+    return {"rate": n / applied, "committed_rate": n / committed, "load": load, "n": n}
+
+
+# -- the report ------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs, print only")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--e2e", type=int, default=100_000, help="transactions of each end-to-end run")
+    ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        addr, conns, depth, seconds, total = a.worker
+        worker(addr, int(conns), int(depth), float(seconds), int(total))
+        return
+    seconds, rounds, e2e = (4.0, 1, 20_000) if a.quick else (a.seconds, a.rounds, a.e2e)
+    work = Path(tempfile.mkdtemp(prefix="bench-client-", dir="/var/tmp"))
+    os.chmod(work, 0o755)
+    configs = [("multisite uvloop", 2), ("multisite asyncio", 2), ("PostgreSQL", 2),
+               ("multisite uvloop", 16), ("multisite asyncio", 16), ("PostgreSQL", 16)]
+    runs: dict[tuple[str, int], list[dict]] = {c: [] for c in configs}
+    e2e_runs: dict[str, list[dict]] = {"clients": [], "serve": []}
+    pg = Postgres(work)
+    loads = [os.getloadavg()]
+    try:
+        for r in range(rounds):
+            order = configs if r % 2 == 0 else configs[::-1]
+            for name, n in order:
+                if name == "PostgreSQL":
+                    res = pg.rate(n, seconds)
+                else:
+                    res = multisite_rate(work, name.split()[1], 2, n // 2, seconds)
+                runs[(name, n)].append(res)
+                print(f"round {r + 1}: {name} {n} clients: {res['rate']:,.0f} commits/s (load {res['load']:.2f})",
+                      flush=True)
+        pg.close()
+        for r in range(rounds):
+            for how in ("clients", "serve"):
+                res = end_to_end(work, how, e2e)
+                e2e_runs[how].append(res)
+                print(f"round {r + 1}: end to end through {how}: {res['rate']:,.0f} tx/s applied "
+                      f"({res['committed_rate']:,.0f} committed; load {res['load']:.2f})", flush=True)
+    finally:
+        pg.close()
+        shutil.rmtree(work, ignore_errors=True)
+    loads.append(os.getloadavg())
+    text = report(runs, e2e_runs, pg.settings, seconds, rounds, e2e, loads)
+    print(text)
+    if not a.quick:
+        from results import write_section
+        write_section("client.py", text)
+
+
+def med(rs: list[dict], k: str = "rate") -> float:
+    return statistics.median(r[k] for r in rs)
+
+
+def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads) -> str:
+    from results import git_state, markers
+
+    begin, end = markers("client.py")
+    lines = [begin, "## Client commit path (bench/client.py, issue 14)", "",
+             f"git {git_state()}, {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. **Shared machine**: other engineers' work ran "
+             f"beside it; load average (1 min) at start {loads[0][0]:.2f}, at end {loads[1][0]:.2f}, and per "
+             f"run below. {rounds} rounds of {seconds:.0f} s per configuration, interleaved; medians.",
+             f"PostgreSQL 15: {', '.join(f'{k}={v}' for k, v in pg_settings.items())}.", "",
+             "| durable commits/s | multisite (uvloop) | multisite (asyncio loop) | PostgreSQL (pgbench) "
+             "| ratio uvloop / PG | ratio asyncio / PG | commits per fdatasync (uvloop) | load avg |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for n in (2, 16):
+        u, s, p = runs[("multisite uvloop", n)], runs[("multisite asyncio", n)], runs[("PostgreSQL", n)]
+        who = "2 client connections (2 processes x 1)" if n == 2 else "16 connections (2 processes x 8)"
+        ld = "/".join(f"{r['load']:.1f}" for r in u + s + p)
+        lines.append(f"| {who} | {med(u):,.0f} | {med(s):,.0f} | {med(p):,.0f} | {med(u) / med(p):.2f} | "
+                     f"{med(s) / med(p):.2f} | {med(u, 'per_fsync'):.1f} | {ld} |")
+    lines += ["", "Latency (median of the client processes' medians, ms): "
+              + "; ".join(f"{name} {n}: {med(runs[(name, n)], 'p50_ms'):.2f}" for name, n in runs), "",
+              f"| end to end, committed on A and applied on B ({e2e:,} single-update tx) | tx/s applied "
+              f"| tx/s committed | target | load avg |", "|---|---:|---:|---:|---|"]
+    for how, what in (("clients", "through clients (2 processes x 8 connections, 16 pipelined each)"),
+                      ("serve", "through `multisite.serve`'s handle (32 threads on `srv.db`)")):
+        rs = e2e_runs[how]
+        lines.append(f"| {what} | {med(rs):,.0f} | {med(rs, 'committed_rate'):,.0f} | 20,000 | "
+                     + "/".join(f"{r['load']:.1f}" for r in rs) + " |")
+    lines += ["", end]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()
