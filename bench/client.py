@@ -8,7 +8,8 @@
 
 - multisite: a ``group``-durability instance served by ``multisite server start`` (its own process);
   every client process runs ``multisite.aconnect`` connections, each one commit at a time (as a
-  pgbench client), a random key of 100,000; with the listener's loop on uvloop and on asyncio's own;
+  pgbench client), a random key of 100,000; with the listener's loop on uvloop and on asyncio's own,
+  and on uvloop with the server's threads on one CPU (``--cpus 0``, as issue 14's table was measured);
 - PostgreSQL 15 (``testing.postgres``: initdb in a temp dir, fsync on, synchronous_commit on):
   ``pgbench -c 2 -j 2`` and ``-c 16 -j 2`` with one ``UPDATE ... WHERE id = :id`` per transaction
   over 100,000 rows.
@@ -41,6 +42,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROWS = 100_000
+MULTISITE = ("multisite uvloop", "multisite asyncio", "multisite uvloop --cpus 0")
 PG_SCRIPT = "\\set id random(1, 100000)\nUPDATE acct SET v = v + 1 WHERE id = :id;\n"
 
 
@@ -89,14 +91,14 @@ def clients(addr: str, procs: int, conns: int, depth: int, seconds: float, total
 
 
 # -- multisite ------------------------------------------------------------------------------------
-def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float) -> dict:
+def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float, cpus: str | None) -> dict:
     import multisite
     from multisite.net import control
     from multisite.net.process import start_server, stop_server
 
     root = multisite.create(work / f"M-{time.monotonic_ns()}", name="M", durability="group")
     os.environ["MULTISITE_CLIENT_LOOP"] = loop
-    info = start_server(root, "127.0.0.1:0")
+    info = start_server(root, "127.0.0.1:0", cpus)
     addr = f"127.0.0.1:{info['client_port']}"
     try:
         with multisite.connect(addr) as c:
@@ -223,8 +225,7 @@ def main() -> None:
     seconds, rounds, e2e = (4.0, 1, 20_000) if a.quick else (a.seconds, a.rounds, a.e2e)
     work = Path(tempfile.mkdtemp(prefix="bench-client-", dir="/var/tmp"))
     os.chmod(work, 0o755)
-    configs = [("multisite uvloop", 2), ("multisite asyncio", 2), ("PostgreSQL", 2),
-               ("multisite uvloop", 16), ("multisite asyncio", 16), ("PostgreSQL", 16)]
+    configs = [(name, n) for n in (2, 16) for name in MULTISITE + ("PostgreSQL",)]
     runs: dict[tuple[str, int], list[dict]] = {c: [] for c in configs}
     e2e_runs: dict[str, list[dict]] = {"clients": [], "serve": []}
     pg = Postgres(work)
@@ -236,7 +237,7 @@ def main() -> None:
                 if name == "PostgreSQL":
                     res = pg.rate(n, seconds)
                 else:
-                    res = multisite_rate(work, name.split()[1], 2, n // 2, seconds)
+                    res = multisite_rate(work, name.split()[1], 2, n // 2, seconds, "0" if "cpus" in name else None)
                 runs[(name, n)].append(res)
                 print(f"round {r + 1}: {name} {n} clients: {res['rate']:,.0f} commits/s (load {res['load']:.2f})",
                       flush=True)
@@ -272,15 +273,18 @@ def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads) -> str:
              f"beside it; load average (1 min) at start {loads[0][0]:.2f}, at end {loads[1][0]:.2f}, and per "
              f"run below. {rounds} rounds of {seconds:.0f} s per configuration, interleaved; medians.",
              f"PostgreSQL 15: {', '.join(f'{k}={v}' for k, v in pg_settings.items())}.", "",
-             "| durable commits/s | multisite (uvloop) | multisite (asyncio loop) | PostgreSQL (pgbench) "
-             "| ratio uvloop / PG | ratio asyncio / PG | commits per fdatasync (uvloop) | load avg |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| durable commits/s | " + " | ".join(MULTISITE) + " | PostgreSQL (pgbench) | "
+             + " | ".join(f"ratio {m.split(' ', 1)[1]} / PG" for m in MULTISITE)
+             + " | commits per fdatasync (uvloop) | load avg |",
+             "|---|" + "---:|" * (2 * len(MULTISITE) + 2) + "---|"]
     for n in (2, 16):
-        u, s, p = runs[("multisite uvloop", n)], runs[("multisite asyncio", n)], runs[("PostgreSQL", n)]
+        p = runs[("PostgreSQL", n)]
+        ms = [runs[(m, n)] for m in MULTISITE]
         who = "2 client connections (2 processes x 1)" if n == 2 else "16 connections (2 processes x 8)"
-        ld = "/".join(f"{r['load']:.1f}" for r in u + s + p)
-        lines.append(f"| {who} | {med(u):,.0f} | {med(s):,.0f} | {med(p):,.0f} | {med(u) / med(p):.2f} | "
-                     f"{med(s) / med(p):.2f} | {med(u, 'per_fsync'):.1f} | {ld} |")
+        ld = "/".join(f"{r['load']:.1f}" for rs in ms + [p] for r in rs)
+        lines.append(f"| {who} | " + " | ".join(f"{med(rs):,.0f}" for rs in ms) + f" | {med(p):,.0f} | "
+                     + " | ".join(f"{med(rs) / med(p):.2f}" for rs in ms)
+                     + f" | {med(ms[0], 'per_fsync'):.1f} | {ld} |")
     lines += ["", "Latency (median of the client processes' medians, ms): "
               + "; ".join(f"{name} {n}: {med(runs[(name, n)], 'p50_ms'):.2f}" for name, n in runs), "",
               f"| end to end, committed on A and applied on B ({e2e:,} single-update tx) | tx/s applied "

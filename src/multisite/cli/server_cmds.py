@@ -67,6 +67,10 @@ def status_cmd(dir: str, as_json: bool) -> None:
           [(st["pid"], st["role"], st["seqno"], st["durability"], _cpu_list(st["cpus"]),
             f"{st['pool']['first_seqno']}..{st['pool']['last_seqno']}", st["update"]["state"],
             st.get("clients", 0) if st.get("client_port") else "-")])
+    cc = st.get("client_commits")
+    if cc and cc["commits"]:  # issue 14: the listener's group commits
+        table("client commits (gathered)", ["commits", "batches written", "fdatasyncs", "commits per fdatasync"],
+              [(cc["commits"], cc["batches"], cc["groups"], f"{cc['commits'] / max(1, cc['groups']):.1f}")])
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])
