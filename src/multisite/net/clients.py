@@ -47,7 +47,8 @@ def keepalive(conn: socket.socket, seconds: int) -> None:
 
 class ClientListener:
     def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
-                 keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES):
+                 keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES, auth: Any = None):
+        self._auth = auth  # net.client_auth.ClientAuth: TLS and who may do what (None: every client, all ops)
         self.keepalive_s = check_keepalive(keepalive_s)
         self.buffer_bytes = buffer_bytes
         self._buffered = 0  # bytes all connections hold in their FrameBuffers (under _lock)
@@ -107,7 +108,17 @@ class ClientListener:
     def _serve(self, conn: socket.socket, addr: Any) -> None:
         buf = FrameBuffer()
         held = 0  # of this listener's buffer budget
+        gate = None
         try:
+            if self._auth is not None:
+                raw, accepted = conn, self._auth.accept(conn, addr)  # TLS handshake; refusals are logged
+                if accepted is None:
+                    return
+                conn, gate = accepted
+                with self._lock:  # close() must reach the TLS socket, which now owns the descriptor
+                    self._conns[conn] = self._conns.pop(raw)
+                    if self._closing:
+                        return
             while not self._closing:
                 data = conn.recv(1 << 20)
                 if not data:
@@ -118,8 +129,8 @@ class ClientListener:
                     held = self._hold(held, len(buf))
                     if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
                         raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
-                    conn.sendall(encode(self._reply(*req)))
-                    if self._closing:
+                    conn.sendall(encode(self._reply(*req, gate=gate)))
+                    if self._closing or (gate is not None and gate.must_close):
                         return  # the request in flight was answered; take no more
         except RemoteProtocolError as e:
             # A frame that cannot be read leaves nothing to go on: say why, then close.
@@ -137,8 +148,10 @@ class ClientListener:
                 self._conns.pop(conn, None)
             conn.close()
 
-    def _reply(self, rid: Any, op: Any, args: dict) -> list:
+    def _reply(self, rid: Any, op: Any, args: dict, gate: Any = None) -> list:
         try:
+            if gate is not None and (hello := gate.admit(op, args)) is not None:
+                return [rid, True, hello]
             return [rid, True, self._run_op(op, args)]
         except MultisiteError as e:
             return [rid, False, [e.code, e.message]]
@@ -162,7 +175,7 @@ class ClientListener:
             try:
                 # The reading side only: the thread's recv returns, and a request in flight finishes
                 # and its reply still reaches the client (a commit made durable is acknowledged).
-                conn.shutdown(socket.SHUT_RD)
+                socket.socket.shutdown(conn, socket.SHUT_RD)  # TLS too: SSLSocket's own would drop its TLS state
             except OSError:
                 pass
         deadline = time.monotonic() + timeout_s  # one bound for all, not one per connection
@@ -171,7 +184,7 @@ class ClientListener:
         for conn, th in conns.items():
             if th.is_alive():  # blocked sending to a client that reads no replies: cut it
                 try:
-                    conn.shutdown(socket.SHUT_RDWR)
+                    socket.socket.shutdown(conn, socket.SHUT_RDWR)
                 except OSError:
                     pass
                 th.join(1.0)

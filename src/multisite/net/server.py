@@ -41,6 +41,7 @@ from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
 from .affinity import parse_cpus
 from .client import fetch_hello
+from .client_auth import ClientAuth
 from .clients import KEEPALIVE_S, ClientListener, check_keepalive
 from .control import control_address
 from .receiver import ReceiverConfig, ReceiverServer
@@ -62,9 +63,12 @@ def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
 
 
 class InstanceServer:
-    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S):
+    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S,
+                 tls: TLSConfig | None = None, insecure: bool = False):
         self.root = Path(root).absolute()
         self.listen = listen
+        self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
+        self.client_auth: ClientAuth | None = None
         self.keepalive_s = keepalive_s
         self.log = logging.getLogger("multisite")
         self.sources: dict[str, SourceServer] = {}
@@ -77,6 +81,9 @@ class InstanceServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
+        if self.listen:  # before the engine opens: a refused --listen leaves nothing to close
+            self.client_auth = ClientAuth(self.root, parse_hostport(self.listen)[0], self.log, tls=self.client_tls,
+                                          insecure=self.insecure)
         self.db = engine.open(self.root)
         db = self.db
         self.pool = JournalPool(db.info.journal_pool_bytes)
@@ -91,13 +98,15 @@ class InstanceServer:
         if self.listen:
             host, port = parse_hostport(self.listen)
             try:
-                cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s)
+                cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s,
+                                         auth=self.client_auth)
             except OSError as e:
                 self.db.close()
                 raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None
             self.client_port = cli_srv.port
             self.log.info("client protocol listening on %s:%d (keepalive %d s)", host, self.client_port,
                           self.keepalive_s)
+            self.log.info("client authentication: %s", self.client_auth.status() if self.client_auth else None)
         self.clients = cli_srv
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -195,6 +204,7 @@ class InstanceServer:
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "clients": self.clients.connections if self.clients else 0,
+                "client_auth": self.client_auth.status() if self.client_auth else None,
                 "durability": self.db.durability.value, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
@@ -458,6 +468,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--listen", default=None)
     ap.add_argument("--cpus", default=None)
     ap.add_argument("--keepalive", type=int, default=KEEPALIVE_S)
+    for opt in ("--tls-cert", "--tls-key", "--tls-ca"):
+        ap.add_argument(opt, default=None)
+    ap.add_argument("--insecure", action="store_true")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -469,7 +482,8 @@ def main(argv: list[str] | None = None) -> None:
             # Before any thread starts, so that every thread of the server inherits it (see affinity).
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
-        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive)).run())
+        tls = TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca)
+        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)
