@@ -5,10 +5,12 @@ brute-force pacing, a non-loopback listen without users, and the TLS happy paths
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +22,7 @@ from multisite.instance.users import add_user, remove_user
 from multisite.net.client import fetch_hello
 from multisite.net.process import start_server, stop_server
 from multisite.net.tls import TLSConfig
+from multisite.protocol.client import LEN, encode
 from multisite.testing.certs import make_named_cert, make_test_pki
 
 
@@ -214,3 +217,34 @@ def test_server_start_takes_the_client_ports_tls_options_and_status_shows_authen
         stop_server(inst)
     res = r.invoke(cli, ["server", "start", str(inst), "--listen", "127.0.0.1:0", "--tls-cert", str(pki["server_cert"])])
     assert res.exit_code == 1 and "TLS needs all three of --tls-cert, --tls-key and --tls-ca" in res.output
+
+
+def _ask(sock: socket.socket, req: list) -> list:
+    sock.sendall(encode(req))
+    (n,) = LEN.unpack(sock.recv(4, socket.MSG_WAITALL))
+    return msgspec.msgpack.decode(sock.recv(n, socket.MSG_WAITALL))
+
+
+def test_on_the_wire_a_refused_hello_closes_and_an_unauthenticated_client_may_not_send_large_frames(inst, server):
+    host, port = server().split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        assert _ask(s, [1, "hello", {"user": "boss", "password": "wrong-wrong"}])[:2] == [1, False]
+        assert s.recv(10) == b""  # closed by the server
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(LEN.pack(1 << 20))  # announces a 1 MiB request before authenticating
+        (n,) = LEN.unpack(s.recv(4, socket.MSG_WAITALL))
+        rid, ok, (code, msg) = msgspec.msgpack.decode(s.recv(n, socket.MSG_WAITALL))
+        assert (rid, ok, code) == (None, False, "REMOTE_PROTOCOL") and "exceeds 65536" in msg
+        assert s.recv(10) == b""
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        assert _ask(s, [1, "hello", {"user": "boss", "password": "boss-pass"}])[1] is True
+        big = "x" * (1 << 20)  # authenticated: the usual 64 MiB limit
+        assert _ask(s, [2, "create_region", {"name": "r"}])[1] is True
+        assert _ask(s, [3, "commit", {"ops": [[1, "r", ["k"], big]]}]) == [3, True, 1]
+
+
+def test_status_shows_the_client_ports_authentication(inst, server):
+    server()
+    res = CliRunner().invoke(cli, ["status", str(inst)])
+    assert res.exit_code == 0, res.output
+    assert "client port" in res.output and "required" in res.output

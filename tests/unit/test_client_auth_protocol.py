@@ -255,3 +255,18 @@ def test_a_non_loopback_listen_without_users_is_refused_unless_insecure():
     check_listen("0.0.0.0", 0, True)
     check_listen("0.0.0.0", 1, False)
     check_listen("127.0.0.1", 0, False)
+
+
+def test_the_state_table_in_the_protocol_doc_is_the_codes():
+    from pathlib import Path
+
+    import multisite
+
+    doc = (Path(multisite.__file__).parents[2] / "docs" / "protocol.md").read_text()
+    section = doc.split("## 11. Client authentication", 1)[1]
+    rows = [line.strip("|").split("|") for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| state") and line.count("|") == 4]
+    documented = {(s.strip(), n.split("(")[0].strip()) for s, _e, n in rows if s.strip() in auth._TRANSITIONS}
+    code = {(s, n) for s, nexts in auth._TRANSITIONS.items() for n in nexts}
+    assert (REFUSED, REFUSED) in documented  # "refused | anything | refused": it stays, no transition
+    assert documented - {(REFUSED, REFUSED)} == code

@@ -78,6 +78,10 @@ def status_cmd(dir: str, as_json: bool) -> None:
           [(st["pid"], st["role"], st["seqno"], st["durability"], _cpu_list(st["cpus"]),
             f"{st['pool']['first_seqno']}..{st['pool']['last_seqno']}", st["update"]["state"],
             st.get("clients", 0) if st.get("client_port") else "-")])
+    if st.get("client_auth"):
+        ca = st["client_auth"]
+        table("client port", ["authentication", "users", "TLS", "refused"],
+              [("required" if ca["required"] else "none", ca["users"], "yes" if ca["tls"] else "no", ca["refused"])])
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])

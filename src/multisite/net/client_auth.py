@@ -24,13 +24,14 @@ from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, MultisiteError
 from ..instance.users import UserFile, UserTable
-from ..protocol.client import encode
-from ..protocol.auth import ConnectionAuth, Pacer, PacingPolicy, check_listen, is_loopback
+from ..protocol.client import MAX_CLIENT_FRAME_BYTES, encode
+from ..protocol.auth import AUTHENTICATED, ConnectionAuth, Pacer, PacingPolicy, check_listen, is_loopback
 from .tls import TLSConfig
 
 TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
 PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
+UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
 MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
 
 
@@ -162,6 +163,12 @@ class Gate:
     @property
     def must_close(self) -> bool:
         return self.auth.must_close
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest request frame the connection may send now: a client not yet authenticated does
+        not get to hold 64 MiB of the listener's buffer budget."""
+        return MAX_CLIENT_FRAME_BYTES if self.auth.state == AUTHENTICATED else UNAUTHENTICATED_FRAME_BYTES
 
     def flush(self) -> None:
         for line in self.auth.take_events():

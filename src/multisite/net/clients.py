@@ -115,6 +115,7 @@ class ClientListener:
                 if accepted is None:
                     return
                 conn, gate = accepted
+                buf.max_frame_bytes = gate.max_frame_bytes  # small until authenticated
                 with self._lock:  # close() must reach the TLS socket, which now owns the descriptor
                     self._conns[conn] = self._conns.pop(raw)
                     if self._closing:
@@ -130,6 +131,8 @@ class ClientListener:
                     if not (isinstance(req, list) and len(req) == 3 and isinstance(req[2], dict)):
                         raise RemoteProtocolError(f"client request must be [id, op, args], got {req!r:.80}")
                     conn.sendall(encode(self._reply(*req, gate=gate)))
+                    if gate is not None:
+                        buf.max_frame_bytes = gate.max_frame_bytes
                     if self._closing or (gate is not None and gate.must_close):
                         return  # the request in flight was answered; take no more
         except RemoteProtocolError as e:
