@@ -25,10 +25,11 @@ from .tls import parse_hostport
 
 class RemoteDatabase:
     def __init__(self, address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
-                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None):
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 tls_check_hostname: bool = True):
         host, port = parse_hostport(address)
         self.address = address
-        tls = client_tls_context(tls_ca, tls_cert, tls_key)
+        tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
@@ -201,19 +202,22 @@ def _document(value: Any) -> Any:
 
 
 def connect(address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
-            tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None) -> RemoteDatabase:
+            tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+            tls_check_hostname: bool = True) -> RemoteDatabase:
     """Connect to the instance server listening at ``HOST:PORT``.
 
     ``user`` and ``password`` (or a token) authenticate on a server that has users; ``tls_ca`` makes
     the connection TLS, checking the server's certificate (and its host name) against that CA, and
     ``tls_cert``/``tls_key`` present a client certificate: its common name is the user, so ``user``
     without ``password`` asks to be that user. AuthenticationFailed and PermissionDenied come back
-    as those classes."""
+    as those classes. ``tls_check_hostname=False`` accepts a server certificate the CA signed whatever
+    host it names (as the replication links do: their certificates may name instances, not hosts)."""
     return RemoteDatabase(address, timeout, user=user, password=password, tls_ca=tls_ca, tls_cert=tls_cert,
-                          tls_key=tls_key)
+                          tls_key=tls_key, tls_check_hostname=tls_check_hostname)
 
 
-def client_tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+def client_tls_context(ca: str | None, cert: str | None, key: str | None,
+                       check_hostname: bool = True) -> ssl.SSLContext | None:
     """The client's TLS context: None without ``ca``; ConfigError for a certificate without its key or CA,
     or files that cannot be loaded."""
     if ca is None:
@@ -229,6 +233,7 @@ def client_tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"connect: cannot load TLS files (ca {ca}, cert {cert}, key {key}): {e}") from None
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = check_hostname
     return ctx
 
 

@@ -116,7 +116,6 @@ class ClientAuth:
     def accept(self, conn: socket.socket, addr: Any) -> tuple[socket.socket, "Gate"] | None:
         """The TLS handshake, if any, then the connection's gate; None (logged, to be closed) when the
         handshake fails: no certificate where one is needed, one the CA did not sign, not TLS at all."""
-        host = addr[0] if isinstance(addr, tuple) else str(addr)
         cert_name = None
         if self._ssl is not None:
             try:
@@ -131,13 +130,26 @@ class ClientAuth:
                 self._count_refused()
                 self._log.warning("client connection from %s refused: TLS handshake failed: %s", _peer(addr), e)
                 return None
-            cert_name = _common_name(conn.getpeercert())
+            cert_name = common_name(conn.getpeercert())
+        return conn, self.gate(addr, cert_name)
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client port's server-side TLS context (for a listener doing its own handshakes, e.g.
+        ``asyncio.start_server(ssl=...)``; then ``gate(addr, cert_name)`` with the peer certificate's
+        common name, ``common_name(transport.get_extra_info("peercert"))``)."""
+        return self._ssl
+
+    def gate(self, addr: Any, cert_name: str | None) -> "Gate":
+        """A connection's gate, after its TLS handshake (if any)."""
+        host = addr[0] if isinstance(addr, tuple) else str(addr)
         table = self._table()
         auth = ConnectionAuth(_BoundedUsers(table, self._slots), self._pacer, host,  # type: ignore[arg-type]
-                              required=bool(len(table)) or not self.open_allowed, cert_name=cert_name)
+                              required=bool(len(table)) or not self.open_allowed, cert_name=cert_name,
+                              peer=_peer(addr))
         gate = Gate(self, auth)
         gate.flush()
-        return conn, gate
+        return gate
 
     def _count_refused(self) -> None:
         with self._stats_lock:
@@ -152,13 +164,19 @@ class Gate:
         self.auth = auth
 
     def admit(self, op: str, args: Any) -> dict | None:
-        """None: serve the request; a dict: the answer to hello. Raises the error to answer with."""
+        """None: serve the request; a dict: the answer to hello. Raises the error to answer with.
+        A ``hello`` with a password blocks for a hash verification (tens of ms): an event loop runs
+        it in a worker thread (``blocks(op)``); every other op is a few dict look-ups."""
         try:
             return self.auth.admit(op, args, self._owner._clock())
         finally:
             self.flush()
             if self.auth.must_close and op == "hello":
                 self._owner._count_refused()
+
+    @staticmethod
+    def blocks(op: str) -> bool:
+        return op == "hello"
 
     @property
     def must_close(self) -> bool:
@@ -176,7 +194,7 @@ class Gate:
             self._owner._log.log(level, "%s", line)
 
 
-def _common_name(cert: dict | None) -> str | None:
+def common_name(cert: dict | None) -> str | None:
     """The subject's common name of a verified peer certificate (``SSLSocket.getpeercert()``)."""
     for rdn in (cert or {}).get("subject", ()):
         for key, value in rdn:

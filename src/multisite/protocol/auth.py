@@ -157,10 +157,11 @@ class ConnectionAuth:
     the caller takes them with ``take_events``."""
 
     def __init__(self, users: Users, pacer: Pacer, address: str, *, required: bool,
-                 cert_name: str | None = None):
+                 cert_name: str | None = None, peer: str | None = None):
         self.users = users
         self.pacer = pacer
-        self.address = address  # the client's host: the pacing key and the log's
+        self.address = address  # the client's host: the pacing key
+        self.peer = peer or address  # host:port, for the log
         self.required = required
         self.cert_name = cert_name
         self.state = AWAIT_HELLO
@@ -172,7 +173,7 @@ class ConnectionAuth:
             self._enter(AUTHENTICATED, None, "admin", "open")
         elif cert_name is not None and (u := users.get(cert_name)) is not None:
             self._enter(AUTHENTICATED, u.name, u.role, "certificate")
-            self._events.append(f"client {address} authenticated as {u.name!r} (role {u.role}) by certificate")
+            self._events.append(f"client {self.peer} authenticated as {u.name!r} (role {u.role}) by certificate")
 
     def _enter(self, state: str, user: str | None, role: str | None, by: str | None) -> None:
         if state not in _TRANSITIONS[self.state]:
@@ -202,7 +203,7 @@ class ConnectionAuth:
                 f"this instance server requires authentication: connect with user= and password= (or a "
                 f"TLS client certificate whose common name is a user) before {op!r:.40}")
         if not allows(self.role or "", op):
-            self._events.append(f"client {self.address} as {self.user!r} (role {self.role}) denied {op!r:.40}")
+            self._events.append(f"client {self.peer} as {self.user!r} (role {self.role}) denied {op!r:.40}")
             raise PermissionDenied(f"user {self.user!r} has the {self.role} role; {op!r:.40} needs "
                                    f"{required_role(op)} (multisite user add sets a user's role)")
         return None
@@ -215,12 +216,12 @@ class ConnectionAuth:
         user, secret = _hello_fields(args)
         found = self._by_certificate(user) if secret is None else self._by_password(user, secret, now)
         self._enter(AUTHENTICATED, found.name, found.role, "password" if secret is not None else "certificate")
-        self._events.append(f"client {self.address} authenticated as {found.name!r} (role {found.role}) by {self.by}")
+        self._events.append(f"client {self.peer} authenticated as {found.name!r} (role {found.role}) by {self.by}")
         return {"user": self.user, "role": self.role, "by": self.by}
 
     def _refuse(self, why: str, error: AuthenticationFailed) -> AuthenticationFailed:
         self._enter(REFUSED, None, None, None)
-        self._events.append(f"client {self.address} refused: {why}")
+        self._events.append(f"client {self.peer} refused: {why}")
         return error
 
     def _by_certificate(self, user: str | None) -> UserLike:
