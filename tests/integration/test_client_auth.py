@@ -261,3 +261,34 @@ def test_the_server_certificate_is_checked_against_the_host_name_unless_told_not
         multisite.connect(addr, user="boss", password="boss-pass", tls_ca=ca)
     with multisite.connect(addr, user="boss", password="boss-pass", tls_ca=ca, tls_check_hostname=False) as db:
         assert db.user["role"] == "admin"
+
+
+def test_rollback_fetchresync_reads_a_primarys_history_through_a_tls_client_port_with_users(cluster, pki):
+    """history needs no user, so an instance that went on alone (a promoted secondary) still finds its
+    common point with a primary whose client port requires authentication; --tls-ca makes it TLS."""
+    a = cluster.instance("A", group="g", start=False)
+    add_user(a.root, "writer", "read-write", "writer-pass")
+    a.start(tls=_tls(pki))
+    b = cluster.instance("B", group="g")
+    cluster.link(a, b)
+    addr, ca = f"127.0.0.1:{a.client_port}", str(pki["ca_cert"])
+    with multisite.connect(addr, user="writer", password="writer-pass", tls_ca=ca) as db:
+        db.create_region("acct")
+        db.set("acct", ("a",), 1)
+    deadline = time.monotonic() + 30
+    while b.seqno() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b.seqno() == 1
+    b.call("receiver.stop")
+    b.call("role", role="primary")
+    with b.client() as db:  # B goes on alone: a transaction A never had
+        db.set("acct", ("b",), 2)
+    r = CliRunner()
+    res = r.invoke(cli, ["rollback", str(b.root), "--fetchresync", addr, "--json"])
+    assert res.exit_code == 1 and "AUTHENTICATION_REQUIRED" in res.output and "takes TLS" in res.output
+    res = r.invoke(cli, ["rollback", str(b.root), "--fetchresync", addr, "--tls-ca", ca, "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert (rep["rolled_back"], rep["to_seqno"]) == (1, 1)
+    res = r.invoke(cli, ["rollback", str(b.root), "--resync", "1", "--tls-ca", ca])
+    assert res.exit_code == 1 and "--tls-ca goes with --fetchresync" in res.output

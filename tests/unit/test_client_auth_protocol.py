@@ -5,6 +5,8 @@ attempts (a fake clock: no sleeps) and the listen-address rule. The user table i
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from multisite.errors import (AuthenticationFailed, AuthenticationPaced, AuthenticationRequired, ConfigError,
                               PermissionDenied)
@@ -270,3 +272,23 @@ def test_the_state_table_in_the_protocol_doc_is_the_codes():
     code = {(s, n) for s, nexts in auth._TRANSITIONS.items() for n in nexts}
     assert (REFUSED, REFUSED) in documented  # "refused | anything | refused": it stays, no transition
     assert documented - {(REFUSED, REFUSED)} == code
+
+
+@given(free=st.integers(0, 4), first=st.floats(0.1, 5.0), cap=st.floats(1.0, 60.0),
+       gaps=st.lists(st.floats(0.0, 30.0), min_size=1, max_size=60))
+def test_a_guesser_gets_each_guess_only_after_the_growing_wait_whatever_its_timing(free, first, cap, gaps):
+    """Model: a guesser tries at arbitrary times; the attempts the pacer lets through (to be hashed and
+    failed) are spaced by at least the delay its failures so far earned, and no wait exceeds the cap."""
+    policy = PacingPolicy(free_failures=free, first_delay_s=first, max_delay_s=cap, forget_after_s=10**9)
+    pacer = Pacer(policy)
+    now, checked = 0.0, []
+    for gap in gaps:
+        now += gap
+        wait = pacer.wait_s("g", now)
+        assert 0.0 <= wait <= cap
+        if wait == 0.0:
+            checked.append(now)
+            pacer.failed("g", now)
+    assert pacer.failures("g", now) == len(checked)
+    for i in range(1, len(checked)):
+        assert checked[i] - checked[i - 1] >= policy.delay_s(i) - 1e-9

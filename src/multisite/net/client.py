@@ -237,9 +237,11 @@ def client_tls_context(ca: str | None, cert: str | None, key: str | None,
     return ctx
 
 
-def fetch_hello(address: str) -> Hello:
-    """The instance server at ``address`` describes itself as a source would (for --fetchresync)."""
-    with RemoteDatabase(address) as remote:
+def fetch_hello(address: str, tls_ca: str | None = None) -> Hello:
+    """The instance server at ``address`` describes itself as a source would (for --fetchresync). The
+    ``history`` op needs no authentication; with ``tls_ca`` the connection is TLS, the server's
+    certificate checked against the CA but not against the host name (as on the replication links)."""
+    with RemoteDatabase(address, tls_ca=tls_ca, tls_check_hostname=False) as remote:
         h = remote._call("history")
     return Hello(version=PROTOCOL_VERSION, name=h["name"], group=h["group"], supplementary=h["supplementary"],
                  role=h["role"], seqno=h["seqno"], history=[HistoryEntry(*e) for e in h["history"]])

@@ -356,13 +356,14 @@ class InstanceServer:
         for s in self.sources.values():
             s.kick()
 
-    async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None) -> dict:
+    async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None,
+                           fetch_tls_ca: str | None = None) -> dict:
         loop = asyncio.get_running_loop()
         if self.receiver is not None:
             self.receive_pool.clear(self.db.seqno)
             await loop.run_in_executor(None, self.receive_pool.quiesce)
         try:
-            primary = await loop.run_in_executor(None, fetch_hello, fetchresync) if fetchresync else None
+            primary = await loop.run_in_executor(None, fetch_hello, fetchresync, fetch_tls_ca) if fetchresync else None
             rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
         finally:
             if self.receiver is not None:

@@ -116,7 +116,8 @@ class Pacer:
     def wait_s(self, address: str, now: float) -> float:
         """Seconds before ``address`` may try again (0: now)."""
         count, last = self._entry(address, now)
-        return max(0.0, last + self.policy.delay_s(count) - now)
+        delay = self.policy.delay_s(count)
+        return max(0.0, min(delay, last + delay - now))  # min: a clock that went back, float rounding
 
     def failed(self, address: str, now: float) -> float:
         """Count a failure of ``address``; the wait it now has."""
