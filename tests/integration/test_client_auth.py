@@ -292,3 +292,13 @@ def test_rollback_fetchresync_reads_a_primarys_history_through_a_tls_client_port
     assert (rep["rolled_back"], rep["to_seqno"]) == (1, 1)
     res = r.invoke(cli, ["rollback", str(b.root), "--resync", "1", "--tls-ca", ca])
     assert res.exit_code == 1 and "--tls-ca goes with --fetchresync" in res.output
+
+
+def test_a_users_file_damaged_while_the_server_runs_keeps_the_last_good_users(inst, server):
+    addr = server()
+    (inst / "users.json").write_text("{ damaged")
+    with multisite.connect(addr, user="writer", password="writer-pass") as db:
+        assert db.user["role"] == "read-write"
+    with pytest.raises(AuthenticationFailed):
+        multisite.connect(addr, user="writer", password="wrong-password")
+    assert "INSTANCE_FILE_CORRUPT: the users file" in _log(inst) and "the users read before stay in force" in _log(inst)
