@@ -8,8 +8,12 @@ Here live what the sans-IO part leaves to its caller: the clock, the users file 
 changes, a lock around the pacer all connections share, a bound on password verifications running
 at once (each takes ~19 MiB and a core for tens of milliseconds), and the server's log lines.
 
-A listener other than the thread-per-connection one (an event loop) keeps the same calls: the TLS
-handshake and ``Gate.admit`` of a ``hello`` block (the hashing), so it runs them off the loop.
+A listener other than the thread-per-connection one (an event loop) uses the same pieces: it does
+its own TLS with ``ClientAuth.ssl_context`` (``loop.create_server(ssl=...)``), makes each
+connection's gate with ``ClientAuth.gate(addr, common_name(peercert))``, sets its frame limit from
+``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict look-ups) except a
+``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker thread, and closes a
+connection once ``Gate.must_close`` after sending the answer.
 """
 
 from __future__ import annotations
