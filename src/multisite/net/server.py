@@ -201,10 +201,10 @@ class InstanceServer:
     async def ctl_status(self) -> dict:
         backlogs = [s.backlog for s in self.sources.values()] + [len(self.receive_pool)]
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
+                "client_auth": self.client_auth.status() if self.client_auth else None,
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "clients": self.clients.connections if self.clients else 0,
-                "client_auth": self.client_auth.status() if self.client_auth else None,
                 "durability": self.db.durability.value, "cpus": sorted(os.sched_getaffinity(0)),
                 "pool": {"first_seqno": self.pool.first_seqno, "last_seqno": self.pool.last_seqno,
                          "bytes": self.pool.bytes, "capacity_bytes": self.pool.capacity_bytes},
