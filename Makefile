@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup postgres demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader clean
+.PHONY: setup postgres demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,9 @@ bench-grid: setup  # the grid's figures of issue 11 (real catalog and container 
 
 bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psycopg, replay after failover
 	PYTHONPATH=src $(BIN)/python bench/loader.py $(ARGS)
+
+bench-client-auth: setup  # what client authentication costs: none, password, TLS + password, TLS + certificate
+	PYTHONPATH=src $(BIN)/python bench/client_auth.py $(ARGS)
 
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)

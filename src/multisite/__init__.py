@@ -13,11 +13,12 @@ __all__ = ["Database", "Durability", "RecoveryReport", "RollbackReport", "Transa
 __version__ = "0.1.0"
 
 
-def connect(address: str, timeout: float = 30.0):
-    """Connect to an instance server at ``HOST:PORT`` (same API as an open Database)."""
+def connect(address: str, timeout: float = 30.0, **auth):
+    """Connect to an instance server at ``HOST:PORT`` (same API as an open Database). ``auth``:
+    ``user``, ``password``, ``tls_ca``, ``tls_cert``, ``tls_key`` (see ``net.client.connect``)."""
     from .net.client import connect as _connect
 
-    return _connect(address, timeout)
+    return _connect(address, timeout, **auth)
 
 
 __all__.append("connect")

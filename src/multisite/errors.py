@@ -333,3 +333,31 @@ class OffsetMismatch(DeliveryError):
     """A confirmation or resend request names an offset the sender never sent (state lost or foreign)."""
 
     code = "DELIVERY_OFFSET"
+
+
+# -- client authentication (issue 14) ------------------------------------------------------------
+class AuthenticationFailed(MultisiteError):
+    """An instance server refused a client's credentials (a wrong user or password, a user that needs
+    a client certificate): the server closed the connection and logged the client's address."""
+
+    code = "AUTHENTICATION_FAILED"
+
+
+class AuthenticationRequired(AuthenticationFailed):
+    """The instance server requires clients to authenticate and this one has not (yet): connect with
+    ``user=`` and ``password=``, or with a client certificate naming a user."""
+
+    code = "AUTHENTICATION_REQUIRED"
+
+
+class AuthenticationPaced(AuthenticationFailed):
+    """Too many failed authentications came from this client's address: the server refuses further
+    attempts from it, without looking at them, until the delay it names has passed."""
+
+    code = "AUTHENTICATION_PACED"
+
+
+class PermissionDenied(MultisiteError):
+    """The authenticated user's role does not allow the operation (a read-only user committing, say)."""
+
+    code = "PERMISSION_DENIED"

@@ -7,6 +7,8 @@ instance directory directly.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .. import engine as database
@@ -25,8 +27,10 @@ from .output import HostPort, KeyArg, console, print_json, table
 @click.option("--fetchresync", type=HostPort(), default=None, metavar="HOST:PORT",
               help="Ask the primary at HOST:PORT (its client port) for the common point and roll back to it.")
 @click.option("--resync", type=int, default=None, metavar="SEQNO", help="Roll back to SEQNO.")
+@click.option("--tls-ca", default=None, metavar="FILE",
+              help="With --fetchresync: the primary's client port takes TLS; trust its certificate if this CA signed it.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json: bool) -> None:
+def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, tls_ca: str | None, as_json: bool) -> None:
     """Roll the instance back to a common point; rolled-off transactions go to a lost-transaction file.
 
     A no-op when the instance is not ahead. Example: multisite rollback /data/A --fetchresync b.example:7000
@@ -36,10 +40,15 @@ def rollback_cmd(dir: str, fetchresync: str | None, resync: int | None, as_json:
         raise ConfigError("give exactly one of --resync SEQNO or --fetchresync HOST:PORT")
     if resync is not None and resync < 0:  # resync_instance calls it "past the end" of the instance
         raise RollbackError(f"--resync {resync} is not a seqno (0 or more); nothing was changed")
+    if tls_ca is not None:
+        if fetchresync is None:
+            raise ConfigError("--tls-ca goes with --fetchresync (the primary's client port)")
+        tls_ca = str(Path(tls_ca).absolute())
     if control.is_running(root):
-        rep = control.call(root, "rollback", resync=resync, fetchresync=fetchresync)
+        rep = control.call(root, "rollback", resync=resync, fetchresync=fetchresync,
+                           **({"fetch_tls_ca": tls_ca} if tls_ca else {}))
     else:
-        primary = fetch_hello(fetchresync) if fetchresync else None
+        primary = fetch_hello(fetchresync, tls_ca) if fetchresync else None
         with database.open(root) as db:
             rep = resync_instance(db, resync, primary, fetchresync or "").__dict__
     if as_json:

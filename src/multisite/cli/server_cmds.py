@@ -10,6 +10,7 @@ from ..instance.layout import Layout
 from ..net import control
 from ..net.clients import KEEPALIVE_S
 from ..net.process import start_server, stop_server
+from ..net.tls import TLSConfig
 from .output import console, print_json, table
 
 @click.group()
@@ -26,12 +27,22 @@ def server() -> None:
 @click.option("--keepalive", type=int, default=KEEPALIVE_S, show_default=True,
               help="Seconds a client may stay silent before the server probes it; a client whose host or "
                    "network is gone answers no probe and is dropped about twice as late, freeing its connection.")
-def start_cmd(dir: str, listen: str | None, cpus: str | None, keepalive: int) -> None:
-    """Start the instance server; returns once it answers.
+@click.option("--tls-cert", default=None, help="The client port's certificate (PEM): clients connect with TLS.")
+@click.option("--tls-key", default=None, help="Its private key (PEM).")
+@click.option("--tls-ca", default=None,
+              help="CA whose client certificates are accepted (PEM); a certificate's common name is a user.")
+@click.option("--insecure", is_flag=True,
+              help="Allow --listen on an address other than loopback without users (anyone reaching the port "
+                   "may read, write and stop); without it such a server is refused.")
+def start_cmd(dir: str, listen: str | None, cpus: str | None, keepalive: int, tls_cert: str | None,
+              tls_key: str | None, tls_ca: str | None, insecure: bool) -> None:
+    """Start the instance server; returns once it answers. With users (`multisite user add`) every
+    client authenticates (a password or token, or a TLS client certificate naming the user).
 
-    Example: multisite server start /data/A --listen 127.0.0.1:7000 --cpus 0
+    Example: multisite server start /data/A --listen 0.0.0.0:7000 --tls-cert a.pem --tls-key a.key --tls-ca ca.pem
     """
-    info = start_server(Path(dir), listen, cpus, keepalive)
+    tls = TLSConfig.from_options(*(str(Path(f).absolute()) if f else None for f in (tls_cert, tls_key, tls_ca)))
+    info = start_server(Path(dir), listen, cpus, keepalive, tls=tls, insecure=insecure)
     console.print(f"instance server started: pid {info['pid']}, log {info['log']}"
                   + (f", clients on port {info['client_port']}" if info.get("client_port") else "")
                   + (f", CPUs {','.join(map(str, info['cpus']))}" if cpus else ""))
@@ -71,6 +82,10 @@ def status_cmd(dir: str, as_json: bool) -> None:
     if cc and cc["commits"]:  # issue 14: the listener's group commits
         table("client commits (gathered)", ["commits", "batches written", "fdatasyncs", "commits per fdatasync"],
               [(cc["commits"], cc["batches"], cc["groups"], f"{cc['commits'] / max(1, cc['groups']):.1f}")])
+    if st.get("client_auth"):
+        ca = st["client_auth"]
+        table("client port", ["authentication", "users", "TLS", "refused"],
+              [("required" if ca["required"] else "none", ca["users"], "yes" if ca["tls"] else "no", ca["refused"])])
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])

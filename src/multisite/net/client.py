@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import threading
 from typing import Any, Iterator
 
 from .. import errors
 from ..engine.transaction import ThreadState, TransactionBase
-from ..errors import ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
+from ..errors import AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
@@ -23,13 +24,22 @@ from .tls import parse_hostport
 
 
 class RemoteDatabase:
-    def __init__(self, address: str, timeout: float = 30.0):
+    def __init__(self, address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 tls_check_hostname: bool = True):
         host, port = parse_hostport(address)
         self.address = address
+        tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
+        if tls is not None:
+            try:
+                self._sock = tls.wrap_socket(self._sock, server_hostname=host)
+            except OSError as e:  # ssl.SSLError, a reset: the server refused the handshake
+                self._sock.close()
+                raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buf = FrameBuffer()
         self._ids = itertools.count(1)
@@ -37,6 +47,21 @@ class RemoteDatabase:
         self._local = ThreadState()
         self._broken: str | None = None  # why the connection can no longer be used
         self._broken_op = ""
+        self.user: dict | None = None  # the server's answer to hello: user, role, by
+        if password is not None and user is None:
+            self._sock.close()
+            raise ConfigError("connect: a password needs a user (user=NAME, password=SECRET)")
+        if user is not None or tls_cert:
+            try:
+                self.user = self._call("hello", user=user, password=password)
+            except ConnectionLost as e:
+                if isinstance(e.__cause__, ssl.SSLError):  # TLS 1.3: the server's verdict on the certificate
+                    raise AuthenticationFailed(f"the instance server at {address} refused this client's TLS "
+                                               f"certificate: {e.__cause__.reason or e.__cause__}") from e
+                raise
+            finally:
+                if self.user is None:
+                    self._sock.close()  # refused: the server closes it too
 
     def _call(self, op: str, **args: Any) -> Any:
         with self._lock:
@@ -181,14 +206,47 @@ def _document(value: Any) -> Any:
     return value
 
 
-def connect(address: str, timeout: float = 30.0) -> RemoteDatabase:
-    """Connect to the instance server listening at ``HOST:PORT``."""
-    return RemoteDatabase(address, timeout)
+def connect(address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
+            tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+            tls_check_hostname: bool = True) -> RemoteDatabase:
+    """Connect to the instance server listening at ``HOST:PORT``.
+
+    ``user`` and ``password`` (or a token) authenticate on a server that has users; ``tls_ca`` makes
+    the connection TLS, checking the server's certificate (and its host name) against that CA, and
+    ``tls_cert``/``tls_key`` present a client certificate: its common name is the user, so ``user``
+    without ``password`` asks to be that user. AuthenticationFailed and PermissionDenied come back
+    as those classes. ``tls_check_hostname=False`` accepts a server certificate the CA signed whatever
+    host it names (as the replication links do: their certificates may name instances, not hosts)."""
+    return RemoteDatabase(address, timeout, user=user, password=password, tls_ca=tls_ca, tls_cert=tls_cert,
+                          tls_key=tls_key, tls_check_hostname=tls_check_hostname)
 
 
-def fetch_hello(address: str) -> Hello:
-    """The instance server at ``address`` describes itself as a source would (for --fetchresync)."""
-    with RemoteDatabase(address) as remote:
+def client_tls_context(ca: str | None, cert: str | None, key: str | None,
+                       check_hostname: bool = True) -> ssl.SSLContext | None:
+    """The client's TLS context: None without ``ca``; ConfigError for a certificate without its key or CA,
+    or files that cannot be loaded."""
+    if ca is None:
+        if cert or key:
+            raise ConfigError("connect: tls_cert and tls_key need tls_ca (the CA that signed the server's certificate)")
+        return None
+    if bool(cert) != bool(key):
+        raise ConfigError("connect: a client certificate needs both tls_cert and tls_key")
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"connect: cannot load TLS files (ca {ca}, cert {cert}, key {key}): {e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = check_hostname
+    return ctx
+
+
+def fetch_hello(address: str, tls_ca: str | None = None) -> Hello:
+    """The instance server at ``address`` describes itself as a source would (for --fetchresync). The
+    ``history`` op needs no authentication; with ``tls_ca`` the connection is TLS, the server's
+    certificate checked against the CA but not against the host name (as on the replication links)."""
+    with RemoteDatabase(address, tls_ca=tls_ca, tls_check_hostname=False) as remote:
         h = remote._call("history")
     return Hello(version=PROTOCOL_VERSION, name=h["name"], group=h["group"], supplementary=h["supplementary"],
                  role=h["role"], seqno=h["seqno"], history=[HistoryEntry(*e) for e in h["history"]])

@@ -19,13 +19,15 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..errors import ConfigError, MultisiteError, RemoteProtocolError, ServerError
+from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
 from ..protocol.client import READ_OPS, ClientSession, Gathering, Request, encode, error_reply
+from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
@@ -83,8 +85,14 @@ class _Connection(asyncio.Protocol):
         self.reading = True
         self.write_paused = False
         self.failed: list | None = None  # the reply saying why it closes, sent once what is in flight is
+        self.ending = False  # closes once what is in flight is answered (a refused hello)
         self.lost = False
         self.open = False  # counted among the listener's connections
+        self.addr: Any = None
+        self.tls: _TLS | None = None  # on a TLS client port, once the first bytes said TLS
+        self.tls_pending = False  # a TLS port: the first bytes decide (a plain client gets a plain error)
+        self.gate: Any = None  # net.client_auth.Gate: who this client is and what it may do
+        self.handshake_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.lis._opened(self, transport)  # type: ignore[arg-type]
@@ -104,16 +112,58 @@ class _Connection(asyncio.Protocol):
         self.lis._flow(self)
 
 
+class _TLS:
+    """Server-side TLS over memory buffers (``ssl.SSLObject``): the connection's bytes stay on the
+    loop's transport, and the first bytes can be looked at before any handshake."""
+
+    def __init__(self, ctx: ssl.SSLContext):
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self._in, self._out, server_side=True)
+        self.done = False
+
+    def receive(self, data: bytes) -> tuple[bytes, bytes]:
+        """Received bytes in; (plain bytes for the protocol, TLS bytes to send). ssl.SSLError when the
+        handshake fails (the alert to send is left in ``pending()``)."""
+        self._in.write(data)
+        if not self.done:
+            try:
+                self.obj.do_handshake()
+                self.done = True
+            except ssl.SSLWantReadError:
+                return b"", self._out.read()
+        chunks = []
+        while True:
+            try:
+                chunk = self.obj.read(1 << 17)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), self._out.read()
+
+    def pending(self) -> bytes:
+        return self._out.read()
+
+    def send(self, data: bytes) -> bytes:
+        self.obj.write(data)
+        return self._out.read()
+
+
 class ClientListener:
     """Serves the client protocol on ``host:port`` from a thread of its own (``clients-loop``).
 
     ``run_op(op, args)`` answers a request; with ``db`` (the instance server's Database) and
     ``commit_ops(args)`` (which checks a commit's arguments and returns the engine's updates), the
-    commits of a primary are gathered into group commits instead."""
+    commits of a primary are gathered into group commits instead. With ``auth``
+    (``net.client_auth.ClientAuth``) the port takes TLS when it has a context (handshakes on the loop,
+    over memory buffers) and every request passes the connection's gate first; a hello, which
+    verifies a password hash, runs in a worker thread."""
 
     def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
                  keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES, *, db: Any = None,
-                 commit_ops: Callable[[dict], list] | None = None):
+                 commit_ops: Callable[[dict], list] | None = None, auth: Any = None):
+        self._auth = auth  # net.client_auth.ClientAuth: TLS and who may do what (None: every client, all ops)
         self.keepalive_s = check_keepalive(keepalive_s)
         self.buffer_bytes = buffer_bytes
         self._buffered = 0  # bytes all connections hold in partial frames (the loop's thread only)
@@ -183,10 +233,61 @@ class ClientListener:
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         conn.open = True
+        conn.addr = addr
         self._conns.add(conn)
+        if self._auth is not None:
+            if self._auth.ssl_context is not None:
+                conn.tls_pending = True
+                conn.handshake_timer = self._loop.call_later(TLS_HANDSHAKE_TIMEOUT_S, self._refuse, conn,
+                                                             f"no TLS handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f} s")
+            else:
+                self._admit(conn, None)
+
+    def _admit(self, conn: _Connection, cert_name: str | None) -> None:
+        conn.gate = self._auth.gate(conn.addr, cert_name)
+        conn.session.frames.max_frame_bytes = conn.gate.max_frame_bytes  # small until authenticated
+
+    def _refuse(self, conn: _Connection, why: object) -> None:
+        """A TLS client port refuses a connection before any request: logged, counted, closed."""
+        if conn.lost or not conn.open:
+            return
+        self._auth._count_refused()
+        self._log.warning("client connection from %s refused: TLS handshake failed: %s", conn.peer, why)
+        conn.ending = True
+        conn.session.drop_waiting()
+        if conn.transport is not None:
+            conn.transport.close()
+
+    def _tls_received(self, conn: _Connection, data: bytes) -> bytes | None:
+        """The TLS layer of a connection on a TLS port: the plain bytes received, or None (nothing yet,
+        or refused)."""
+        if conn.tls_pending:
+            conn.tls_pending = False
+            if data[:1] != TLS_HANDSHAKE_RECORD:  # a client speaking the plain protocol: told in that protocol
+                conn.transport.write(encode([None, False, [AuthenticationRequired.code, PLAIN_REFUSED]]))
+                self._refuse(conn, f"not TLS: {PLAIN_REFUSED}")
+                return None
+            conn.tls = _TLS(self._auth.ssl_context)
+        try:
+            plain, out = conn.tls.receive(data)
+        except ssl.SSLError as e:
+            alert = conn.tls.pending()
+            if alert:
+                conn.transport.write(alert)
+            self._refuse(conn, e)
+            return None
+        if out:
+            conn.transport.write(out)
+        if conn.gate is None and conn.tls.done:
+            if conn.handshake_timer is not None:
+                conn.handshake_timer.cancel()
+            self._admit(conn, common_name(conn.tls.obj.getpeercert()))
+        return plain or None
 
     def _lost(self, conn: _Connection, exc: Exception | None) -> None:
         conn.lost = True
+        if conn.handshake_timer is not None:
+            conn.handshake_timer.cancel()
         if not conn.open:
             return
         conn.open = False
@@ -210,8 +311,12 @@ class ClientListener:
         return now
 
     def _received(self, conn: _Connection, data: bytes) -> None:
-        if not conn.open or conn.failed is not None:
+        if not conn.open or conn.failed is not None or conn.ending:
             return
+        if conn.tls is not None or conn.tls_pending:
+            data = self._tls_received(conn, data)
+            if data is None:
+                return
         s = conn.session
         try:
             s.feed(data)
@@ -229,6 +334,16 @@ class ClientListener:
         """Start what the connection's order allows, then send what is answered."""
         s = conn.session
         while (req := s.next_runnable()) is not None:
+            if conn.gate is not None:  # authentication and rights first
+                if conn.gate.blocks(req.op):  # a hello verifies a password hash: in a worker
+                    fut = self._loop.run_in_executor(self._workers, self._hello, conn.gate, req.op, req.args)
+                    fut.add_done_callback(lambda f, req=req: self._ran(req, f))
+                    continue
+                try:
+                    conn.gate.admit(req.op, req.args)
+                except Exception as e:  # noqa: BLE001 - answered, as _call answers
+                    s.answer(req, False, self._error(req.op, e))
+                    continue
             if req.op == "commit" and self._db is not None and self._db.role == "primary":
                 try:
                     ops = self._commit_ops(req.args)  # type: ignore[misc]
@@ -249,6 +364,13 @@ class ClientListener:
     def _ran(self, req: Request, fut: asyncio.Future) -> None:
         req.session.answer(req, *fut.result())
         self._after(req.session)
+
+    def _hello(self, gate: Any, op: Any, args: dict) -> tuple[bool, Any]:
+        """In a worker: a hello through the connection's gate (its answer, or the refusal)."""
+        try:
+            return True, gate.admit(op, args)
+        except Exception as e:  # noqa: BLE001 - the refusal is the answer
+            return False, self._error(op, e)
 
     def _call(self, op: Any, args: dict) -> tuple[bool, Any]:
         try:
@@ -333,11 +455,18 @@ class ClientListener:
         replies = conn.session.replies()
         if conn.lost or conn.transport is None:
             return
-        if replies:
-            conn.transport.write(b"".join(encode(r) for r in replies))
-        if conn.session.in_flight == 0 and (conn.failed is not None or self._closing):
-            if conn.failed is not None:
-                conn.transport.write(encode(conn.failed))
+        if conn.gate is not None:
+            conn.session.frames.max_frame_bytes = conn.gate.max_frame_bytes
+            if conn.gate.must_close and not conn.ending:  # a refused hello: answered, then closed
+                conn.ending = True
+                conn.session.drop_waiting()
+        out = b"".join(encode(r) for r in replies)
+        done = conn.session.in_flight == 0 and (conn.failed is not None or conn.ending or self._closing)
+        if done and conn.failed is not None:
+            out += encode(conn.failed)
+        if out:
+            conn.transport.write(conn.tls.send(out) if conn.tls is not None and conn.tls.done else out)
+        if done:
             conn.transport.close()  # after what is buffered is sent
             return
         self._flow(conn)
@@ -346,7 +475,7 @@ class ClientListener:
         """Read while the connection's pipeline and unsent replies stay within bounds."""
         if conn.lost or conn.transport is None:
             return
-        want = (not self._closing and conn.failed is None and not conn.write_paused
+        want = (not self._closing and conn.failed is None and not conn.ending and not conn.write_paused
                 and conn.session.wants_more)
         if want != conn.reading:
             conn.reading = want

@@ -24,26 +24,34 @@ from ..instance.layout import Layout
 from . import control
 from .affinity import parse_cpus
 from .clients import check_keepalive
-from .tls import parse_hostport
+from ..instance.users import load_users
+from ..protocol.auth import check_listen
+from .tls import TLSConfig, parse_hostport
 
 SERVER_START_TIMEOUT_S = 60.0
 
 
-def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None) -> dict:
-    """Spawn the instance server for ``root`` and wait until it answers; returns its run info."""
+def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None, *,
+                 tls: TLSConfig | None = None, insecure: bool = False) -> dict:
+    """Spawn the instance server for ``root`` and wait until it answers; returns its run info. ``tls``
+    and ``insecure`` are the client port's (``net.client_auth``)."""
     lay = Layout.existing(root)
     if control.is_running(lay.root):
         raise ServerError(f"an instance server for {lay.root} is already running")
     if cpus:
         parse_cpus(cpus)  # a wrong value is an error here, not only in the server's log
-    if listen:
-        parse_hostport(listen)  # likewise
+    if listen:  # likewise, and a port open to other hosts without users is refused here (check_listen)
+        check_listen(parse_hostport(listen)[0], len(load_users(lay.root)), insecure)
+    if tls:
+        tls.server_context()  # unreadable files: an error here
     if keepalive is not None:
         check_keepalive(keepalive)
     out = open(lay.log / "server.out", "ab")
     cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
     cmd += ["--cpus", cpus] if cpus else []
     cmd += ["--keepalive", str(keepalive)] if keepalive is not None else []
+    cmd += ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
+    cmd += ["--insecure"] if insecure else []
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S

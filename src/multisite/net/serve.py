@@ -30,7 +30,7 @@ from ..errors import ServerError
 from ..instance.layout import Layout
 from .clients import KEEPALIVE_S, check_keepalive
 from .server import LOG_FORMAT, InstanceServer
-from .tls import parse_hostport
+from .tls import TLSConfig, parse_hostport
 
 START_TIMEOUT_S = 60.0  # recovery on open runs first; a large journal takes a while
 
@@ -74,8 +74,10 @@ class Served:
         return f"<multisite.Served {self.root} at {self.address}>"
 
 
-def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: int = KEEPALIVE_S) -> Served:
-    """Open the instance at ``path`` and serve it from this process (see the module's text)."""
+def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: int = KEEPALIVE_S,
+          tls: TLSConfig | None = None, insecure: bool = False) -> Served:
+    """Open the instance at ``path`` and serve it from this process (see the module's text). ``tls``
+    and ``insecure`` are the client port's, as ``multisite server start``'s (``net.client_auth``)."""
     root = Layout.existing(Path(path).absolute()).root
     if listen:
         parse_hostport(listen)  # a wrong address is an error here, in the caller's thread
@@ -86,7 +88,7 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     log.addHandler(handler)
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
-    server = InstanceServer(root, listen, keepalive_s)
+    server = InstanceServer(root, listen, keepalive_s, tls, insecure)
     failed: list[BaseException] = []
 
     def run() -> None:

@@ -42,6 +42,7 @@ from ..replication.pools import JournalPool, ReceivePool
 from ..replication.update import UpdateProcess
 from .affinity import parse_cpus
 from .client import fetch_hello
+from .client_auth import ClientAuth
 from .clients import KEEPALIVE_S, ClientListener, check_keepalive
 from .control import control_address
 from .receiver import ReceiverConfig, ReceiverServer
@@ -63,9 +64,12 @@ def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
 
 
 class InstanceServer:
-    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S):
+    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S,
+                 tls: TLSConfig | None = None, insecure: bool = False):
         self.root = Path(root).absolute()
         self.listen = listen
+        self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
+        self.client_auth: ClientAuth | None = None
         self.keepalive_s = keepalive_s
         self.log = logging.getLogger("multisite")
         self.sources: dict[str, SourceServer] = {}
@@ -79,6 +83,9 @@ class InstanceServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
+        if self.listen:  # before the engine opens: a refused --listen leaves nothing to close
+            self.client_auth = ClientAuth(self.root, parse_hostport(self.listen)[0], self.log, tls=self.client_tls,
+                                          insecure=self.insecure)
         self.db = engine.open(self.root)
         db = self.db
         self.pool = JournalPool(db.info.journal_pool_bytes)
@@ -94,13 +101,14 @@ class InstanceServer:
             host, port = parse_hostport(self.listen)
             try:
                 cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s, db=db,
-                                         commit_ops=self._commit_ops)
+                                         commit_ops=self._commit_ops, auth=self.client_auth)
             except OSError as e:
                 self.db.close()
                 raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None
             self.client_port = cli_srv.port
             self.log.info("client protocol listening on %s:%d (keepalive %d s)", host, self.client_port,
                           self.keepalive_s)
+            self.log.info("client authentication: %s", self.client_auth.status() if self.client_auth else None)
         self.clients = cli_srv
         loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():  # not so when served in-process (net.serve)
@@ -202,6 +210,7 @@ class InstanceServer:
     async def ctl_status(self) -> dict:
         backlogs = [s.backlog for s in self.sources.values()] + [len(self.receive_pool)]
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
+                "client_auth": self.client_auth.status() if self.client_auth else None,
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
                 "clients": self.clients.connections if self.clients else 0,
@@ -357,13 +366,14 @@ class InstanceServer:
         for s in self.sources.values():
             s.kick()
 
-    async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None) -> dict:
+    async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None,
+                           fetch_tls_ca: str | None = None) -> dict:
         loop = asyncio.get_running_loop()
         if self.receiver is not None:
             self.receive_pool.clear(self.db.seqno)
             await loop.run_in_executor(None, self.receive_pool.quiesce)
         try:
-            primary = await loop.run_in_executor(None, fetch_hello, fetchresync) if fetchresync else None
+            primary = await loop.run_in_executor(None, fetch_hello, fetchresync, fetch_tls_ca) if fetchresync else None
             rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
         finally:
             if self.receiver is not None:
@@ -475,6 +485,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--listen", default=None)
     ap.add_argument("--cpus", default=None)
     ap.add_argument("--keepalive", type=int, default=KEEPALIVE_S)
+    for opt in ("--tls-cert", "--tls-key", "--tls-ca"):
+        ap.add_argument(opt, default=None)
+    ap.add_argument("--insecure", action="store_true")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -486,7 +499,8 @@ def main(argv: list[str] | None = None) -> None:
             # Before any thread starts, so that every thread of the server inherits it (see affinity).
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
-        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive)).run())
+        tls = TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca)
+        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)

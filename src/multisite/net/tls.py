@@ -37,8 +37,13 @@ class TLSConfig:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         return ctx
 
-    def server_context(self) -> ssl.SSLContext:
-        return self._load(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    def server_context(self, client_cert_required: bool = True) -> ssl.SSLContext:
+        """``client_cert_required=False`` (the client port): a client may come without a certificate
+        and authenticate by password; one it presents is still verified against the CA."""
+        ctx = self._load(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+        if not client_cert_required:
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
 
     def client_context(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -97,10 +97,13 @@ def _make_leaf(
     ca_key: ec.EllipticCurvePrivateKey,
     ca_cert: x509.Certificate,
     usages: list[x509.ObjectIdentifier],
+    loopback_names: bool = True,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     not_before, not_after = _validity()
     alt_names = [x509.DNSName(n) for n in LOOPBACK_DNS] + [x509.IPAddress(ipaddress.ip_address(a)) for a in LOOPBACK_IPS]
+    if not loopback_names:
+        alt_names = [x509.DNSName(f"{common_name}.invalid")]  # a name no host has
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
@@ -144,11 +147,13 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> Path:
     return path
 
 
-def make_named_cert(pki: dict[str, Path], name: str) -> dict[str, Path]:
+def make_named_cert(pki: dict[str, Path], name: str, loopback_names: bool = True) -> dict[str, Path]:
     """A certificate for server ``name`` (its common name), signed by ``pki``'s CA, for both roles (a
-    document server both listens and initiates): ``{"cert", "key"}`` written beside the CA."""
+    document server both listens and initiates): ``{"cert", "key"}`` written beside the CA.
+    ``loopback_names=False``: it names no host of this machine (for host-name checking tests)."""
     out = Path(pki["ca_cert"]).parent
     ca_cert = x509.load_pem_x509_certificate(Path(pki["ca_cert"]).read_bytes())
     ca_key = serialization.load_pem_private_key(Path(pki["ca_key"]).read_bytes(), password=None)
-    key, cert = _make_leaf(name, ca_key, ca_cert, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
+    key, cert = _make_leaf(name, ca_key, ca_cert, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+                           loopback_names)
     return {"cert": _write_cert(out / f"{name}.pem", cert), "key": _write_key(out / f"{name}.key", key)}

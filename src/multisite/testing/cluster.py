@@ -43,8 +43,9 @@ class Node:
     def client(self) -> RemoteDatabase:
         return RemoteDatabase(f"127.0.0.1:{self.client_port}")
 
-    def start(self) -> "Node":
-        info = start_server(self.root, "127.0.0.1:0")
+    def start(self, **server_kw: Any) -> "Node":
+        """``server_kw``: start_server's (the client port's ``tls``, ``insecure``)."""
+        info = start_server(self.root, "127.0.0.1:0", **server_kw)
         self.pid, self.client_port = info["pid"], info["client_port"]
         return self
 

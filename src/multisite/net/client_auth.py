@@ -1,0 +1,211 @@
+"""The client port's TLS and authentication: the I/O around ``protocol.auth``.
+
+The listener (``net.clients``) calls ``ClientAuth.accept`` when a connection opens, in that
+connection's own thread: the TLS handshake (when ``--tls-*`` was given), then a ``Gate`` holding the
+connection's ``protocol.auth.ConnectionAuth`` with the certificate's common name. Each request then
+passes ``Gate.admit``; after a refused hello the listener answers and closes (``Gate.must_close``).
+Here live what the sans-IO part leaves to its caller: the clock, the users file re-read when it
+changes, a lock around the pacer all connections share, a bound on password verifications running
+at once (each takes ~19 MiB and a core for tens of milliseconds), and the server's log lines.
+
+A listener other than the thread-per-connection one (an event loop) uses the same pieces: it does
+its own TLS with ``ClientAuth.ssl_context`` (``loop.create_server(ssl=...)``), makes each
+connection's gate with ``ClientAuth.gate(addr, common_name(peercert))``, sets its frame limit from
+``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict look-ups) except a
+``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker thread, and closes a
+connection once ``Gate.must_close`` after sending the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable
+
+from ..errors import AuthenticationRequired, MultisiteError
+from ..instance.users import UserFile, UserTable
+from ..protocol.client import MAX_CLIENT_FRAME_BYTES, encode
+from ..protocol.auth import AUTHENTICATED, ConnectionAuth, Pacer, PacingPolicy, check_listen, is_loopback
+from .tls import TLSConfig
+
+TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
+PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
+UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
+MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
+
+
+class _LockedPacer:
+    """The shared pacer behind a lock: connections' threads fail and wait at once."""
+
+    def __init__(self, pacer: Pacer):
+        self._pacer = pacer
+        self._lock = threading.Lock()
+
+    def wait_s(self, address: str, now: float) -> float:
+        with self._lock:
+            return self._pacer.wait_s(address, now)
+
+    def failed(self, address: str, now: float) -> float:
+        with self._lock:
+            return self._pacer.failed(address, now)
+
+    def failures(self, address: str, now: float) -> int:
+        with self._lock:
+            return self._pacer.failures(address, now)
+
+
+class _BoundedUsers:
+    """A user table whose ``verify`` waits for one of ``MAX_CONCURRENT_VERIFICATIONS`` slots."""
+
+    def __init__(self, table: UserTable, slots: threading.BoundedSemaphore):
+        self._table = table
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def get(self, name: str):
+        return self._table.get(name)
+
+    def verify(self, name: str, secret: str):
+        with self._slots:
+            return self._table.verify(name, secret)
+
+
+class ClientAuth:
+    """Authentication for one client listener. Raises ConfigError at construction when ``host`` is
+    reachable from other hosts, the instance has no users and ``insecure`` is false."""
+
+    def __init__(self, root: str | os.PathLike, host: str, log: logging.Logger, *, tls: TLSConfig | None = None,
+                 insecure: bool = False, pacing: PacingPolicy = PacingPolicy(),
+                 clock: Callable[[], float] = time.monotonic):
+        self.users = UserFile(root)
+        check_listen(host, len(self.users.current()), insecure)
+        self.open_allowed = insecure or is_loopback(host)  # no users: no authentication, here only
+        self.tls = tls
+        self._ssl = tls.server_context(client_cert_required=False) if tls else None
+        self._pacer = _LockedPacer(Pacer(pacing))
+        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT_VERIFICATIONS)
+        self._log = log
+        self._clock = clock
+        self._stats_lock = threading.Lock()
+        self.refused = 0  # connections refused (TLS handshake or authentication), for status
+        if not is_loopback(host):
+            if not len(self.users.current()):
+                log.warning("--insecure: clients from any host that reaches %s may read, write and stop this "
+                            "instance without authenticating", host or "*")
+            elif tls is None:
+                log.warning("clients authenticate on %s without TLS: their passwords cross the network in clear "
+                            "(give --tls-cert, --tls-key and --tls-ca)", host or "*")
+
+    def _table(self) -> UserTable:
+        try:
+            return self.users.current()
+        except MultisiteError as e:  # a users file damaged while running: the last good one stays in force
+            self._log.error("%s; the users read before stay in force", e)
+            return self.users.current()
+
+    def status(self) -> dict:
+        return {"users": len(self._table()), "tls": self.tls is not None, "required": self._required(),
+                "refused": self.refused}
+
+    def _required(self) -> bool:
+        return bool(len(self._table())) or not self.open_allowed
+
+    def accept(self, conn: socket.socket, addr: Any) -> tuple[socket.socket, "Gate"] | None:
+        """The TLS handshake, if any, then the connection's gate; None (logged, to be closed) when the
+        handshake fails: no certificate where one is needed, one the CA did not sign, not TLS at all."""
+        cert_name = None
+        if self._ssl is not None:
+            try:
+                conn.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+                if conn.recv(1, socket.MSG_PEEK) not in (TLS_HANDSHAKE_RECORD, b""):
+                    # A client speaking the plain protocol: tell it in that protocol, not by a reset.
+                    conn.sendall(encode([None, False, [AuthenticationRequired.code, PLAIN_REFUSED]]))
+                    raise ssl.SSLError(f"not TLS: {PLAIN_REFUSED}")
+                conn = self._ssl.wrap_socket(conn, server_side=True)
+                conn.settimeout(None)
+            except (OSError, ValueError) as e:
+                self._count_refused()
+                self._log.warning("client connection from %s refused: TLS handshake failed: %s", _peer(addr), e)
+                return None
+            cert_name = common_name(conn.getpeercert())
+        return conn, self.gate(addr, cert_name)
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client port's server-side TLS context (for a listener doing its own handshakes, e.g.
+        ``asyncio.start_server(ssl=...)``; then ``gate(addr, cert_name)`` with the peer certificate's
+        common name, ``common_name(transport.get_extra_info("peercert"))``)."""
+        return self._ssl
+
+    def gate(self, addr: Any, cert_name: str | None) -> "Gate":
+        """A connection's gate, after its TLS handshake (if any)."""
+        host = addr[0] if isinstance(addr, tuple) else str(addr)
+        table = self._table()
+        auth = ConnectionAuth(_BoundedUsers(table, self._slots), self._pacer, host,  # type: ignore[arg-type]
+                              required=bool(len(table)) or not self.open_allowed, cert_name=cert_name,
+                              peer=_peer(addr))
+        gate = Gate(self, auth)
+        gate.flush()
+        return gate
+
+    def _count_refused(self) -> None:
+        with self._stats_lock:
+            self.refused += 1
+
+
+class Gate:
+    """One connection's authentication as the listener sees it."""
+
+    def __init__(self, owner: ClientAuth, auth: ConnectionAuth):
+        self._owner = owner
+        self.auth = auth
+
+    def admit(self, op: str, args: Any) -> dict | None:
+        """None: serve the request; a dict: the answer to hello. Raises the error to answer with.
+        A ``hello`` with a password blocks for a hash verification (tens of ms): an event loop runs
+        it in a worker thread (``blocks(op)``); every other op is a few dict look-ups."""
+        try:
+            return self.auth.admit(op, args, self._owner._clock())
+        finally:
+            self.flush()
+            if self.auth.must_close and op == "hello":
+                self._owner._count_refused()
+
+    @staticmethod
+    def blocks(op: str) -> bool:
+        return op == "hello"
+
+    @property
+    def must_close(self) -> bool:
+        return self.auth.must_close
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest request frame the connection may send now: a client not yet authenticated does
+        not get to hold 64 MiB of the listener's buffer budget."""
+        return MAX_CLIENT_FRAME_BYTES if self.auth.state == AUTHENTICATED else UNAUTHENTICATED_FRAME_BYTES
+
+    def flush(self) -> None:
+        for line in self.auth.take_events():
+            level = logging.WARNING if " refused" in line or " denied " in line else logging.INFO
+            self._owner._log.log(level, "%s", line)
+
+
+def common_name(cert: dict | None) -> str | None:
+    """The subject's common name of a verified peer certificate (``SSLSocket.getpeercert()``)."""
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return value
+    return None
+
+
+def _peer(addr: Any) -> str:
+    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
