@@ -36,11 +36,12 @@ from . import grid as _grid  # noqa: E402 - the grid package is sans-IO; its cli
 _grid.connect = _grid_connect
 
 
-async def aconnect(address: str, timeout: float = 30.0):
-    """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``net.aclient``)."""
+async def aconnect(address: str, timeout: float = 30.0, **auth):
+    """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``net.aclient``);
+    ``auth`` as ``connect``'s."""
     from .net.aclient import connect as _connect
 
-    return await _connect(address, timeout)
+    return await _connect(address, timeout, **auth)
 
 
 __all__.append("aconnect")

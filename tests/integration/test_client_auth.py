@@ -302,3 +302,31 @@ def test_a_users_file_damaged_while_the_server_runs_keeps_the_last_good_users(in
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="writer", password="wrong-password")
     assert "INSTANCE_FILE_CORRUPT: the users file" in _log(inst) and "the users read before stay in force" in _log(inst)
+
+
+def test_the_asyncio_client_authenticates_with_a_password_and_over_tls(inst, pki, server):
+    """``multisite.aconnect`` takes ``connect``'s authentication arguments (issue 14: the event-loop
+    listener serves both clients the same way)."""
+    import asyncio
+
+    addr = server(tls=_tls(pki))
+    ca = str(pki["ca_cert"])
+
+    async def main() -> None:
+        db = await multisite.aconnect(addr, user="writer", password="writer-pass", tls_ca=ca)
+        assert db.user["role"] == "read-write"
+        await db.create_region("r")
+        assert await db.set("r", ("k",), 1) == 1 and await db.get("r", ("k",)) == 1
+        await db.close()
+        ro = await multisite.aconnect(addr, user="reader", password="reader-pass", tls_ca=ca)
+        assert await ro.get("r", ("k",)) == 1
+        with pytest.raises(PermissionDenied):
+            await ro.set("r", ("k",), 2)
+        await ro.close()
+        with pytest.raises(AuthenticationFailed):
+            await multisite.aconnect(addr, user="writer", password="wrong-wrong", tls_ca=ca)
+        with pytest.raises(AuthenticationFailed, match="refused this client's TLS certificate"):
+            await multisite.aconnect(addr, tls_ca=ca, tls_cert=str(pki["untrusted_cert"]),
+                                     tls_key=str(pki["untrusted_key"]))
+
+    asyncio.run(main())

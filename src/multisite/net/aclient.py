@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections import deque
 from typing import Any, AsyncIterator
 
-from ..errors import ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
+from ..errors import (AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, RemoteProtocolError,
+                      TransactionError)
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
-from .client import _document, result_of
+from .client import _document, client_tls_context, result_of
 from .tls import parse_hostport
 
 UPDATE_OPS = {"set": SET, "kill": KILL, "zkill": ZKILL}
@@ -39,6 +41,8 @@ class AsyncRemoteDatabase:
         self._ids = itertools.count(1)
         self._waiting: deque[tuple[int, str, asyncio.Future]] = deque()  # sent, in order
         self._broken: str | None = None
+        self._error: BaseException | None = None  # what broke the connection (an ssl.SSLError: TLS refused)
+        self.user: dict | None = None  # the server's answer to hello: user, role, by
         self._reading = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -65,6 +69,7 @@ class AsyncRemoteDatabase:
         except MultisiteError as e:
             why = e.message
         except OSError as e:
+            self._error = e
             why = f"connection to {self.address} failed: {e}"
         except asyncio.CancelledError:
             why = "closed by this client"
@@ -220,11 +225,33 @@ def _update(u: tuple) -> list:
     return [UPDATE_OPS[u[0]], u[1], list(check_key(u[2])), None]
 
 
-async def connect(address: str, timeout: float = 30.0) -> AsyncRemoteDatabase:
-    """Connect to the instance server listening at ``HOST:PORT``."""
+async def connect(address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
+                  tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                  tls_check_hostname: bool = True) -> AsyncRemoteDatabase:
+    """Connect to the instance server listening at ``HOST:PORT``; the authentication arguments are
+    ``multisite.connect``'s (``net.client.connect``)."""
     host, port = parse_hostport(address)
+    if password is not None and user is None:
+        raise ConfigError("aconnect: a password needs a user (user=NAME, password=SECRET)")
+    tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None), timeout)
+    except ssl.SSLError as e:
+        raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
     except (OSError, TimeoutError) as e:
         raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
-    return AsyncRemoteDatabase(address, reader, writer)
+    db = AsyncRemoteDatabase(address, reader, writer)
+    if user is not None or tls_cert:
+        try:
+            db.user = await db._call("hello", user=user, password=password)
+        except ConnectionLost as e:
+            await db.close()
+            if isinstance(db._error, ssl.SSLError):  # TLS 1.3: the server's verdict on the certificate
+                raise AuthenticationFailed(f"the instance server at {address} refused this client's TLS "
+                                           f"certificate: {db._error.reason or db._error}") from e
+            raise
+        except BaseException:
+            await db.close()
+            raise
+    return db
