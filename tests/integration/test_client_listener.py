@@ -1,4 +1,4 @@
-"""The client listener: a thread per connection, real sockets (``net.clients``)."""
+"""The client listener: one event loop over every connection, real sockets (``net.clients``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import threading
 import time
 
 import msgspec
+import pytest
 
 import multisite
 from multisite.net.process import start_server, stop_server
@@ -109,3 +110,92 @@ def test_a_request_of_the_wrong_shape_or_with_missing_arguments_gets_a_clear_err
             assert s.recv(10) == b""
     finally:
         lis.close()
+
+
+def _gathering_listener(db):
+    """A listener gathering a real Database's commits, as the instance server runs it."""
+    from pathlib import Path
+
+    from multisite.net.server import InstanceServer
+
+    srv = InstanceServer(Path(db.layout.root), None)
+    srv.db = db
+    return clients.ClientListener("127.0.0.1", 0, srv._client_op, logging.getLogger("test"), db=db,
+                                  commit_ops=srv._commit_ops)
+
+
+def test_reads_are_answered_while_a_group_waits_for_its_fdatasync(tmp_path, monkeypatch):
+    """The fdatasync runs off the loop: with one held (a slow disk), another connection's read is
+    answered at once, a pipelined commit is written meanwhile and a read after it sees it, yet every
+    reply waits for the replies before it on its connection, and a commit is answered only once an
+    fdatasync covering it returned."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    db.set("r", ("k",), "before")
+    entered, release = threading.Event(), threading.Event()
+    real = db.harden
+
+    def held_harden(token):  # the real fdatasync, after the test lets it go
+        entered.set()
+        assert release.wait(30)
+        real(token)
+
+    monkeypatch.setattr(db, "harden", held_harden)
+    lis = _gathering_listener(db)
+    a = socket.create_connection(("127.0.0.1", lis.port))
+    b = socket.create_connection(("127.0.0.1", lis.port))
+    try:
+        a.sendall(encode([1, "commit", {"ops": [[1, "r", ["k"], "a"]]}]))
+        assert entered.wait(30)
+        t0 = time.monotonic()
+        assert _ask(b, [1, "get", {"region": "r", "key": ["k"]}]) == [1, True, "a"]  # written, not yet hard
+        assert time.monotonic() - t0 < 5
+        b.sendall(encode([2, "commit", {"ops": [[1, "r", ["b"], 1]]}]) + encode([3, "get", {"region": "r", "key": ["b"]}]))
+        for s in (a, b):
+            s.settimeout(0.5)
+            with pytest.raises(socket.timeout):  # no commit answered before its fdatasync
+                s.recv(1)
+            s.settimeout(30)
+        release.set()
+        assert _read_reply(a) == [1, True, 2]
+        assert _read_reply(b) == [2, True, 3] and _read_reply(b) == [3, True, 1]
+        assert lis.stats()["commits"] == 2
+    finally:
+        release.set()
+        a.close()
+        b.close()
+        lis.close()
+        db.close()
+
+
+def _read_reply(s: socket.socket):
+    head = s.recv(4, socket.MSG_WAITALL)
+    if len(head) < 4:
+        return None
+    (n,) = LEN.unpack(head)
+    return msgspec.msgpack.decode(s.recv(n, socket.MSG_WAITALL))
+
+
+def test_sixteen_connections_committing_at_once_share_fdatasyncs(tmp_path):
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    lis = _gathering_listener(db)
+    try:
+        def client(t: int) -> None:
+            with multisite.connect(f"127.0.0.1:{lis.port}") as c:
+                for i in range(100):
+                    c.set("r", (t, i), i)
+
+        ths = [threading.Thread(target=client, args=(t,)) for t in range(16)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        st = lis.stats()
+        assert st["commits"] == 1600 and db.seqno == 1600
+        assert st["groups"] < 1600 * 0.75, st  # commits that arrive while one syncs share the next
+    finally:
+        lis.close()
+        db.close()
