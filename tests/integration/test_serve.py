@@ -19,23 +19,11 @@ import multisite
 from multisite.errors import ConnectionLost, RegionNotFound, TransactionError
 from multisite.testing.checks import assert_same_data, wait_until
 
-from .test_replication_cli import ms, ms_json
+from .test_replication_cli import instances, ms, ms_json  # noqa: F401 - instances is a fixture
 
 
-@pytest.fixture
-def pair(tmp_path):
-    roots = {}
-    for name in ("A", "B"):
-        ms("instance", "create", tmp_path / name, "--name", name, "--durability", "group")
-        roots[name] = tmp_path / name
-    yield roots
-    for root in roots.values():
-        if (root / "run" / "server.json").exists():
-            ms("server", "stop", root, "--timeout", "2", ok=False)
-
-
-def test_serve_commits_from_the_handle_and_from_clients_reach_a_secondary_started_with_the_cli(pair):
-    a, b = pair["A"], pair["B"]
+def test_serve_commits_from_the_handle_and_from_clients_reach_a_secondary_started_with_the_cli(instances):
+    a, b = instances["A"], instances["B"]
     ms("server", "start", b)
     port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)",
                          ms("receiver", "start", b, "--listen", "127.0.0.1:0").stdout)[1])

@@ -28,7 +28,7 @@ from ..errors import (AuthenticationFailed, ConfigError, ConnectionLost, Multisi
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
-from .client import _document, client_tls_context, result_of
+from .client import WireUpdates, _document, client_tls_context, result_of
 from .tls import parse_hostport
 
 UPDATE_OPS = {"set": SET, "kill": KILL, "zkill": ZKILL}
@@ -162,7 +162,7 @@ class AsyncRemoteDatabase:
         await self.close()
 
 
-class AsyncTransaction:
+class AsyncTransaction(WireUpdates):
     """``async with db.transaction() as tx``: updates collected while open, committed as one request
     when the block ends without an exception (or by ``await tx.commit()``), once."""
 
@@ -201,15 +201,6 @@ class AsyncTransaction:
         if self.state != "open":
             raise TransactionError(f"transaction is {self.state}; start a new one with db.transaction()")
         self.ops.append(update)
-
-    def set(self, region: str, key: tuple, value: Any) -> None:
-        self._add([SET, region, list(check_key(key)), _document(value)])
-
-    def kill(self, region: str, key: tuple) -> None:
-        self._add([KILL, region, list(check_key(key)), None])
-
-    def zkill(self, region: str, key: tuple) -> None:
-        self._add([ZKILL, region, list(check_key(key)), None])
 
 
 def _update(u: tuple) -> list:

@@ -160,7 +160,23 @@ class RemoteDatabase:
         self.close()
 
 
-class RemoteTransaction(TransactionBase):
+class WireUpdates:
+    """A client transaction's set / kill / zkill, as the wire carries them; ``_add`` takes each."""
+
+    def _add(self, update: list) -> None:
+        raise NotImplementedError
+
+    def set(self, region: str, key: tuple, value: Any) -> None:
+        self._add([SET, region, list(check_key(key)), _document(value)])
+
+    def kill(self, region: str, key: tuple) -> None:
+        self._add([KILL, region, list(check_key(key)), None])
+
+    def zkill(self, region: str, key: tuple) -> None:
+        self._add([ZKILL, region, list(check_key(key)), None])
+
+
+class RemoteTransaction(WireUpdates, TransactionBase):
     """As the embedded ``Transaction``: updates are collected while it is open and committed as one
     request when the ``with`` block ends (or by ``commit()``); an update to a transaction that is
     not open is an error, not an update silently never sent."""
@@ -175,15 +191,6 @@ class RemoteTransaction(TransactionBase):
     def _add(self, update: list) -> None:
         self._require_open()
         self.ops.append(update)
-
-    def set(self, region: str, key: tuple, value: Any) -> None:
-        self._add([SET, region, list(check_key(key)), _document(value)])
-
-    def kill(self, region: str, key: tuple) -> None:
-        self._add([KILL, region, list(check_key(key)), None])
-
-    def zkill(self, region: str, key: tuple) -> None:
-        self._add([ZKILL, region, list(check_key(key)), None])
 
 
 def result_of(reply: list) -> Any:
