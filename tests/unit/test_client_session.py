@@ -110,8 +110,8 @@ def test_gathering_writes_many_connections_in_one_batch_and_one_fdatasync_answer
     answered = g.wrote(reqs, [11, NotPrimary("refused"), 12], token="t1")
     assert [r.rid for r in answered] == [2] and reqs[1].state is DONE and reqs[0].state is WRITTEN
     assert a.replies() == []  # 2 is answered but 1 is not: order holds
-    assert g.start_sync() and not g.start_sync()  # one fdatasync at a time
-    token, upto = g.latest
+    token, upto = g.to_harden(0)  # the sync thread starts an fdatasync: everything written so far
+    assert (token, upto) == ("t1", 2)
     # while it syncs, another batch is written; the sync in flight does not cover it
     c = _session([9, "commit", {}])
     (r9,) = _start_all(c)
@@ -120,7 +120,7 @@ def test_gathering_writes_many_connections_in_one_batch_and_one_fdatasync_answer
     assert g.synced(upto) == [reqs[0], reqs[2]]
     assert a.replies() == [[1, True, 11], [2, False, ["NOT_PRIMARY", "refused"]]] and b.replies() == [[7, True, 12]]
     assert c.replies() == [] and g.waiting_sync == 1
-    assert g.start_sync() and g.latest == ("t2", 3)
+    assert g.to_harden(upto) == ("t2", 3) and g.to_harden(3) is None
     g.synced(3, OSError(5, "EIO"))
     (code, msg), = [rep[2] for rep in c.replies()]
     assert code == "SERVER" and "EIO" in msg
@@ -132,7 +132,7 @@ def test_a_batch_with_nothing_to_harden_is_answered_when_written():
     (r,) = _start_all(s)
     g.add(r, "x")
     assert g.wrote([r for r, _ in g.take_batch()], [0], token=None) == [r]
-    assert s.replies() == [[1, True, 0]] and not g.start_sync()
+    assert s.replies() == [[1, True, 0]] and g.to_harden(0) is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -143,14 +143,14 @@ def test_replies_always_leave_in_request_order_whatever_order_requests_finish_in
     sent: list = []
     pending: list = []
     g = Gathering()
+    hard = 0
     while len(sent) < len(ops):
         for r in _start_all(s):
             (g.add(r, None) if r.op == "commit" else pending.append(r))
         choices = []
         if len(g):
             choices.append("write")
-        if g.start_sync():
-            g.syncing = False
+        if g.to_harden(hard) is not None:
             choices.append("sync")
         if pending:
             choices.append("run")
@@ -160,8 +160,8 @@ def test_replies_always_leave_in_request_order_whatever_order_requests_finish_in
             batch = [r for r, _ in g.take_batch()]
             g.wrote(batch, [r.rid for r in batch], token="t")
         elif what == "sync":
-            assert g.start_sync()
-            g.synced(g.latest[1])
+            _token, hard = g.to_harden(hard)
+            g.synced(hard)
         else:
             r = pending.pop(seed.randrange(len(pending)))
             s.answer(r, True, r.rid)

@@ -5,8 +5,9 @@ engine's group commit: under the GIL every hand-off cost thread wake-ups, and 2 
 committed at half PostgreSQL's rate. Now one thread runs an asyncio loop over all connections
 (``clients-loop``). What arrives together is gathered (``protocol.client.Gathering``): the loop
 writes the commits ready in one pass as one batch (``Database.prepare`` then ``Prepared.write``: one
-journal write, the commit lock held only while it runs) and hands the fdatasync to a thread of its
-own (``Database.harden``), so that the next batches are written while the last syncs and are
+journal write, the commit lock held only while it runs); a thread of its own (``clients-sync``)
+runs one fdatasync after another (``Database.harden``) while batches are written, each covering all
+that was written when it started, so the next batches are written while the last syncs and are
 answered together after the next one. Reads (get/items/info) run on the loop at once and never wait
 behind an fsync. A connection may pipeline; its replies go out in order (``ClientSession``).
 Anything else (create_region, a commit on a secondary, where the engine's own path decides) runs in
@@ -183,13 +184,17 @@ class ClientListener:
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
-        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="clients-sync")
+        self._sync_cond = threading.Condition()
+        self._sync_stop = False
         self._loop = new_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(sock, started), name="clients-loop", daemon=True)
         self._thread.start()
         started.wait()
+        self._sync_thread = threading.Thread(target=self._sync_loop, name="clients-sync", daemon=True)
+        if self._db is not None:
+            self._sync_thread.start()
 
     # -- the loop's thread -------------------------------------------------------------------------
     def _run(self, sock: socket.socket, started: threading.Event) -> None:
@@ -406,43 +411,53 @@ class ClientListener:
             self.batched += len(reqs)
             self.batches += 1
             self._gathering.wrote(reqs, prep.results, token)
-        self._sync_next()
+            if token is not None:
+                self._kick_sync()
         for session in {r.session for r in reqs}:
             self._after(session)
 
-    def _sync_next(self) -> None:
-        if not self._gathering.start_sync():
-            return
-        fut = self._loop.run_in_executor(self._syncer, self._harden)
-        fut.add_done_callback(self._synced)
-
-    def _harden(self) -> int:
-        """In the sync thread: one fdatasync for every batch written until it starts (the token is
-        read here, not when the sync was asked for: what the loop wrote meanwhile joins the group),
-        then the store's periodic commit when due (it fsyncs too; a failure there is the store's,
-        logged by the engine, never the commits'). Returns how many written commits are now hard."""
-        token, upto = self._gathering.latest  # type: ignore[misc]
-        t0 = time.perf_counter()
-        self._db.harden(token)
-        self.sync_s += time.perf_counter() - t0
-        if t0 - self._flush_checked >= FLUSH_CHECK_S:
-            self._flush_checked = t0
+    def _sync_loop(self) -> None:
+        """The sync thread: one fdatasync after another while commits are written, each for every
+        batch written until it starts (the token is read then: what the loop wrote meanwhile joins the
+        group), without going back to the loop in between; the loop answers each group. Then the
+        store's periodic commit when due (it fsyncs too; a failure there is the store's, logged by the
+        engine, never the commits')."""
+        hard = 0
+        while True:
+            with self._sync_cond:
+                while (nxt := self._gathering.to_harden(hard)) is None and not self._sync_stop:
+                    self._sync_cond.wait()
+            if nxt is None:
+                return  # stopping, nothing left to harden
+            token, upto = nxt
+            t0 = time.perf_counter()
+            err: BaseException | None = None
             try:
-                self._db.flush_if_due()
-            except MultisiteError as e:
-                self._log.warning("the store could not be flushed after client commits: %s", e)
-        return upto
+                self._db.harden(token)
+            except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
+                err = e
+            self.sync_s += time.perf_counter() - t0
+            hard = upto
+            if t0 - self._flush_checked >= FLUSH_CHECK_S:
+                self._flush_checked = t0
+                try:
+                    self._db.flush_if_due()
+                except MultisiteError as e:
+                    self._log.warning("the store could not be flushed after client commits: %s", e)
+            try:
+                self._loop.call_soon_threadsafe(self._synced, upto, err)
+            except RuntimeError:  # the loop is closed: nobody left to answer
+                return
 
-    def _synced(self, fut: asyncio.Future) -> None:
-        err = fut.exception()
-        if err is None:
-            upto = fut.result()
-        else:
-            upto = self._gathering.latest[1]  # type: ignore[index]  # every one written may not be hard
+    def _kick_sync(self) -> None:
+        with self._sync_cond:
+            self._sync_cond.notify()
+
+    def _synced(self, upto: int, err: BaseException | None) -> None:
+        if err is not None:
             self._log.error("fdatasync of client commits failed: %s", err)
         self.groups += 1
         answered = self._gathering.synced(upto, err)
-        self._sync_next()  # first: the next group's fdatasync runs while these replies are sent
         for session in {r.session for r in answered}:
             self._after(session)
 
@@ -498,7 +513,7 @@ class ClientListener:
         for conn in list(self._conns):
             if conn.transport is not None:
                 conn.transport.abort()
-        while self._gathering.syncing and time.monotonic() < deadline + 1.0:
+        while self._gathering.waiting_sync and time.monotonic() < deadline + 1.0:
             await asyncio.sleep(0.01)
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -511,7 +526,11 @@ class ClientListener:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout_s)
             self._workers.shutdown(wait=False, cancel_futures=True)
-            self._syncer.shutdown(wait=True)
+            with self._sync_cond:
+                self._sync_stop = True
+                self._sync_cond.notify()
+            if self._sync_thread.is_alive():
+                self._sync_thread.join()
 
 
 def _peer(addr: Any) -> str:

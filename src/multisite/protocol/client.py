@@ -187,11 +187,11 @@ class Gathering:
     hardened as one group.
 
     ``add`` a gathered commit; ``take_batch`` what to write now (all gathered, in arrival order);
-    after the engine wrote it, ``wrote`` with each one's result and the fsync token. ``start_sync``
-    says whether to start an fdatasync now (something written waits for one, and none runs). The
-    thread that hardens takes ``latest`` (token, requests written so far) only when it starts, so
-    whatever was written by then shares that one fdatasync; ``synced`` with that count answers them.
-    While one group's fdatasync runs, the next batches are written and then hardened together."""
+    after the engine wrote it, ``wrote`` with each one's result and the fsync token. The thread that
+    hardens asks ``to_harden(hard)`` for the newest (token, requests written so far) beyond what it
+    already hardened, when it *starts* an fdatasync, so whatever was written by then shares it;
+    ``synced`` with that count answers them. While one group's fdatasync runs, the next batches are
+    written, then hardened together by the next."""
 
     def __init__(self) -> None:
         self._gathered: list[tuple[Request, object]] = []
@@ -199,7 +199,12 @@ class Gathering:
         self._total = 0  # requests ever put into _written
         self._done = 0  # of those, answered after an fdatasync
         self.latest: tuple[object, int] | None = None  # (token hardening every written batch, _total then)
-        self.syncing = False
+
+    def to_harden(self, hard: int) -> tuple[object, int] | None:
+        """``(token, count)`` to harden next when ``hard`` written commits are hard already, or None
+        (nothing newer). Reads one attribute: safe from the hardening thread."""
+        latest = self.latest
+        return latest if latest is not None and latest[1] > hard else None
 
     def add(self, req: Request, ops: object) -> None:
         self._gathered.append((req, ops))
@@ -236,17 +241,9 @@ class Gathering:
             self.latest = (token, self._total)  # one assignment: another thread reads it whole
         return answered
 
-    def start_sync(self) -> bool:
-        """Whether to start an fdatasync now (marked running until ``synced``)."""
-        if self.syncing or not self._written:
-            return False
-        self.syncing = True
-        return True
-
     def synced(self, upto: int, error: BaseException | None = None) -> list[Request]:
-        """The fdatasync of ``latest`` taken when ``upto`` requests had been written returned (or
+        """The fdatasync of the token taken when ``upto`` requests had been written returned (or
         failed with ``error``): answer every request up to it."""
-        self.syncing = False
         answered = []
         while self._done < upto:
             req, res = self._written.popleft()
