@@ -199,3 +199,30 @@ def test_sixteen_connections_committing_at_once_share_fdatasyncs(tmp_path):
     finally:
         lis.close()
         db.close()
+
+
+def test_commits_with_nothing_to_harden_still_reach_the_store_file(tmp_path):
+    """Durability none (no fdatasync to run): the store's periodic commit still runs, off the loop, so
+    the store file catches up while only clients commit."""
+    import sqlite3
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none")
+    db = multisite.open(root)
+    db.create_region("r")
+    lis = _gathering_listener(db)
+    try:
+        with multisite.connect(f"127.0.0.1:{lis.port}") as c:
+            for i in range(20):
+                c.set("r", (i,), i)
+        deadline = time.monotonic() + 30
+        seen = -1
+        while time.monotonic() < deadline:
+            with sqlite3.connect(f"file:{db.layout.store_file}?mode=ro", uri=True) as con:
+                seen = con.execute("SELECT count(*) FROM kv").fetchone()[0]
+            if seen == 20:
+                break
+            time.sleep(0.1)
+        assert seen == 20
+    finally:
+        lis.close()
+        db.close()

@@ -419,35 +419,40 @@ class ClientListener:
     def _sync_loop(self) -> None:
         """The sync thread: one fdatasync after another while commits are written, each for every
         batch written until it starts (the token is read then: what the loop wrote meanwhile joins the
-        group), without going back to the loop in between; the loop answers each group. Then the
-        store's periodic commit when due (it fsyncs too; a failure there is the store's, logged by the
-        engine, never the commits')."""
+        group), without going back to the loop in between; the loop answers each group. And the
+        store's periodic commit when due, also for commits with nothing to harden (durability none,
+        unreplicated regions): it fsyncs too, so not on the loop; a failure there is the store's,
+        logged by the engine, never the commits'."""
         hard = 0
         while True:
             with self._sync_cond:
                 while (nxt := self._gathering.to_harden(hard)) is None and not self._sync_stop:
-                    self._sync_cond.wait()
-            if nxt is None:
+                    # a read without the lock: a stale answer only delays the check by one wait
+                    if self._db.store.dirty and time.perf_counter() - self._flush_checked >= FLUSH_CHECK_S:
+                        break
+                    self._sync_cond.wait(FLUSH_CHECK_S)
+            if nxt is not None:
+                token, upto = nxt
+                t0 = time.perf_counter()
+                err: BaseException | None = None
+                try:
+                    self._db.harden(token)
+                except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
+                    err = e
+                self.sync_s += time.perf_counter() - t0
+                hard = upto
+                try:
+                    self._loop.call_soon_threadsafe(self._synced, upto, err)
+                except RuntimeError:  # the loop is closed: nobody left to answer
+                    return
+            elif self._sync_stop:
                 return  # stopping, nothing left to harden
-            token, upto = nxt
-            t0 = time.perf_counter()
-            err: BaseException | None = None
-            try:
-                self._db.harden(token)
-            except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
-                err = e
-            self.sync_s += time.perf_counter() - t0
-            hard = upto
-            if t0 - self._flush_checked >= FLUSH_CHECK_S:
-                self._flush_checked = t0
+            if time.perf_counter() - self._flush_checked >= FLUSH_CHECK_S:
+                self._flush_checked = time.perf_counter()
                 try:
                     self._db.flush_if_due()
                 except MultisiteError as e:
                     self._log.warning("the store could not be flushed after client commits: %s", e)
-            try:
-                self._loop.call_soon_threadsafe(self._synced, upto, err)
-            except RuntimeError:  # the loop is closed: nobody left to answer
-                return
 
     def _kick_sync(self) -> None:
         with self._sync_cond:
