@@ -195,6 +195,9 @@ class ClientListener:
         self._sync_thread = threading.Thread(target=self._sync_loop, name="clients-sync", daemon=True)
         if self._db is not None:
             self._sync_thread.start()
+        log.info("client listener on %s:%d: one %s event loop over every connection%s", host, self.port,
+                 type(self._loop).__module__.split(".")[0],
+                 ", commits gathered into group commits" if self._db is not None else "")
 
     # -- the loop's thread -------------------------------------------------------------------------
     def _run(self, sock: socket.socket, started: threading.Event) -> None:
