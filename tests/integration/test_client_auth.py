@@ -302,3 +302,23 @@ def test_a_users_file_damaged_while_the_server_runs_keeps_the_last_good_users(in
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="writer", password="wrong-password")
     assert "INSTANCE_FILE_CORRUPT: the users file" in _log(inst) and "the users read before stay in force" in _log(inst)
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed_and_one_that_did_is_not(inst, monkeypatch):
+    """In-process listener (a real socket, the real ClientAuth) with a short bound, to need no long sleep."""
+    import logging
+
+    from multisite.net import client_auth, clients
+
+    monkeypatch.setattr(client_auth, "AUTHENTICATE_WITHIN_S", 0.5)
+    auth = client_auth.ClientAuth(inst, "127.0.0.1", logging.getLogger("test"))
+    lis = clients.ClientListener("127.0.0.1", 0, lambda op, args: op, logging.getLogger("test"), auth=auth)
+    try:
+        with socket.create_connection(("127.0.0.1", lis.port), timeout=10) as idle, \
+                socket.create_connection(("127.0.0.1", lis.port), timeout=10) as s:
+            assert _ask(s, [1, "hello", {"user": "reader", "password": "reader-pass"}])[1] is True
+            time.sleep(1.0)
+            assert idle.recv(10) == b""  # closed by the server
+            assert _ask(s, [2, "get", {}]) == [2, True, "get"]  # authenticated: no longer bound
+    finally:
+        lis.close()

@@ -35,6 +35,7 @@ from .tls import TLSConfig
 TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
 PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
+AUTHENTICATE_WITHIN_S = 30.0  # a connection silent this long before authenticating is closed
 UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
 MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
 
@@ -135,7 +136,11 @@ class ClientAuth:
                 self._log.warning("client connection from %s refused: TLS handshake failed: %s", _peer(addr), e)
                 return None
             cert_name = common_name(conn.getpeercert())
-        return conn, self.gate(addr, cert_name)
+        gate = self.gate(addr, cert_name)
+        if not gate.authenticated:  # it may not hold a connection slot (and a thread) unauthenticated for long
+            conn.settimeout(AUTHENTICATE_WITHIN_S)
+            gate.on_authenticated = lambda: conn.settimeout(None)
+        return conn, gate
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -166,6 +171,11 @@ class Gate:
     def __init__(self, owner: ClientAuth, auth: ConnectionAuth):
         self._owner = owner
         self.auth = auth
+        self.on_authenticated: Callable[[], None] | None = None  # called once, when it authenticates
+
+    @property
+    def authenticated(self) -> bool:
+        return self.auth.state == AUTHENTICATED
 
     def admit(self, op: str, args: Any) -> dict | None:
         """None: serve the request; a dict: the answer to hello. Raises the error to answer with.
@@ -177,6 +187,9 @@ class Gate:
             self.flush()
             if self.auth.must_close and op == "hello":
                 self._owner._count_refused()
+            if self.on_authenticated is not None and self.authenticated:
+                self.on_authenticated, done = None, self.on_authenticated
+                done()
 
     @staticmethod
     def blocks(op: str) -> bool:
@@ -190,7 +203,7 @@ class Gate:
     def max_frame_bytes(self) -> int:
         """The largest request frame the connection may send now: a client not yet authenticated does
         not get to hold 64 MiB of the listener's buffer budget."""
-        return MAX_CLIENT_FRAME_BYTES if self.auth.state == AUTHENTICATED else UNAUTHENTICATED_FRAME_BYTES
+        return MAX_CLIENT_FRAME_BYTES if self.authenticated else UNAUTHENTICATED_FRAME_BYTES
 
     def flush(self) -> None:
         for line in self.auth.take_events():
