@@ -10,7 +10,6 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-import multisite
 from multisite.cli.main import cli
 from multisite.errors import ConfigError, InstanceFileCorrupt, NotAnInstance
 from multisite.instance import users as U
@@ -127,8 +126,3 @@ def test_user_commands(inst):
     res = r.invoke(cli, ["user", "add", str(inst), "x", "--role", "admin", "--password-stdin"], input="short\n")
     assert res.exit_code == 1 and "8 to 1024 characters" in res.output
 
-
-def test_open_instance_is_unaffected_by_users(inst):
-    U.add_user(inst, "a", "admin", "long-enough")
-    db = multisite.open(inst)  # the embedded API has no client port: users do not apply to it
-    db.close()
