@@ -126,3 +126,12 @@ def test_user_commands(inst):
     res = r.invoke(cli, ["user", "add", str(inst), "x", "--role", "admin", "--password-stdin"], input="short\n")
     assert res.exit_code == 1 and "8 to 1024 characters" in res.output
 
+
+
+def test_a_backup_keeps_the_users(inst, tmp_path):
+    from multisite.instance.maintenance import backup
+
+    U.add_user(inst, "alice", "read-write", "correct horse")
+    backup(inst, tmp_path / "copy")
+    assert U.load_users(tmp_path / "copy").verify("alice", "correct horse").role == "read-write"
+    assert stat.S_IMODE(os.stat(tmp_path / "copy" / "users.json").st_mode) == 0o600
