@@ -13,7 +13,9 @@ its own TLS with ``ClientAuth.ssl_context`` (``loop.create_server(ssl=...)``), m
 connection's gate with ``ClientAuth.gate(addr, common_name(peercert))``, sets its frame limit from
 ``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict look-ups) except a
 ``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker thread, and closes a
-connection once ``Gate.must_close`` after sending the answer.
+connection once ``Gate.must_close`` after sending the answer, or when it is not ``Gate.authenticated``
+``AUTHENTICATE_WITHIN_S`` after it opened (``accept`` does that with a socket timeout, cleared by
+``Gate.on_authenticated``; a loop uses a timer).
 """
 
 from __future__ import annotations
