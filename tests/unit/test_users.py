@@ -42,7 +42,7 @@ def test_a_certificate_only_user_never_verifies_by_password(inst):
 
 def test_add_refuses_duplicates_bad_names_roles_and_short_secrets(inst):
     U.add_user(inst, "alice", "admin", "long-enough")
-    with pytest.raises(ConfigError, match="already exists.*user remove"):
+    with pytest.raises(ConfigError, match="already exists.*--replace"):
         U.add_user(inst, "alice", "admin", "long-enough")
     with pytest.raises(ConfigError, match="--role takes one of read-only, read-write, admin"):
         U.add_user(inst, "bob", "root", "long-enough")
@@ -135,3 +135,15 @@ def test_a_backup_keeps_the_users(inst, tmp_path):
     backup(inst, tmp_path / "copy")
     assert U.load_users(tmp_path / "copy").verify("alice", "correct horse").role == "read-write"
     assert stat.S_IMODE(os.stat(tmp_path / "copy" / "users.json").st_mode) == 0o600
+
+
+def test_replace_changes_a_users_role_and_secret_in_one_step(inst):
+    U.add_user(inst, "alice", "admin", "old-password")
+    U.add_user(inst, "alice", "read-only", "new-password", replace=True)
+    table = U.load_users(inst)
+    assert table.verify("alice", "old-password") is None
+    assert table.verify("alice", "new-password").role == "read-only"
+    res = CliRunner().invoke(cli, ["user", "add", str(inst), "alice", "--role", "read-write", "--password-stdin",
+                                   "--replace"], input="third-password\n")
+    assert res.exit_code == 0 and "user alice set (role read-write" in res.output
+    assert U.load_users(inst).verify("alice", "third-password").role == "read-write"
