@@ -120,17 +120,27 @@ def test_brute_force_is_paced_per_address(inst, server):
         assert db.user["role"] == "admin"
 
 
-def test_users_added_and_removed_apply_to_the_next_connection_without_a_restart(inst, server):
+def test_users_added_replaced_and_removed_apply_at_once_to_new_and_open_sessions(inst, server):
     addr = server()
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="late", password="late-pass")
     add_user(inst, "late", "read-only", "late-pass")
     with multisite.connect(addr, user="late", password="late-pass") as db:
         assert db.user["role"] == "read-only"
+        with pytest.raises(PermissionDenied):
+            db.create_region("r")
         remove_user(inst, "late")
-        assert db.seqno == 0  # an open session stays
+        with pytest.raises(AuthenticationFailed, match="user 'late' was removed: authenticate again"):
+            db.seqno
+        with pytest.raises(ConnectionLost):  # and the server closed it
+            db.seqno
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="late", password="late-pass")
+    with multisite.connect(addr, user="writer", password="writer-pass") as db:
+        add_user(inst, "writer", "read-write", "rotated-pass", replace=True)  # a leaked password rotated
+        with pytest.raises(AuthenticationFailed, match="'writer' has a new password or token"):
+            db.seqno
+    assert re.search(r"client 127\.0\.0\.1:\d+ refused: user 'late' was removed, session ended", _log(inst))
 
 
 def test_loopback_without_users_needs_no_authentication_as_before(tmp_path):

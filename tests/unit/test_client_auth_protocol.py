@@ -308,3 +308,27 @@ def test_an_ipv6_guesser_changing_address_within_its_64_stays_paced(users):
             conn(users, pacer, address=f"2001:db8::{i + 1}").admit("hello", {"user": "boss", "password": "x" * 8}, 0.0)
     with pytest.raises(AuthenticationPaced):
         conn(users, pacer, address="2001:db8::99").admit("hello", {"user": "boss", "password": "boss-pass"}, 1.0)
+
+
+def test_refresh_ends_a_removed_users_session_and_a_replaced_passwords_and_applies_a_new_role(users):
+    by_pw, by_cert, other = conn(users), conn(users, cert_name="svc"), conn(users)
+    by_pw.admit("hello", {"user": "writer", "password": "writer-pass"}, 0.0)
+    other.admit("hello", {"user": "reader", "password": "reader-pass"}, 0.0)
+    changed = UserTable({
+        "reader": users.get("reader"),  # unchanged
+        "writer": User("writer", "read-write", hash_secret("writer-pass")),  # the same password, hashed anew
+        "svc": User("svc", "admin", None),  # a new role
+    })
+    for c in (by_pw, by_cert, other):
+        c.take_events()
+        c.refresh(changed)
+    assert by_pw.must_close
+    with pytest.raises(AuthenticationFailed, match="'writer' has a new password or token: authenticate again"):
+        by_pw.admit("get", {}, 0.0)
+    assert by_pw.take_events() == ["client 10.0.0.7 refused: user 'writer' has a new password or token, session ended"]
+    assert by_cert.role == "admin" and by_cert.admit("stop", {}, 0.0) is None
+    assert by_cert.take_events() == ["client 10.0.0.7 as 'svc': role now admin (was read-write)"]
+    assert other.admit("get", {}, 0.0) is None and other.take_events() == []
+    other.refresh(UserTable({}))
+    with pytest.raises(AuthenticationFailed, match="'reader' was removed"):
+        other.admit("get", {}, 0.0)

@@ -60,7 +60,7 @@ def add_cmd(dir: str, name: str, role: str, password_stdin: bool, token: bool, c
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("name")
 def remove_cmd(dir: str, name: str) -> None:
-    """Remove a user: new connections as this user are refused (open ones keep their session).
+    """Remove a user: new connections as this user are refused, open ones at their next request.
 
     Example: multisite user remove /data/A alice
     """

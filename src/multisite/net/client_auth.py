@@ -158,7 +158,7 @@ class ClientAuth:
         auth = ConnectionAuth(_BoundedUsers(table, self._slots), self._pacer, host,  # type: ignore[arg-type]
                               required=bool(len(table)) or not self.open_allowed, cert_name=cert_name,
                               peer=_peer(addr))
-        gate = Gate(self, auth)
+        gate = Gate(self, auth, table)
         gate.flush()
         return gate
 
@@ -170,9 +170,10 @@ class ClientAuth:
 class Gate:
     """One connection's authentication as the listener sees it."""
 
-    def __init__(self, owner: ClientAuth, auth: ConnectionAuth):
+    def __init__(self, owner: ClientAuth, auth: ConnectionAuth, table: UserTable):
         self._owner = owner
         self.auth = auth
+        self._table = table  # the users it was last checked against
         self.on_authenticated: Callable[[], None] | None = None  # called once, when it authenticates
 
     @property
@@ -183,11 +184,16 @@ class Gate:
         """None: serve the request; a dict: the answer to hello. Raises the error to answer with.
         A ``hello`` with a password blocks for a hash verification (tens of ms): an event loop runs
         it in a worker thread (``blocks(op)``); every other op is a few dict look-ups."""
+        open_before = not self.auth.must_close
         try:
+            table = self._owner._table()  # a stat of the users file; read again only when it changed
+            if table is not self._table:
+                self._table = table
+                self.auth.refresh(_BoundedUsers(table, self._owner._slots))
             return self.auth.admit(op, args, self._owner._clock())
         finally:
             self.flush()
-            if self.auth.must_close and op == "hello":
+            if open_before and self.auth.must_close:
                 self._owner._count_refused()
             if self.on_authenticated is not None and self.authenticated:
                 self.on_authenticated, done = None, self.on_authenticated

@@ -184,10 +184,13 @@ class ConnectionAuth:
         self.role: str | None = None
         self.by: str | None = None
         self._events: list[str] = []
+        self._who: UserLike | None = None  # the user as authenticated (its secret's hash: a change revokes)
+        self._refused_because = f"the connection from {address} was refused; connect again"
         if not required:
             self._enter(AUTHENTICATED, None, "admin", "open")
         elif cert_name is not None and (u := users.get(cert_name)) is not None:
             self._enter(AUTHENTICATED, u.name, u.role, "certificate")
+            self._who = u
             self._events.append(f"client {self.peer} authenticated as {u.name!r} (role {u.role}) by certificate")
 
     def _enter(self, state: str, user: str | None, role: str | None, by: str | None) -> None:
@@ -210,7 +213,7 @@ class ConnectionAuth:
         if op == "hello":
             return self._hello(args, now)
         if self.state == REFUSED:
-            raise AuthenticationFailed(f"the connection from {self.address} was refused; connect again")
+            raise AuthenticationFailed(self._refused_because)
         if self.state == AWAIT_HELLO:
             if op in PUBLIC_OPS:
                 return None
@@ -231,8 +234,25 @@ class ConnectionAuth:
         user, secret = _hello_fields(args)
         found = self._by_certificate(user) if secret is None else self._by_password(user, secret, now)
         self._enter(AUTHENTICATED, found.name, found.role, "password" if secret is not None else "certificate")
+        self._who = found
         self._events.append(f"client {self.peer} authenticated as {found.name!r} (role {found.role}) by {self.by}")
         return {"user": self.user, "role": self.role, "by": self.by}
+
+    def refresh(self, users: Users) -> None:
+        """The users changed (``multisite user add --replace|remove``): an authenticated session whose user
+        is gone, or whose password or token changed, is refused at its next request (and closed); one
+        whose role changed goes on with the new role."""
+        self.users = users
+        if self.state != AUTHENTICATED or self._who is None:
+            return
+        now = users.get(self._who.name)
+        if now is None or (self.by == "password" and now.secret != self._who.secret):
+            what = "was removed" if now is None else "has a new password or token"
+            self._refused_because = f"user {self._who.name!r} {what}: authenticate again"
+            self._refuse(f"user {self._who.name!r} {what}, session ended", AuthenticationFailed(""))
+        elif now.role != self.role:
+            self._events.append(f"client {self.peer} as {now.name!r}: role now {now.role} (was {self.role})")
+            self.role, self._who = now.role, now
 
     def _refuse(self, why: str, error: AuthenticationFailed) -> AuthenticationFailed:
         self._enter(REFUSED, None, None, None)
