@@ -130,6 +130,7 @@ def test_users_added_replaced_and_removed_apply_at_once_to_new_and_open_sessions
         with pytest.raises(PermissionDenied):
             db.create_region("r")
         remove_user(inst, "late")
+        time.sleep(0.2)  # open sessions look at the users file every 0.1 s (client_auth.USERS_RECHECK_S)
         with pytest.raises(AuthenticationFailed, match="user 'late' was removed: authenticate again"):
             db.seqno
         with pytest.raises(ConnectionLost):  # and the server closed it
@@ -138,6 +139,7 @@ def test_users_added_replaced_and_removed_apply_at_once_to_new_and_open_sessions
         multisite.connect(addr, user="late", password="late-pass")
     with multisite.connect(addr, user="writer", password="writer-pass") as db:
         add_user(inst, "writer", "read-write", "rotated-pass", replace=True)  # a leaked password rotated
+        time.sleep(0.2)
         with pytest.raises(AuthenticationFailed, match="'writer' has a new password or token"):
             db.seqno
     assert re.search(r"client 127\.0\.0\.1:\d+ refused: user 'late' was removed, session ended", _log(inst))

@@ -95,3 +95,19 @@ def test_common_name_of_a_peer_certificate():
     cert = {"subject": ((("countryName", "XX"),), (("commonName", "client"),))}
     assert common_name(cert) == "client"
     assert common_name(None) is None and common_name({}) is None
+
+
+def test_open_sessions_see_a_removed_user_once_the_recheck_interval_has_passed(inst):
+    add_user(inst, "w", "read-write", "w-password")
+    now = [0.0]
+    auth = ClientAuth(inst, "127.0.0.1", LOG, clock=lambda: now[0])
+    gate = auth.gate(("127.0.0.1", 1), None)
+    gate.admit("hello", {"user": "w", "password": "w-password"})
+    from multisite.instance.users import remove_user
+
+    remove_user(inst, "w")
+    assert gate.admit("get", {}) is None  # within the interval: not looked at yet
+    now[0] += client_auth.USERS_RECHECK_S
+    with pytest.raises(AuthenticationFailed, match="'w' was removed"):
+        gate.admit("get", {})
+    assert gate.must_close and auth.status()["refused"] == 1

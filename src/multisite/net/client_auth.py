@@ -39,6 +39,7 @@ PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
 AUTHENTICATE_WITHIN_S = 30.0  # a connection silent this long before authenticating is closed
 UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
+USERS_RECHECK_S = 0.1  # open sessions see a changed users file within this (a stat costs ~5-20 us: not per request)
 MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
 
 
@@ -98,6 +99,7 @@ class ClientAuth:
         self._clock = clock
         self._stats_lock = threading.Lock()
         self.refused = 0  # connections refused (TLS handshake or authentication), for status
+        self._recent: tuple[float, UserTable] | None = None  # (when read, users) for open sessions' checks
         if not is_loopback(host):
             if not len(self.users.current()):
                 log.warning("--insecure: clients from any host that reaches %s may read, write and stop this "
@@ -112,6 +114,13 @@ class ClientAuth:
         except MultisiteError as e:  # a users file damaged while running: the last good one stays in force
             self._log.error("%s; the users read before stay in force", e)
             return self.users.current()
+
+    def _recent_table(self) -> UserTable:
+        """The users as of at most ``USERS_RECHECK_S`` ago (a race between threads costs one more stat)."""
+        now = self._clock()
+        if self._recent is None or not 0 <= now - self._recent[0] < USERS_RECHECK_S:
+            self._recent = (now, self._table())
+        return self._recent[1]
 
     def status(self) -> dict:
         return {"users": len(self._table()), "tls": self.tls is not None, "required": self._required(),
@@ -186,7 +195,7 @@ class Gate:
         it in a worker thread (``blocks(op)``); every other op is a few dict look-ups."""
         open_before = not self.auth.must_close
         try:
-            table = self._owner._table()  # a stat of the users file; read again only when it changed
+            table = self._owner._recent_table()  # changed users reach open sessions too
             if table is not self._table:
                 self._table = table
                 self.auth.refresh(_BoundedUsers(table, self._owner._slots))
