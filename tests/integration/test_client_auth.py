@@ -120,17 +120,29 @@ def test_brute_force_is_paced_per_address(inst, server):
         assert db.user["role"] == "admin"
 
 
-def test_users_added_and_removed_apply_to_the_next_connection_without_a_restart(inst, server):
+def test_users_added_replaced_and_removed_apply_at_once_to_new_and_open_sessions(inst, server):
     addr = server()
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="late", password="late-pass")
     add_user(inst, "late", "read-only", "late-pass")
     with multisite.connect(addr, user="late", password="late-pass") as db:
         assert db.user["role"] == "read-only"
+        with pytest.raises(PermissionDenied):
+            db.create_region("r")
         remove_user(inst, "late")
-        assert db.seqno == 0  # an open session stays
+        time.sleep(0.2)  # open sessions look at the users file every 0.1 s (client_auth.USERS_RECHECK_S)
+        with pytest.raises(AuthenticationFailed, match="user 'late' was removed: authenticate again"):
+            db.seqno
+        with pytest.raises(ConnectionLost):  # and the server closed it
+            db.seqno
     with pytest.raises(AuthenticationFailed):
         multisite.connect(addr, user="late", password="late-pass")
+    with multisite.connect(addr, user="writer", password="writer-pass") as db:
+        add_user(inst, "writer", "read-write", "rotated-pass", replace=True)  # a leaked password rotated
+        time.sleep(0.2)
+        with pytest.raises(AuthenticationFailed, match="'writer' has a new password or token"):
+            db.seqno
+    assert re.search(r"client 127\.0\.0\.1:\d+ refused: user 'late' was removed, session ended", _log(inst))
 
 
 def test_loopback_without_users_needs_no_authentication_as_before(tmp_path):
@@ -330,3 +342,23 @@ def test_the_asyncio_client_authenticates_with_a_password_and_over_tls(inst, pki
                                      tls_key=str(pki["untrusted_key"]))
 
     asyncio.run(main())
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed_and_one_that_did_is_not(inst, monkeypatch):
+    """In-process listener (a real socket, the real ClientAuth) with a short bound, to need no long sleep."""
+    import logging
+
+    from multisite.net import client_auth, clients
+
+    monkeypatch.setattr(client_auth, "AUTHENTICATE_WITHIN_S", 0.5)
+    auth = client_auth.ClientAuth(inst, "127.0.0.1", logging.getLogger("test"))
+    lis = clients.ClientListener("127.0.0.1", 0, lambda op, args: op, logging.getLogger("test"), auth=auth)
+    try:
+        with socket.create_connection(("127.0.0.1", lis.port), timeout=10) as idle, \
+                socket.create_connection(("127.0.0.1", lis.port), timeout=10) as s:
+            assert _ask(s, [1, "hello", {"user": "reader", "password": "reader-pass"}])[1] is True
+            time.sleep(1.0)
+            assert idle.recv(10) == b""  # closed by the server
+            assert _ask(s, [2, "get", {}]) == [2, True, "get"]  # authenticated: no longer bound
+    finally:
+        lis.close()

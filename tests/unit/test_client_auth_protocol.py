@@ -292,3 +292,43 @@ def test_a_guesser_gets_each_guess_only_after_the_growing_wait_whatever_its_timi
     assert pacer.failures("g", now) == len(checked)
     for i in range(1, len(checked)):
         assert checked[i] - checked[i - 1] >= policy.delay_s(i) - 1e-9
+
+
+@pytest.mark.parametrize("host,key", [("10.0.0.7", "10.0.0.7"), ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+                                      ("2001:db8:1:2:ffff::9", "2001:db8:1:2::/64"), ("::ffff:10.0.0.7", "10.0.0.7"),
+                                      ("[::1]", "::/64"), ("some-name", "some-name")])
+def test_pacing_key_is_the_ipv4_address_or_the_ipv6_64(host, key):
+    assert auth.pacing_key(host) == key
+
+
+def test_an_ipv6_guesser_changing_address_within_its_64_stays_paced(users):
+    pacer = Pacer(PacingPolicy(free_failures=1, first_delay_s=10.0))
+    for i in range(2):
+        with pytest.raises(AuthenticationFailed):
+            conn(users, pacer, address=f"2001:db8::{i + 1}").admit("hello", {"user": "boss", "password": "x" * 8}, 0.0)
+    with pytest.raises(AuthenticationPaced):
+        conn(users, pacer, address="2001:db8::99").admit("hello", {"user": "boss", "password": "boss-pass"}, 1.0)
+
+
+def test_refresh_ends_a_removed_users_session_and_a_replaced_passwords_and_applies_a_new_role(users):
+    by_pw, by_cert, other = conn(users), conn(users, cert_name="svc"), conn(users)
+    by_pw.admit("hello", {"user": "writer", "password": "writer-pass"}, 0.0)
+    other.admit("hello", {"user": "reader", "password": "reader-pass"}, 0.0)
+    changed = UserTable({
+        "reader": users.get("reader"),  # unchanged
+        "writer": User("writer", "read-write", hash_secret("writer-pass")),  # the same password, hashed anew
+        "svc": User("svc", "admin", None),  # a new role
+    })
+    for c in (by_pw, by_cert, other):
+        c.take_events()
+        c.refresh(changed)
+    assert by_pw.must_close
+    with pytest.raises(AuthenticationFailed, match="'writer' has a new password or token: authenticate again"):
+        by_pw.admit("get", {}, 0.0)
+    assert by_pw.take_events() == ["client 10.0.0.7 refused: user 'writer' has a new password or token, session ended"]
+    assert by_cert.role == "admin" and by_cert.admit("stop", {}, 0.0) is None
+    assert by_cert.take_events() == ["client 10.0.0.7 as 'svc': role now admin (was read-write)"]
+    assert other.admit("get", {}, 0.0) is None and other.take_events() == []
+    other.refresh(UserTable({}))
+    with pytest.raises(AuthenticationFailed, match="'reader' was removed"):
+        other.admit("get", {}, 0.0)

@@ -10,7 +10,6 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-import multisite
 from multisite.cli.main import cli
 from multisite.errors import ConfigError, InstanceFileCorrupt, NotAnInstance
 from multisite.instance import users as U
@@ -43,7 +42,7 @@ def test_a_certificate_only_user_never_verifies_by_password(inst):
 
 def test_add_refuses_duplicates_bad_names_roles_and_short_secrets(inst):
     U.add_user(inst, "alice", "admin", "long-enough")
-    with pytest.raises(ConfigError, match="already exists.*user remove"):
+    with pytest.raises(ConfigError, match="already exists.*--replace"):
         U.add_user(inst, "alice", "admin", "long-enough")
     with pytest.raises(ConfigError, match="--role takes one of read-only, read-write, admin"):
         U.add_user(inst, "bob", "root", "long-enough")
@@ -128,7 +127,23 @@ def test_user_commands(inst):
     assert res.exit_code == 1 and "8 to 1024 characters" in res.output
 
 
-def test_open_instance_is_unaffected_by_users(inst):
-    U.add_user(inst, "a", "admin", "long-enough")
-    db = multisite.open(inst)  # the embedded API has no client port: users do not apply to it
-    db.close()
+
+def test_a_backup_keeps_the_users(inst, tmp_path):
+    from multisite.instance.maintenance import backup
+
+    U.add_user(inst, "alice", "read-write", "correct horse")
+    backup(inst, tmp_path / "copy")
+    assert U.load_users(tmp_path / "copy").verify("alice", "correct horse").role == "read-write"
+    assert stat.S_IMODE(os.stat(tmp_path / "copy" / "users.json").st_mode) == 0o600
+
+
+def test_replace_changes_a_users_role_and_secret_in_one_step(inst):
+    U.add_user(inst, "alice", "admin", "old-password")
+    U.add_user(inst, "alice", "read-only", "new-password", replace=True)
+    table = U.load_users(inst)
+    assert table.verify("alice", "old-password") is None
+    assert table.verify("alice", "new-password").role == "read-only"
+    res = CliRunner().invoke(cli, ["user", "add", str(inst), "alice", "--role", "read-write", "--password-stdin",
+                                   "--replace"], input="third-password\n")
+    assert res.exit_code == 0 and "user alice set (role read-write" in res.output
+    assert U.load_users(inst).verify("alice", "third-password").role == "read-write"

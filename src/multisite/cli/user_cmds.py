@@ -29,7 +29,9 @@ def user() -> None:
 @click.option("--token", is_flag=True, help="Generate a random token as the secret and print it (once).")
 @click.option("--cert-only", is_flag=True,
               help="No secret: the user authenticates only with a TLS client certificate whose common name is NAME.")
-def add_cmd(dir: str, name: str, role: str, password_stdin: bool, token: bool, cert_only: bool) -> None:
+@click.option("--replace", is_flag=True, help="Replace an existing user's role and secret (a password change).")
+def add_cmd(dir: str, name: str, role: str, password_stdin: bool, token: bool, cert_only: bool,
+            replace: bool) -> None:
     """Add a user; the server takes it on the next connection (no restart). Without --password-stdin,
     --token or --cert-only the password is asked for at a prompt.
 
@@ -45,20 +47,20 @@ def add_cmd(dir: str, name: str, role: str, password_stdin: bool, token: bool, c
         secret = sys.stdin.readline().rstrip("\r\n")
     else:
         secret = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
-    u = add_user(dir, name, role, secret)
+    u = add_user(dir, name, role, secret, replace=replace)
     if token:
         click.echo(secret)  # alone on stdout, for scripts; the note goes to stderr
         click.echo(f"user {u.name} added (role {u.role}); the token above is not stored and is shown only once",
                    err=True)
     else:
-        console.print(f"user {u.name} added (role {u.role}, by {u.by})")
+        console.print(f"user {u.name} {'set' if replace else 'added'} (role {u.role}, by {u.by})")
 
 
 @user.command("remove")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("name")
 def remove_cmd(dir: str, name: str) -> None:
-    """Remove a user: new connections as this user are refused (open ones keep their session).
+    """Remove a user: new connections as this user are refused, open ones at their next request.
 
     Example: multisite user remove /data/A alice
     """

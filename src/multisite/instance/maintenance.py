@@ -27,6 +27,7 @@ from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, Segment
 from ..journal.sidecars import drop_segments
 from . import consumers, instance_file as ifile
 from .layout import Layout
+from .users import users_path
 
 
 @dataclass
@@ -125,6 +126,10 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
         shutil.copyfile(f, out.lost / f.name)
     ifile.save(out.instance_file, inst)
     synced = [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost)]
+    if users_path(lay.root).exists():  # the client port's users (instance.users): a restored copy keeps them
+        shutil.copyfile(users_path(lay.root), users_path(out.root))
+        os.chmod(users_path(out.root), 0o600)
+        synced.append(users_path(out.root))
     for p in synced + ([out.store_file] if out.store_file.exists() else []):
         with open(p, "rb+") as fh:
             os.fsync(fh.fileno())

@@ -165,17 +165,19 @@ def _write(root: Path, table: UserTable) -> None:
     os.chmod(path, 0o600)  # hashes only, but no one else's business (and offline guessing costs nothing to try)
 
 
-def add_user(root: str | os.PathLike, name: str, role: str, secret: str | None) -> User:
-    """Add user ``name`` with ``role``; ``secret`` None: the user authenticates by client certificate only."""
+def add_user(root: str | os.PathLike, name: str, role: str, secret: str | None, *, replace: bool = False) -> User:
+    """Add user ``name`` with ``role``; ``secret`` None: the user authenticates by client certificate only.
+    ``replace``: an existing user of that name gets the new role and secret in one step (a password or
+    token changed without a moment in which the user does not exist)."""
     lay = Layout.existing(root)
     check_name(name)
     check_role(role)
     hashed = hash_secret(secret) if secret is not None else None
     with _Locked(lay.root):
         table = load_users(lay.root)
-        if table.get(name) is not None:
-            raise ConfigError(f"user {name!r} already exists on {lay.root}; remove it first "
-                              f"(multisite user remove {lay.root} {name}) to change its role or secret")
+        if table.get(name) is not None and not replace:
+            raise ConfigError(f"user {name!r} already exists on {lay.root}; give --replace to change its role or "
+                              f"secret")
         user = User(name, role, hashed)
         _write(lay.root, UserTable({**{u.name: u for u in table}, name: user}))
     return user

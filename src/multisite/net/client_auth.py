@@ -13,7 +13,9 @@ its own TLS with ``ClientAuth.ssl_context`` (``loop.create_server(ssl=...)``), m
 connection's gate with ``ClientAuth.gate(addr, common_name(peercert))``, sets its frame limit from
 ``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict look-ups) except a
 ``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker thread, and closes a
-connection once ``Gate.must_close`` after sending the answer.
+connection once ``Gate.must_close`` after sending the answer, or when it is not ``Gate.authenticated``
+``AUTHENTICATE_WITHIN_S`` after it opened (``accept`` does that with a socket timeout, cleared by
+``Gate.on_authenticated``; a loop uses a timer).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from .tls import TLSConfig
 TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
 PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
+AUTHENTICATE_WITHIN_S = 30.0  # a connection silent this long before authenticating is closed
 UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
+USERS_RECHECK_S = 0.1  # open sessions see a changed users file within this (a stat costs ~5-20 us: not per request)
 MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
 
 
@@ -95,6 +99,7 @@ class ClientAuth:
         self._clock = clock
         self._stats_lock = threading.Lock()
         self.refused = 0  # connections refused (TLS handshake or authentication), for status
+        self._recent: tuple[float, UserTable] | None = None  # (when read, users) for open sessions' checks
         if not is_loopback(host):
             if not len(self.users.current()):
                 log.warning("--insecure: clients from any host that reaches %s may read, write and stop this "
@@ -109,6 +114,13 @@ class ClientAuth:
         except MultisiteError as e:  # a users file damaged while running: the last good one stays in force
             self._log.error("%s; the users read before stay in force", e)
             return self.users.current()
+
+    def _recent_table(self) -> UserTable:
+        """The users as of at most ``USERS_RECHECK_S`` ago (a race between threads costs one more stat)."""
+        now = self._clock()
+        if self._recent is None or not 0 <= now - self._recent[0] < USERS_RECHECK_S:
+            self._recent = (now, self._table())
+        return self._recent[1]
 
     def status(self) -> dict:
         return {"users": len(self._table()), "tls": self.tls is not None, "required": self._required(),
@@ -135,7 +147,11 @@ class ClientAuth:
                 self._log.warning("client connection from %s refused: TLS handshake failed: %s", _peer(addr), e)
                 return None
             cert_name = common_name(conn.getpeercert())
-        return conn, self.gate(addr, cert_name)
+        gate = self.gate(addr, cert_name)
+        if not gate.authenticated:  # it may not hold a connection slot (and a thread) unauthenticated for long
+            conn.settimeout(AUTHENTICATE_WITHIN_S)
+            gate.on_authenticated = lambda: conn.settimeout(None)
+        return conn, gate
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -151,7 +167,7 @@ class ClientAuth:
         auth = ConnectionAuth(_BoundedUsers(table, self._slots), self._pacer, host,  # type: ignore[arg-type]
                               required=bool(len(table)) or not self.open_allowed, cert_name=cert_name,
                               peer=_peer(addr))
-        gate = Gate(self, auth)
+        gate = Gate(self, auth, table)
         gate.flush()
         return gate
 
@@ -163,20 +179,34 @@ class ClientAuth:
 class Gate:
     """One connection's authentication as the listener sees it."""
 
-    def __init__(self, owner: ClientAuth, auth: ConnectionAuth):
+    def __init__(self, owner: ClientAuth, auth: ConnectionAuth, table: UserTable):
         self._owner = owner
         self.auth = auth
+        self._table = table  # the users it was last checked against
+        self.on_authenticated: Callable[[], None] | None = None  # called once, when it authenticates
+
+    @property
+    def authenticated(self) -> bool:
+        return self.auth.state == AUTHENTICATED
 
     def admit(self, op: str, args: Any) -> dict | None:
         """None: serve the request; a dict: the answer to hello. Raises the error to answer with.
         A ``hello`` with a password blocks for a hash verification (tens of ms): an event loop runs
         it in a worker thread (``blocks(op)``); every other op is a few dict look-ups."""
+        open_before = not self.auth.must_close
         try:
+            table = self._owner._recent_table()  # changed users reach open sessions too
+            if table is not self._table:
+                self._table = table
+                self.auth.refresh(_BoundedUsers(table, self._owner._slots))
             return self.auth.admit(op, args, self._owner._clock())
         finally:
             self.flush()
-            if self.auth.must_close and op == "hello":
+            if open_before and self.auth.must_close:
                 self._owner._count_refused()
+            if self.on_authenticated is not None and self.authenticated:
+                self.on_authenticated, done = None, self.on_authenticated
+                done()
 
     @staticmethod
     def blocks(op: str) -> bool:
@@ -190,7 +220,7 @@ class Gate:
     def max_frame_bytes(self) -> int:
         """The largest request frame the connection may send now: a client not yet authenticated does
         not get to hold 64 MiB of the listener's buffer budget."""
-        return MAX_CLIENT_FRAME_BYTES if self.auth.state == AUTHENTICATED else UNAUTHENTICATED_FRAME_BYTES
+        return MAX_CLIENT_FRAME_BYTES if self.authenticated else UNAUTHENTICATED_FRAME_BYTES
 
     def flush(self) -> None:
         for line in self.auth.take_events():

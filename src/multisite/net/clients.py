@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
 from ..protocol.client import READ_OPS, ClientSession, Gathering, Request, encode, error_reply
+from . import client_auth
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
@@ -252,8 +253,23 @@ class ClientListener:
                 self._admit(conn, None)
 
     def _admit(self, conn: _Connection, cert_name: str | None) -> None:
-        conn.gate = self._auth.gate(conn.addr, cert_name)
-        conn.session.frames.max_frame_bytes = conn.gate.max_frame_bytes  # small until authenticated
+        gate = conn.gate = self._auth.gate(conn.addr, cert_name)
+        conn.session.frames.max_frame_bytes = gate.max_frame_bytes  # small until authenticated
+        if not gate.authenticated:  # closed if not authenticated within client_auth.AUTHENTICATE_WITHIN_S
+            timer = self._loop.call_later(client_auth.AUTHENTICATE_WITHIN_S, self._unauthenticated, conn)
+            # a hello authenticates in a worker thread: the timer is cancelled on the loop
+            gate.on_authenticated = lambda: self._loop.call_soon_threadsafe(timer.cancel)
+
+    def _unauthenticated(self, conn: _Connection) -> None:
+        if conn.lost or not conn.open or conn.gate.authenticated:
+            return
+        self._auth._count_refused()
+        self._log.warning("client connection from %s closed: not authenticated within %.1f s", conn.peer,
+                          client_auth.AUTHENTICATE_WITHIN_S)
+        conn.ending = True
+        conn.session.drop_waiting()
+        if conn.transport is not None:
+            conn.transport.close()
 
     def _refuse(self, conn: _Connection, why: object) -> None:
         """A TLS client port refuses a connection before any request: logged, counted, closed."""

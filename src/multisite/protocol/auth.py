@@ -18,8 +18,9 @@ sticky). Every other request passes ``ConnectionAuth.admit``: before authenticat
 AUTHENTICATION_REQUIRED (except ``PUBLIC_OPS``), after it the user's role must allow the op
 (``RIGHTS``; an op not in the table needs admin, so an op added later is closed until it is listed).
 
-Failed attempts are paced per client address (``Pacer``): a few are answered at once, then each
-further one waits twice as long as the last, up to ``max_delay_s``; an attempt inside the wait is
+Failed attempts are paced per client address (``Pacer``; an IPv6 client by its /64, ``pacing_key``):
+a few are answered at once, then each further one waits twice as long as the last, up to
+``max_delay_s``; an attempt inside the wait is
 refused (AUTHENTICATION_PACED, naming the wait) without its password being looked at, so guessing
 costs time however fast the guesser reconnects. A success does not clear the count (one account
 someone holds would otherwise reset it between guesses at another); ``forget_after_s`` of quiet does.
@@ -71,6 +72,18 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def pacing_key(host: str) -> str:
+    """What failed attempts are counted by: an IPv4 address; for IPv6 its /64 network, since one
+    host commonly holds a whole /64 and would otherwise get fresh free attempts from each address."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host  # a name (a Unix socket's path, say): as given
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
 
 
 def check_listen(host: str, users: int, insecure: bool) -> None:
@@ -161,7 +174,8 @@ class ConnectionAuth:
                  cert_name: str | None = None, peer: str | None = None):
         self.users = users
         self.pacer = pacer
-        self.address = address  # the client's host: the pacing key
+        self.address = address  # the client's host
+        self.pacing_key = pacing_key(address)
         self.peer = peer or address  # host:port, for the log
         self.required = required
         self.cert_name = cert_name
@@ -170,10 +184,13 @@ class ConnectionAuth:
         self.role: str | None = None
         self.by: str | None = None
         self._events: list[str] = []
+        self._who: UserLike | None = None  # the user as authenticated (its secret's hash: a change revokes)
+        self._refused_because = f"the connection from {address} was refused; connect again"
         if not required:
             self._enter(AUTHENTICATED, None, "admin", "open")
         elif cert_name is not None and (u := users.get(cert_name)) is not None:
             self._enter(AUTHENTICATED, u.name, u.role, "certificate")
+            self._who = u
             self._events.append(f"client {self.peer} authenticated as {u.name!r} (role {u.role}) by certificate")
 
     def _enter(self, state: str, user: str | None, role: str | None, by: str | None) -> None:
@@ -196,7 +213,7 @@ class ConnectionAuth:
         if op == "hello":
             return self._hello(args, now)
         if self.state == REFUSED:
-            raise AuthenticationFailed(f"the connection from {self.address} was refused; connect again")
+            raise AuthenticationFailed(self._refused_because)
         if self.state == AWAIT_HELLO:
             if op in PUBLIC_OPS:
                 return None
@@ -217,8 +234,25 @@ class ConnectionAuth:
         user, secret = _hello_fields(args)
         found = self._by_certificate(user) if secret is None else self._by_password(user, secret, now)
         self._enter(AUTHENTICATED, found.name, found.role, "password" if secret is not None else "certificate")
+        self._who = found
         self._events.append(f"client {self.peer} authenticated as {found.name!r} (role {found.role}) by {self.by}")
         return {"user": self.user, "role": self.role, "by": self.by}
+
+    def refresh(self, users: Users) -> None:
+        """The users changed (``multisite user add --replace|remove``): an authenticated session whose user
+        is gone, or whose password or token changed, is refused at its next request (and closed); one
+        whose role changed goes on with the new role."""
+        self.users = users
+        if self.state != AUTHENTICATED or self._who is None:
+            return
+        now = users.get(self._who.name)
+        if now is None or (self.by == "password" and now.secret != self._who.secret):
+            what = "was removed" if now is None else "has a new password or token"
+            self._refused_because = f"user {self._who.name!r} {what}: authenticate again"
+            self._refuse(f"user {self._who.name!r} {what}, session ended", AuthenticationFailed(""))
+        elif now.role != self.role:
+            self._events.append(f"client {self.peer} as {now.name!r}: role now {now.role} (was {self.role})")
+            self.role, self._who = now.role, now
 
     def _refuse(self, why: str, error: AuthenticationFailed) -> AuthenticationFailed:
         self._enter(REFUSED, None, None, None)
@@ -247,9 +281,9 @@ class ConnectionAuth:
                                                 f"of this instance server (multisite user add DIR NAME --cert-only)"))
 
     def _by_password(self, user: str | None, secret: str, now: float) -> UserLike:
-        wait = self.pacer.wait_s(self.address, now)
+        wait = self.pacer.wait_s(self.pacing_key, now)
         if wait > 0:  # refused unseen: a guess inside the wait costs the guesser, not the server
-            raise self._refuse(f"authentication as {user!r:.60} paced ({self.pacer.failures(self.address, now)} "
+            raise self._refuse(f"authentication as {user!r:.60} paced ({self.pacer.failures(self.pacing_key, now)} "
                                f"failures from this address, {wait:.1f} s to wait)",
                                AuthenticationPaced(f"too many failed authentications from {self.address}: try "
                                                    f"again in {wait:.1f} s", retry_after_s=wait))
@@ -259,8 +293,8 @@ class ConnectionAuth:
         known = self.users.get(user or "")
         why = "unknown user" if known is None else "user with a certificate only" if not known.secret else \
             "wrong password"
-        delay = self.pacer.failed(self.address, now)
-        raise self._refuse(f"{why} for {user!r:.60} ({self.pacer.failures(self.address, now)} failures from this "
+        delay = self.pacer.failed(self.pacing_key, now)
+        raise self._refuse(f"{why} for {user!r:.60} ({self.pacer.failures(self.pacing_key, now)} failures from this "
                            f"address" + (f", next attempt in {delay:.1f} s)" if delay else ")"),
                            AuthenticationFailed(f"authentication as {user!r:.60} failed: wrong user or password"))
 
