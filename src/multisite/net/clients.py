@@ -378,7 +378,7 @@ class ClientListener:
                 if not self._write_soon:
                     self._write_soon = True
                     self._loop.call_soon(self._write_batch)
-            elif req.op in READ_OPS:
+            elif isinstance(req.op, str) and req.op in READ_OPS:  # an unhashable op: run_op's error
                 s.answer(req, *self._call(req.op, req.args))
             else:
                 fut = self._loop.run_in_executor(self._workers, self._call, req.op, req.args)
