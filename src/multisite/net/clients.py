@@ -344,9 +344,9 @@ class ClientListener:
         s = conn.session
         try:
             s.feed(data)
-            conn.held = self._hold(conn.held, len(s.frames))
+            conn.held = self._hold(conn.held, len(s.frames) + s.waiting_bytes)
             s.parse()
-            conn.held = self._hold(conn.held, len(s.frames))
+            conn.held = self._hold(conn.held, len(s.frames) + s.waiting_bytes)
         except RemoteProtocolError as e:
             # A frame that cannot be read leaves nothing to go on: what came before it is answered,
             # then the reason, then the connection closes.
@@ -383,6 +383,8 @@ class ClientListener:
             else:
                 fut = self._loop.run_in_executor(self._workers, self._call, req.op, req.args)
                 fut.add_done_callback(lambda f, req=req: self._ran(req, f))
+        if conn.open and (now := len(s.frames) + s.waiting_bytes) < conn.held:  # started: out of the budget
+            conn.held = self._hold(conn.held, now)
         self._send(conn)
 
     def _ran(self, req: Request, fut: asyncio.Future) -> None:
