@@ -6,21 +6,12 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
-
-import msgspec
 
 from multisite.errors import ConfigError
 from multisite.net import clients
-from multisite.protocol.client import LEN, encode
+from multisite.protocol.client import encode
 
-
-def _read_reply(s: socket.socket):
-    head = s.recv(4, socket.MSG_WAITALL)
-    if len(head) < 4:
-        return None
-    (n,) = LEN.unpack(head)
-    return msgspec.msgpack.decode(s.recv(n, socket.MSG_WAITALL))
+from .test_client_listener import _read_reply
 
 
 def _op(op, args):
