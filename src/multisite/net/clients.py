@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
-from ..protocol.client import READ_OPS, ClientSession, Gathering, Request, encode, error_reply
+from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
 from . import client_auth
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
 
@@ -357,7 +357,7 @@ class ClientListener:
     def _start(self, conn: _Connection) -> None:
         """Start what the connection's order allows, then send what is answered."""
         s = conn.session
-        while (req := s.next_runnable()) is not None:
+        while (req := s.next_runnable(self._db is not None and self._db.role == "primary")) is not None:
             if conn.gate is not None:  # authentication and rights first
                 if conn.gate.blocks(req.op):  # a hello verifies a password hash: in a worker
                     fut = self._loop.run_in_executor(self._workers, self._hello, conn.gate, req.op, req.args)
@@ -368,7 +368,7 @@ class ClientListener:
                 except Exception as e:  # noqa: BLE001 - answered, as _call answers
                     s.answer(req, False, self._error(req.op, e))
                     continue
-            if req.op == "commit" and self._db is not None and self._db.role == "primary":
+            if req.state is GATHERED:  # a primary's commit (elsewhere the engine's path runs it, in order)
                 try:
                     ops = self._commit_ops(req.args)  # type: ignore[misc]
                 except Exception as e:  # noqa: BLE001 - answered, as _call answers

@@ -134,13 +134,14 @@ class ClientSession:
         """Whether reading more requests keeps within ``max_pipeline``."""
         return len(self._unanswered) < self.max_pipeline
 
-    def next_runnable(self) -> Request | None:
-        """The next request that may start now (marked ``gathered`` if it is a commit, ``running``
-        otherwise), or None. The caller starts it before asking again."""
+    def next_runnable(self, gather_commits: bool = True) -> Request | None:
+        """The next request that may start now (marked ``gathered`` if it is a commit and
+        ``gather_commits``, ``running`` otherwise: a commit the caller runs as any other op), or None.
+        The caller starts it before asking again."""
         if not self._waiting or self._running:
             return None
         req = self._waiting[0]
-        if req.op == "commit":
+        if req.op == "commit" and gather_commits:
             req.state = GATHERED
             self._gathered += 1
         elif self._gathered:
