@@ -58,11 +58,12 @@ def write_all(fd: int, data: bytes | memoryview, what: str, *, offset: int | Non
         raise
 
 
-def atomic_write(path: Path, data: bytes, *, hook=None) -> None:
-    """Replace ``path`` with ``data`` crash-safely. ``hook(step)`` is called between steps (tests)."""
+def atomic_write(path: Path, data: bytes, *, hook=None, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` crash-safely, the new file created with ``mode`` (0o600: a secret's
+    file never readable by others, not even while written). ``hook(step)`` is called between steps (tests)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         write_all(fd, data, str(path))
         if hook:

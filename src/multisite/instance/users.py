@@ -161,7 +161,7 @@ class _Locked:
 def _write(root: Path, table: UserTable) -> None:
     doc = {"format": FORMAT, "users": {u.name: {"role": u.role, "secret": u.secret} for u in table}}
     path = users_path(root)
-    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode(), mode=0o600)
     os.chmod(path, 0o600)  # hashes only, but no one else's business (and offline guessing costs nothing to try)
 
 

@@ -26,7 +26,8 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from ..errors import AuthenticationRequired, MultisiteError
 from ..instance.users import UserFile, UserTable
@@ -81,6 +82,30 @@ class _BoundedUsers:
             return self._table.verify(name, secret)
 
 
+class _OneAtATime:
+    """A lock per pacing key (a client's address), held while a hello from it runs: the pacer sees each
+    attempt's outcome before the next one from that address is checked (else the worker threads
+    verified as many guesses at once, each let through by a wait the others had not yet earned)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[str, list] = {}  # key -> [lock, hellos holding or waiting for it]
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._mutex:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._mutex:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[key]
+
+
 class ClientAuth:
     """Authentication for one client listener. Raises ConfigError at construction when ``host`` is
     reachable from other hosts, the instance has no users and ``insecure`` is false."""
@@ -95,6 +120,7 @@ class ClientAuth:
         self._ssl = tls.server_context(client_cert_required=False) if tls else None
         self._pacer = _LockedPacer(Pacer(pacing))
         self._slots = threading.BoundedSemaphore(MAX_CONCURRENT_VERIFICATIONS)
+        self._hellos = _OneAtATime()
         self._log = log
         self._clock = clock
         self._stats_lock = threading.Lock()
@@ -199,6 +225,9 @@ class Gate:
             if table is not self._table:
                 self._table = table
                 self.auth.refresh(_BoundedUsers(table, self._owner._slots))
+            if op == "hello":
+                with self._owner._hellos.hold(self.auth.pacing_key):
+                    return self.auth.admit(op, args, self._owner._clock())
             return self.auth.admit(op, args, self._owner._clock())
         finally:
             self.flush()

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
-from ..protocol.client import READ_OPS, ClientSession, Gathering, Request, encode, error_reply
+from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
 from . import client_auth
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
 
@@ -344,9 +344,9 @@ class ClientListener:
         s = conn.session
         try:
             s.feed(data)
-            conn.held = self._hold(conn.held, len(s.frames))
+            conn.held = self._hold(conn.held, len(s.frames) + s.waiting_bytes)
             s.parse()
-            conn.held = self._hold(conn.held, len(s.frames))
+            conn.held = self._hold(conn.held, len(s.frames) + s.waiting_bytes)
         except RemoteProtocolError as e:
             # A frame that cannot be read leaves nothing to go on: what came before it is answered,
             # then the reason, then the connection closes.
@@ -357,7 +357,7 @@ class ClientListener:
     def _start(self, conn: _Connection) -> None:
         """Start what the connection's order allows, then send what is answered."""
         s = conn.session
-        while (req := s.next_runnable()) is not None:
+        while (req := s.next_runnable(self._db is not None and self._db.role == "primary")) is not None:
             if conn.gate is not None:  # authentication and rights first
                 if conn.gate.blocks(req.op):  # a hello verifies a password hash: in a worker
                     fut = self._loop.run_in_executor(self._workers, self._hello, conn.gate, req.op, req.args)
@@ -368,7 +368,7 @@ class ClientListener:
                 except Exception as e:  # noqa: BLE001 - answered, as _call answers
                     s.answer(req, False, self._error(req.op, e))
                     continue
-            if req.op == "commit" and self._db is not None and self._db.role == "primary":
+            if req.state is GATHERED:  # a primary's commit (elsewhere the engine's path runs it, in order)
                 try:
                     ops = self._commit_ops(req.args)  # type: ignore[misc]
                 except Exception as e:  # noqa: BLE001 - answered, as _call answers
@@ -378,11 +378,13 @@ class ClientListener:
                 if not self._write_soon:
                     self._write_soon = True
                     self._loop.call_soon(self._write_batch)
-            elif req.op in READ_OPS:
+            elif isinstance(req.op, str) and req.op in READ_OPS:  # an unhashable op: run_op's error
                 s.answer(req, *self._call(req.op, req.args))
             else:
                 fut = self._loop.run_in_executor(self._workers, self._call, req.op, req.args)
                 fut.add_done_callback(lambda f, req=req: self._ran(req, f))
+        if conn.open and (now := len(s.frames) + s.waiting_bytes) < conn.held:  # started: out of the budget
+            conn.held = self._hold(conn.held, now)
         self._send(conn)
 
     def _ran(self, req: Request, fut: asyncio.Future) -> None:

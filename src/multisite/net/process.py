@@ -73,9 +73,24 @@ def stop_server(root: Path, timeout: float = 10.0) -> int:
     if not (math.isfinite(timeout) and timeout >= 0):  # nan, inf: a traceback from settimeout, server left up
         raise ConfigError(f"--timeout takes a number of seconds, 0 or more, got {timeout}")
     lay = Layout.existing(root)
-    pid = control.call(lay.root, "ping")["pid"]
+    ping = control.call(lay.root, "ping")
+    pid = ping["pid"]
     control.call(lay.root, "shutdown", timeout=timeout + 5, timeout_s=timeout)  # socket timeout, flush bound
+    if ping.get("in_process"):  # multisite.serve: the pid is the application's, which goes on
+        return _wait_unserved(lay, pid, timeout + 10)
     return wait_exit(pid, timeout + 10)
+
+
+def _wait_unserved(lay: Layout, pid: int, timeout: float) -> int:
+    """Wait up to ``timeout`` seconds for an in-process server told to shut down to close the instance
+    (its last step removes the run file)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not (lay.run / "server.json").exists():
+            return pid
+        time.sleep(0.05)
+    raise ServerError(f"the instance server of {lay.root}, served inside process {pid}, did not stop within "
+                      f"{timeout:.0f} s; that process is an application's and was left running")
 
 
 def wait_exit(pid: int, timeout: float) -> int:

@@ -89,6 +89,7 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
     server = InstanceServer(root, listen, keepalive_s, tls, insecure)
+    server.in_process = True  # `server stop` then waits for the server, not for this process to exit
     failed: list[BaseException] = []
 
     def run() -> None:

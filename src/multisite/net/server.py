@@ -80,6 +80,7 @@ class InstanceServer:
         self.client_port: int | None = None
         self.clients: ClientListener | None = None
         self.ready = threading.Event()  # set once it serves (the control socket answers)
+        self.in_process = False  # served inside an application (net.serve): its pid is the application's
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -195,7 +196,7 @@ class InstanceServer:
             pass
 
     async def ctl_ping(self) -> dict:
-        return {"pid": os.getpid()}
+        return {"pid": os.getpid(), "in_process": self.in_process}
 
     async def ctl_shutdown(self, timeout_s: float = 5.0) -> dict:
         # ``timeout_s``, not ``timeout``: control.call keeps that name for its own socket timeout, so an

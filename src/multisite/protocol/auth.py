@@ -243,6 +243,10 @@ class ConnectionAuth:
         is gone, or whose password or token changed, is refused at its next request (and closed); one
         whose role changed goes on with the new role."""
         self.users = users
+        if self.state == AUTHENTICATED and self.by == "open" and len(users):  # authentication is on now
+            self._refused_because = "this instance server now has users: connect again and authenticate"
+            self._refuse("users were added, open session ended", AuthenticationFailed(""))
+            return
         if self.state != AUTHENTICATED or self._who is None:
             return
         now = users.get(self._who.name)

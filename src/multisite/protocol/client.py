@@ -34,6 +34,7 @@ class FrameBuffer:
     def __init__(self, max_frame_bytes: int = MAX_CLIENT_FRAME_BYTES):
         self._buf = bytearray()
         self.max_frame_bytes = max_frame_bytes
+        self.last_bytes = 0  # the size of the frame ``next`` returned last
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -53,6 +54,7 @@ class FrameBuffer:
             return None
         body = bytes(self._buf[4 : 4 + n])
         del self._buf[: 4 + n]
+        self.last_bytes = 4 + n
         try:
             return msgspec.msgpack.decode(body)
         except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nesting too deep to decode
@@ -77,7 +79,7 @@ class Request:
     ``written`` (journaled, waiting for its group's fdatasync) → ``done``; any other op goes
     ``queued`` → ``running`` (the listener runs it) → ``done``. ``reply`` is the frame body to send."""
 
-    __slots__ = ("rid", "op", "args", "state", "reply", "session")
+    __slots__ = ("rid", "op", "args", "state", "reply", "session", "size")
 
     def __init__(self, rid: object, op: object, args: dict, session: "ClientSession"):
         self.rid, self.op, self.args, self.session = rid, op, args, session
@@ -103,6 +105,7 @@ class ClientSession:
         self._unanswered: deque[Request] = deque()  # every request not yet replied to, in order
         self._gathered = 0  # started requests in GATHERED
         self._running = 0  # started requests in RUNNING
+        self.waiting_bytes = 0  # frame bytes of the requests read and not started (held, as partial frames are)
         self.owner: object = None  # what the caller keeps this session for (its connection)
 
     def feed(self, data: bytes) -> None:
@@ -116,6 +119,8 @@ class ClientSession:
             if not (isinstance(body, list) and len(body) == 3 and isinstance(body[2], dict)):
                 raise RemoteProtocolError(f"client request must be [id, op, args], got {body!r:.80}")
             req = Request(body[0], body[1], body[2], self)
+            req.size = self.frames.last_bytes
+            self.waiting_bytes += req.size
             self._waiting.append(req)
             self._unanswered.append(req)
 
@@ -129,13 +134,14 @@ class ClientSession:
         """Whether reading more requests keeps within ``max_pipeline``."""
         return len(self._unanswered) < self.max_pipeline
 
-    def next_runnable(self) -> Request | None:
-        """The next request that may start now (marked ``gathered`` if it is a commit, ``running``
-        otherwise), or None. The caller starts it before asking again."""
+    def next_runnable(self, gather_commits: bool = True) -> Request | None:
+        """The next request that may start now (marked ``gathered`` if it is a commit and
+        ``gather_commits``, ``running`` otherwise: a commit the caller runs as any other op), or None.
+        The caller starts it before asking again."""
         if not self._waiting or self._running:
             return None
         req = self._waiting[0]
-        if req.op == "commit":
+        if req.op == "commit" and gather_commits:
             req.state = GATHERED
             self._gathered += 1
         elif self._gathered:
@@ -144,6 +150,7 @@ class ClientSession:
             req.state = RUNNING
             self._running += 1
         self._waiting.popleft()
+        self.waiting_bytes -= req.size
         return req
 
     def written(self, req: Request) -> None:
@@ -179,6 +186,7 @@ class ClientSession:
         for req in self._waiting:
             self._unanswered.remove(req)
         self._waiting.clear()
+        self.waiting_bytes = 0
         return n
 
 
