@@ -81,7 +81,8 @@ def note(msg: str) -> None:
 class Pair:
     """P (served on P_CPU) and, if ``secondary``, S (on S_CPU) linked with ``compress``."""
 
-    def __init__(self, work: Path, secondary: bool, compress: int = 0, serve_primary: bool = False):
+    def __init__(self, work: Path, secondary: bool, compress: int = 0, serve_primary: bool = False,
+                 s_tree: Path | None = None):
         self.work = work / f"pair-{time.monotonic_ns()}"
         self.p = multisite.create(self.work / "P", name="P", durability="group")
         self.s = multisite.create(self.work / "S", name="S", durability="group") if secondary else None
@@ -89,7 +90,17 @@ class Pair:
         self.p_addr = self.s_addr = None
         self.started: list[Path] = []
         if self.s is not None:
-            info = start_server(self.s, "127.0.0.1:0", S_CPU)
+            old = os.environ.get("PYTHONPATH")
+            if s_tree is not None:  # S from another code tree (a baseline in the same run)
+                os.environ["PYTHONPATH"] = str(s_tree)
+            try:
+                info = start_server(self.s, "127.0.0.1:0", S_CPU)
+            finally:
+                if old is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = old
+            self.s_pid = info["pid"]
             self.started.append(self.s)
             self.s_addr = f"127.0.0.1:{info['client_port']}"
             res = control.call(self.s, "receiver.start", listen="127.0.0.1:0")
@@ -115,6 +126,10 @@ class Pair:
     def source(self) -> dict:
         return control.call(self.p, "source.status", secondary="S")
 
+    def s_cpu_s(self) -> float:
+        """CPU seconds (user + system) S's server process has used so far."""
+        return cpu_seconds(self.s_pid)
+
     def s_seqno(self) -> int:
         return control.call(self.s, "status")["seqno"]
 
@@ -125,6 +140,11 @@ class Pair:
             except Exception as e:  # a server that will not stop must not keep the bench from the next run
                 note(f"[red]stopping {root}: {e}[/red]")
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def committer(set_fn, t: int, stop: threading.Event, counts: list[int], pace_s: float | None = None,
@@ -214,7 +234,7 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def offered_load(open_db, s_addr: str, source_status, seconds: float) -> dict:
+def offered_load(open_db, s_addr: str, source_status, seconds: float, s_cpu=None) -> dict:
     """OFFERED_TX_S from LAG_THREADS paced threads; commit → visible on S; backlog; bytes/tx."""
     last: list = [None]
     lags: list[float] = []
@@ -223,6 +243,7 @@ def offered_load(open_db, s_addr: str, source_status, seconds: float) -> dict:
 
     def during(end: float) -> dict:
         st0 = source_status()
+        cpu0 = s_cpu() if s_cpu else None
         halt = threading.Event()
 
         def probe() -> None:
@@ -248,11 +269,13 @@ def offered_load(open_db, s_addr: str, source_status, seconds: float) -> dict:
             backlog.append(source_status()["backlog"])
             time.sleep(min(BACKLOG_SAMPLE_S, max(0.0, end - time.perf_counter())))
         st1 = source_status()
+        cpu1 = s_cpu() if s_cpu else None
         backlog.append(st1["backlog"])
         halt.set()
         th.join(10)
         return {"bytes": st1["bytes_sent"] - st0["bytes_sent"], "sent": st1["sent_records"] - st0["sent_records"],
-                "batches": st1["sent_batches"] - st0["sent_batches"], "compression": st1.get("compression")}
+                "batches": st1["sent_batches"] - st0["sent_batches"], "compression": st1.get("compression"),
+                "s_cpu": None if cpu0 is None else cpu1 - cpu0}
 
     got, dt, b = threads_commit(open_db, LAG_THREADS, seconds, pace_s=LAG_THREADS / OFFERED_TX_S, last=last,
                                 during=during)
@@ -261,7 +284,9 @@ def offered_load(open_db, s_addr: str, source_status, seconds: float) -> dict:
             "lag_p99_ms": percentile(lags, 0.99) * 1e3, "samples": len(lags), "backlog_max": max(backlog),
             "backlog_end": backlog[-1], "bounded": backlog[-1] < bound and backlog[-1] < backlog[0] + bound,
             "bytes_per_tx": b["bytes"] / max(1, b["sent"]), "tx_per_batch": b["sent"] / max(1, b["batches"]),
-            "compression": b["compression"], **({"probe_error": probe_error[0]} if probe_error else {})}
+            "compression": b["compression"],
+            "s_cpu_us_per_tx": None if b["s_cpu"] is None else b["s_cpu"] / max(1, b["sent"]) * 1e6,
+            **({"probe_error": probe_error[0]} if probe_error else {})}
 
 
 def seqno_of(db) -> int:
@@ -270,10 +295,11 @@ def seqno_of(db) -> int:
     return s() if callable(s) else s
 
 
-def lag_run(work: Path, compress: int, seconds: float) -> dict:
-    pair = Pair(work, secondary=True, compress=compress)
+def lag_run(work: Path, compress: int, seconds: float, s_tree: Path | None = None) -> dict:
+    pair = Pair(work, secondary=True, compress=compress, s_tree=s_tree)
     try:
-        return offered_load(lambda: multisite.connect(pair.p_addr), pair.s_addr, pair.source, seconds)
+        return offered_load(lambda: multisite.connect(pair.p_addr), pair.s_addr, pair.source, seconds,
+                            pair.s_cpu_s)
     finally:
         pair.close()
 
@@ -452,7 +478,8 @@ class Figures:
         return statistics.median(vs) if vs else None
 
 
-def one_round(work: Path, rows: set[str], seconds: float, fig: Figures, flip: bool, pg_bin: Path | None) -> None:
+def one_round(work: Path, rows: set[str], seconds: float, fig: Figures, flip: bool, pg_bin: Path | None,
+              s_tree: Path | None) -> None:
     jobs = []
     if "commit2" in rows:
         jobs += [("ms2-none", lambda: with_pair(work, False, lambda p: commit_rate(p, 1, 2, seconds))),
@@ -462,6 +489,8 @@ def one_round(work: Path, rows: set[str], seconds: float, fig: Figures, flip: bo
                  ("ms16-sec", lambda: with_pair(work, True, lambda p: commit_rate(p, 2, 8, seconds)))]
     if "lag" in rows:
         jobs += [("lag-c0", lambda: lag_run(work, 0, seconds)), ("lag-c3", lambda: lag_run(work, 3, seconds))]
+        if s_tree is not None:
+            jobs += [("lag-c0-base", lambda: lag_run(work, 0, seconds, s_tree))]
     if "serve" in rows:
         jobs += [("serve", lambda: serve_run(work, seconds))]
     if "postgres" in rows and pg_bin is not None:
@@ -523,6 +552,10 @@ def table_rows(f: Figures) -> list[tuple[str, str, str, str]]:
                  f"p50 {fmt(median_in(f, 'serve', 'lag', 'lag_p50_ms'), '.2f')} ms, p99 "
                  f"{fmt(median_in(f, 'serve', 'lag', 'lag_p99_ms'), '.2f')} ms")
     rows.append(("same load from 16 threads inside the server process (`multisite.serve`)", serve_lag, "", ""))
+    cpu, base = m("lag-c0", "s_cpu_us_per_tx"), m("lag-c0-base", "s_cpu_us_per_tx")
+    rows.append(("secondary's CPU per transaction in the lag row (`--compress 0`; user + system of its server)",
+                 f"{fmt(cpu, '.0f')} µs" + (f" vs {fmt(base, '.0f')} µs with the secondary from --secondary-tree "
+                                            f"(ratio {cpu / base:.2f})" if cpu and base else ""), "", "less"))
     b0, b3 = m("lag-c0", "bytes_per_tx"), m("lag-c3", "bytes_per_tx")
     rows.append((f"bytes per transaction streaming at {OFFERED_TX_S:,} tx/s, `--compress 3` vs none",
                  f"{fmt(b3, '.1f')} vs {fmt(b0, '.1f')}" + (f" ({b0 / b3:.2f}x)" if b0 and b3 else "")
@@ -545,6 +578,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs of every configuration (medians)")
     ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per configuration and run")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
+    ap.add_argument("--secondary-tree", type=Path, metavar="SRC",
+                    help="also run the lag row (--compress 0) with the secondary's server from this src/ directory "
+                         "(e.g. a checkout of main): its CPU per transaction is the baseline of the secondary's")
     a = ap.parse_args()
     runs, seconds = (1, 5.0) if a.quick else (a.runs, a.seconds)
     rows = {r.strip() for r in a.rows.split(",") if r.strip()}
@@ -560,7 +596,7 @@ def main() -> None:
     try:
         for r in range(runs):
             note(f"run {r + 1}/{runs}")
-            one_round(work, rows, seconds, fig, flip=r % 2 == 1, pg_bin=pg_bin)
+            one_round(work, rows, seconds, fig, flip=r % 2 == 1, pg_bin=pg_bin, s_tree=a.secondary_tree)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load1 = os.getloadavg()
