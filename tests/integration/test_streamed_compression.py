@@ -57,6 +57,15 @@ def test_small_batches_streamed_send_far_fewer_bytes(cluster):
         assert_contiguous_journal(s.root, last)
 
 
+def _shut(*socks: socket.socket) -> None:
+    """End both directions of a relayed connection (the other pump sees the end too)."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class CorruptingRelay:
     """Forwards source → receiver frame by frame, flipping one byte in the zstd bytes of the
     ``nth`` streamed TxnBatch it sees (once, on the first connection); receiver → source unchanged."""
@@ -89,11 +98,7 @@ class CorruptingRelay:
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src, dst)
 
     def _upstream(self, src: socket.socket, dst: socket.socket) -> None:
         buf = bytearray()
@@ -115,11 +120,7 @@ class CorruptingRelay:
                     dst.sendall(frame)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src, dst)
 
     def close(self) -> None:
         self._srv.close()
