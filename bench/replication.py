@@ -545,7 +545,8 @@ def table_rows(f: Figures) -> list[tuple[str, str, str, str]]:
         bounded = sum(1 for r in runs if r.get("bounded"))
         rows.append((f"lag commit → visible on the secondary at {OFFERED_TX_S:,} tx/s offered by {LAG_THREADS} "
                      f"client threads (`--compress {c}`)",
-                     f"p50 {fmt(m(f'lag-c{c}', 'lag_p50_ms'), '.2f')} ms, p99 {fmt(m(f'lag-c{c}', 'lag_p99_ms'), '.2f')}"
+                     f"p50 {fmt(m(f'lag-c{c}', 'lag_p50_ms'), '.2f')} ms, "
+                     f"p99 {fmt(m(f'lag-c{c}', 'lag_p99_ms'), '.2f')}"
                      f" ms at {fmt(m(f'lag-c{c}', 'achieved_s'))} tx/s; backlog bounded in {bounded} of {len(runs)} "
                      f"run(s) (max {fmt(m(f'lag-c{c}', 'backlog_max'))})", "", "p50 < 2 ms, p99 < 10 ms"))
     serve_lag = ("not measured: " + serve_missing if serve_missing else

@@ -23,8 +23,8 @@ from multisite.journal.records import FRAME_HEADER_SIZE, SET, Record, Update, en
 from multisite.protocol import packed
 from multisite.protocol.connection import NEED_DATA, Connection, Role, State
 from multisite.protocol.messages import (CAPABILITIES, COMPRESSED, FRAME_PREFIX, STREAM_LENGTH, STREAMED,
-                                         ZSTD_STREAM_FLAG, Heartbeat, Hello, HistoryEntry, Start, TxnBatch, encode_streamed,
-                                         encode_message)
+                                         ZSTD_STREAM_FLAG, Heartbeat, Hello, HistoryEntry, Start, TxnBatch,
+                                         encode_message, encode_streamed)
 
 S, R = Role.SOURCE, Role.RECEIVER
 HISTORY = [HistoryEntry(1, "A", 12345)]

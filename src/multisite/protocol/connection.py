@@ -15,9 +15,9 @@ Compression (``compress_level`` on the source): when both Hellos carry ``zstd_st
 this version sends), batches travel as pieces of one zstd stream for the whole connection, flushed
 per batch: a batch of one transaction is compressed with everything the earlier ones taught the
 compressor, and its journal frames travel without their headers (``packed.py``: the receiver
-rebuilds them, the primary's CRCs still checked end to end). With an older peer each batch is its own zstd frame, as before. A streamed piece that
-does not decompress, or decompresses to another length than it declares, fails the connection like
-any damaged frame (the stream cannot continue past it; the next connection starts a new one).
+rebuilds them, the primary's CRCs still checked end to end). With an older peer each batch is its
+own zstd frame, as before. A streamed piece that does not decompress, or decompresses to another
+length than it declares, fails the connection like any damaged frame (the stream cannot continue past it; the next connection starts a new one).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import zstandard
 
 from ..errors import LocalProtocolError, RemoteProtocolError
 from ..journal.records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES, FrameRun
-from .messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MAX_FRAME_BYTES, MESSAGE_TYPES, PROTOCOL_VERSION,
-                       STREAM_LENGTH, STREAMED, ZSTD_STREAM_FLAG, Error, Heartbeat, HeartbeatAck, Hello, Message, Start,
+from .messages import (COMPRESSED, FRAME_PREFIX, HANDSHAKE_FRAME_BYTES, MAX_FRAME_BYTES, MESSAGE_TYPES,
+                       PROTOCOL_VERSION, STREAM_LENGTH, STREAMED, ZSTD_STREAM_FLAG, Error, Heartbeat, HeartbeatAck, Hello, Message, Start,
                        TxnBatch, Xoff, Xon, decode_body, encode_message, encode_streamed)
 from . import packed
 

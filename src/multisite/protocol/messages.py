@@ -6,11 +6,12 @@ Every message travels as one frame::
 
 The body is msgpack of the message's struct (array-like). Type ``0x80 | t`` means the body is
 zstd-compressed, one zstd frame per message. Type ``0x40 | t`` (only once both Hellos carry the flag
-``zstd_stream``) means ``u32 decompressed length | zstd bytes`` (a ``TxnBatch``'s body is then a
-packed batch, ``packed.py``): one zstd stream per connection,
+``zstd_stream``) means ``u32 decompressed length | zstd bytes``: one zstd stream per connection,
 flushed at the end of each message, so that each batch is compressed with what the previous ones
-taught the compressor (small batches at low rates compress as well as large ones). The journal frames inside a ``TxnBatch`` are the journal's own frames, byte for
-byte, so their CRCs protect them end to end. See docs/protocol.md.
+taught the compressor (small batches at low rates compress as well as large ones); a ``TxnBatch``'s
+body is then a packed batch (``packed.py``). The journal frames inside a ``TxnBatch`` are the
+journal's own frames, byte for byte (rebuilt so by the receiver when packed), so their CRCs protect
+them end to end. See docs/protocol.md.
 """
 
 from __future__ import annotations
