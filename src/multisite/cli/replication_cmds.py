@@ -76,7 +76,9 @@ def source() -> None:
 @click.option("--secondary", required=True, type=Name(), help="Name of the secondary instance this source feeds.")
 @click.option("--connect", required=True, type=HostPort(), help="HOST:PORT of the secondary's Receiver Server.")
 @click.option("--passive", is_flag=True, help="Start passive: no connection until activated.")
-@click.option("--compress", type=int, default=0, show_default=True, help="zstd level (0 = off).")
+@click.option("--compress", type=int, default=0, show_default=True,
+              help="zstd level (0 = off): one stream per connection across batches when the receiver offers it "
+                   "(else a zstd frame per batch).")
 @with_tls
 @click.option("--heartbeat-interval", type=Seconds(), default=1.0, show_default=True,
               help="Seconds between heartbeats; below --heartbeat-timeout.")

@@ -26,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 
 from ..errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
-from ..protocol.connection import Connection, Role
+from ..protocol.connection import NEED_DATA, Connection, Role, State
 from ..protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
                                  error_for)
 from ..replication.filters import FilterSpec
@@ -43,8 +44,35 @@ from .source import read_event
 from .tls import TLSConfig
 
 
-READER_LIMIT_BYTES = 64 * 1024  # asyncio's default for start_server
+# The stream buffer holds up to twice this before the transport stops reading, and the receive loop
+# takes up to RECEIVE_CHUNK_BYTES of it at a time into the protocol: large reads, few wakeups (a
+# catch-up's batches are up to max_batch_bytes, 1 MiB, each).
+READER_LIMIT_BYTES = 1024 * 1024
+RECEIVE_CHUNK_BYTES = 1024 * 1024
 CONFIRM_COALESCE_S = 0.002  # applied batches confirmed to the source within this, one answer for all
+
+
+class _Doorbell:
+    """Runs ``fn`` on ``loop`` soon after ``ring()`` from any thread. Rings while a run is pending are
+    that one run (``fn`` sees everything done before them: the flag is cleared before it runs), so a
+    busy Update Process wakes the event loop once per wake, not with a pipe write per batch."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fn):
+        self._loop, self._fn = loop, fn
+        self._pending = False
+        self._lock = threading.Lock()
+
+    def ring(self) -> None:
+        with self._lock:
+            if self._pending:
+                return
+            self._pending = True
+        self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            self._pending = False
+        self._fn()
 
 
 class _PausedAtConnect(asyncio.StreamReaderProtocol):
@@ -105,6 +133,7 @@ class ReceiverServer:
         self.start_seqno = self.db.seqno
         self._stats_task: asyncio.Task | None = None
         self._restart = asyncio.Event()
+        self._reading: asyncio.StreamReader | None = None  # the streaming session's, while it reads
         self._confirm_pending = False  # an answer confirming applied batches is on its way
         self._restart_why = ""
         self.filter: Filter | None = None
@@ -120,10 +149,15 @@ class ReceiverServer:
             lambda: _PausedAtConnect(asyncio.StreamReader(limit=READER_LIMIT_BYTES), self._handle),
             self.cfg.host, self.cfg.port)
         self.port = self._srv.sockets[0].getsockname()[1]
-        self.pool.on_drained = lambda: self._loop.call_soon_threadsafe(self._maybe_xon)
+        # The Update Process applied a batch (confirm it; maybe below low-water after an XOFF: XON) or,
+        # with an XOFF out, took from the pool: one coalescing doorbell, so a busy stream costs the loop
+        # one wakeup per wake, and a take without an XOFF out none (a pipe write each before). A take
+        # that races the XOFF is covered by the apply that follows it.
+        bell = _Doorbell(self._loop, self._after_update)
+        self.pool.on_drained = lambda: self._flow.xoff_sent and bell.ring()
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
                                                                      "the update process found a gap")
-        self.update.on_applied = lambda: self._loop.call_soon_threadsafe(self._confirm_applied)
+        self.update.on_applied = bell.ring
         self._stats_task = self._loop.create_task(self._stats_loop())
         self.log.info("receiver server listening on %s:%d%s%s", self.cfg.host, self.port, " (TLS)" if ctx else "",
                       f", in-filter {self.cfg.filter.text}" if self.cfg.filter else "")
@@ -295,29 +329,32 @@ class ReceiverServer:
         self.last_error = None
         self.log.info("receiving from %s at seqno %d (common point %d)%s", peer.name, start.from_seqno,
                       start.common_seqno, "" if stream is None else f" on SI stream {stream} (group {peer.group})")
-        restart = loop.create_task(self._restart.wait())
         progress = loop.create_task(self._progress_loop(conn, writer))
-        nxt: asyncio.Task | None = None
-        seen = conn.bytes_in
+        # A restart asked for, or the progress task failing, ends the read in progress (the stream's
+        # exception): one read awaited in this task at a time, no task and no wait on three futures
+        # per read (the receive path's cost at a few transactions per batch).
+        progress.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or reader.set_exception(t.exception()))
+        self._reading = reader
         try:
             while True:
-                if nxt is None:
-                    nxt = loop.create_task(read_event(conn, reader))
-                done, _ = await asyncio.wait({nxt, restart, progress}, timeout=self.cfg.idle_timeout_s,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if not done:  # silence, unless bytes of a large frame are still trickling in
-                    if conn.bytes_in == seen:
+                # Every event already in the protocol's buffer first: one large read holds many batches.
+                ev = conn.next_event()
+                if ev is NEED_DATA:
+                    if self._restart.is_set():
+                        raise ConnectionLost(f"{self._restart_why}; restarting the connection")
+                    try:
+                        async with asyncio.timeout(self.cfg.idle_timeout_s):
+                            data = await reader.read(RECEIVE_CHUNK_BYTES)
+                    except TimeoutError:
                         raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
-                                             f"(idle_timeout_s): the source or the network is gone")
-                    seen = conn.bytes_in
+                                             f"(idle_timeout_s): the source or the network is gone") from None
+                    conn.receive_data(data)
                     continue
-                if restart in done:
+                if ev is State.CLOSED:
+                    raise ConnectionLost("peer closed the connection")
+                if self._restart.is_set():
                     raise ConnectionLost(f"{self._restart_why}; restarting the connection")
-                if progress in done:
-                    progress.result()  # raises what ended it
-                ev = nxt.result()
-                nxt = None
-                seen = conn.bytes_in
                 if isinstance(ev, TxnBatch):  # checked whole by the connection: kept as it came
                     run = ev.run()
                     if self.filter is not None:
@@ -330,17 +367,17 @@ class ReceiverServer:
                         self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
                                       self.cfg.receive_pool_high_bytes)
                         writer.write(conn.send(Xoff(self.pool.received_seqno)))
+                        await writer.drain()
                 elif isinstance(ev, Heartbeat):
                     writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, self._applied_seqno(),
                                                            self.pool.received_seqno)))
+                    await writer.drain()
                 elif isinstance(ev, Error):
                     self.log.error("source %s reported %s: %s", peer.name, ev.code, ev.message)
                     return
-                await writer.drain()
         finally:
-            for t in (restart, progress, nxt):
-                if t is not None:
-                    t.cancel()
+            self._reading = None
+            progress.cancel()
             if self.filter is not None:  # the next connection restarts the stream: a new filter process
                 self.filter.kill()
 
@@ -412,6 +449,12 @@ class ReceiverServer:
     def _request_restart(self, why: str) -> None:
         self._restart_why = why
         self._restart.set()
+        if self._reading is not None:  # wake the session's read: it ends the connection
+            self._reading.set_exception(ConnectionLost(f"{why}; restarting the connection"))
+
+    def _after_update(self) -> None:
+        self._maybe_xon()
+        self._confirm_applied()
 
     def _confirm_applied(self) -> None:
         """After the Update Process applied a batch: confirm it to the source at once (an unsolicited

@@ -118,6 +118,9 @@ class SourceServer:
         self.last_confirmed = 0
         self.peer_received = 0
         self.sent_records = 0
+        self.sent_batches = 0
+        self.bytes_sent = 0  # replication messages written to secondaries, every session (bytes on the wire)
+        self.compression = "none"  # this session's: none, per batch (an older receiver), or streamed
         self.reading_from = "pool"
         self.file_reads = 0
         self.connects = 0
@@ -307,8 +310,11 @@ class SourceServer:
         self._next = peer.seqno + 1
         writer.write(conn.send(Start(self._next, common, me.history, stream_entries(self.db.info))))
         await writer.drain()
-        self.log.info("connected to %s (seqno %d); common point %d; streaming from seqno %d",
-                      peer.name, peer.seqno, common, self._next)
+        self.compression = ("streamed" if conn.streamed_compression else "per batch" if cfg.compress_level
+                            else "none")
+        self.log.info("connected to %s (seqno %d); common point %d; streaming from seqno %d%s",
+                      peer.name, peer.seqno, common, self._next,
+                      f"; zstd level {cfg.compress_level}, {self.compression}" if cfg.compress_level else "")
         self.last_confirmed = peer.seqno
         self.state = "streaming"
         self._backoff.streaming(time.monotonic())
@@ -380,6 +386,8 @@ class SourceServer:
             self._next = last + 1
             self.last_sent = last
             self.sent_records += n
+            self.sent_batches += 1
+            self.bytes_sent += len(data)
 
     def _read_files(self, start: int) -> FrameRun | None:
         """The next run of frames from ``start`` in the journal files (one slice of a segment), or None."""
@@ -442,6 +450,7 @@ class SourceServer:
                 continue
             async with lock:
                 writer.write(data)
+                self.bytes_sent += len(data)
                 await asyncio.wait_for(writer.drain(), self.cfg.heartbeat_timeout_s)
 
     # -- statistics ------------------------------------------------------------------------------
@@ -471,7 +480,9 @@ class SourceServer:
                 "pool_last_seqno": self.pool.last_seqno, "sent_records": self.sent_records,
                 "connects": self.connects, "lag_s": round(self.lag_s(), 3),
                 "rtt_s": round(self._rtt_s, 4), "start_seqno": self.start_seqno,
-                "last_error": self.last_error, "compress_level": self.cfg.compress_level, "tls": bool(self.cfg.tls),
+                "last_error": self.last_error, "compress_level": self.cfg.compress_level,
+                "compression": self.compression, "bytes_sent": self.bytes_sent, "sent_batches": self.sent_batches,
+                "tls": bool(self.cfg.tls),
                 "filter": self.cfg.filter.text if self.cfg.filter else None,
                 **(self.filter.status() if self.filter else {})}
 

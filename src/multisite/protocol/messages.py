@@ -5,8 +5,13 @@ Every message travels as one frame::
     u32 length (of what follows) | u8 type | body
 
 The body is msgpack of the message's struct (array-like). Type ``0x80 | t`` means the body is
-zstd-compressed. The journal frames inside a ``TxnBatch`` are the journal's own frames, byte for
-byte, so their CRCs protect them end to end. See docs/protocol.md.
+zstd-compressed, one zstd frame per message. Type ``0x40 | t`` (only once both Hellos carry the flag
+``zstd_stream``) means ``u32 decompressed length | zstd bytes``: one zstd stream per connection,
+flushed at the end of each message, so that each batch is compressed with what the previous ones
+taught the compressor (small batches at low rates compress as well as large ones); a ``TxnBatch``'s
+body is then a packed batch (``packed.py``). The journal frames inside a ``TxnBatch`` are the
+journal's own frames, byte for byte (rebuilt so by the receiver when packed), so their CRCs protect
+them end to end. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from ..errors import FilterError, LocalProtocolError, ProtocolError, RemoteProto
 PROTOCOL_VERSION = 1
 FRAME_PREFIX = struct.Struct("<IB")
 COMPRESSED = 0x80
+STREAMED = 0x40  # the body is the next piece of the connection's zstd stream (negotiated in the Hello)
+STREAM_LENGTH = struct.Struct("<I")  # a streamed body's decompressed length, ahead of its zstd bytes
+# What this version of the wire can do, in every Hello it sends; a peer without a flag (an older
+# multisite) gets the older behaviour. ``zstd_stream``: streamed compression (STREAMED frames).
+ZSTD_STREAM_FLAG = "zstd_stream"
+CAPABILITIES: dict[str, bool] = {ZSTD_STREAM_FLAG: True}
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Until streaming starts only Hello, Start and Error travel: a few history records. A peer nobody
 # has vouched for yet must not make the other side hold MAX_FRAME_BYTES per connection.
@@ -155,6 +166,13 @@ def encode_message(msg: Message, *, compressor=None) -> bytes:
         body = compressor.compress(body)
         t |= COMPRESSED
     return FRAME_PREFIX.pack(len(body) + 1, t) + body
+
+
+def encode_streamed(t: int, body: bytes, cobj, flush_mode: int) -> bytes:
+    """A STREAMED frame of type ``t``: ``body`` through the connection's zstd stream ``cobj``, flushed
+    (``flush_mode``: a block flush) so that the receiver can decompress all of it now."""
+    z = cobj.compress(body) + cobj.flush(flush_mode)
+    return FRAME_PREFIX.pack(len(z) + 1 + STREAM_LENGTH.size, t | STREAMED) + STREAM_LENGTH.pack(len(body)) + z
 
 
 def decode_body(t: int, body: bytes) -> Message:

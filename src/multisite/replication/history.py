@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..instance.instance_file import HistoryRecord, InstanceFile, StreamInfo
-from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello, RefusalCode, StreamEntry
+from ..protocol.messages import CAPABILITIES, PROTOCOL_VERSION, HistoryEntry, Hello, RefusalCode, StreamEntry
 
 SI_STREAM = 1  # the stream a supplementary instance gives the first BC group it receives from
 MAX_SI_STREAM = 15  # streams 1..15 carry what BC groups originate; stream 0 is the instance's own
@@ -71,7 +71,7 @@ def common_point(a: list[HistoryEntry], a_seqno: int, b: list[HistoryEntry], b_s
 
 def hello_for(info: InstanceFile, seqno: int, **flags: object) -> Hello:
     return Hello(version=PROTOCOL_VERSION, name=info.name, group=info.group, supplementary=info.supplementary,
-                 role=info.role, seqno=seqno, history=to_entries(info.history), flags=dict(flags))
+                 role=info.role, seqno=seqno, history=to_entries(info.history), flags={**CAPABILITIES, **flags})
 
 
 def si_stream_for(info: InstanceFile, group: str) -> int | Refusal:
@@ -98,7 +98,7 @@ def si_hello_for(info: InstanceFile, stream_seqno: int, *, stream: int) -> Hello
     st = info.streams.get(stream)
     hist = to_entries(st.history) if st else []
     return Hello(version=PROTOCOL_VERSION, name=info.name, group=info.group, supplementary=True, role=info.role,
-                 seqno=stream_seqno, history=hist, flags={"si": True})
+                 seqno=stream_seqno, history=hist, flags={**CAPABILITIES, "si": True})
 
 
 def is_si(source_supplementary: bool, receiver_supplementary: bool) -> bool:

@@ -1,0 +1,53 @@
+"""The receiver's doorbell: the Update Process rings it after every batch from its thread; the event
+loop runs the callback once per wake however many rings came meanwhile, and never misses the last."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from multisite.net.receiver import _Doorbell
+
+
+def test_many_rings_while_pending_are_one_run():
+    loop = asyncio.new_event_loop()
+    try:
+        runs = []
+        bell = _Doorbell(loop, lambda: runs.append(1))
+        for _ in range(1000):
+            bell.ring()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert len(runs) == 1
+        bell.ring()  # after the run: a new ring is a new run
+        loop.run_until_complete(asyncio.sleep(0))
+        assert len(runs) == 2
+    finally:
+        loop.close()
+
+
+def test_the_run_after_the_last_ring_sees_what_was_done_before_it():
+    """Rings from another thread while the loop runs the callback: the callback always runs again
+    after the last ring, and sees the state that ring announced."""
+    loop = asyncio.new_event_loop()
+    try:
+        state = {"done": 0, "seen": 0}
+        bell = _Doorbell(loop, lambda: state.__setitem__("seen", state["done"]))
+
+        def update_process() -> None:
+            for i in range(1, 5001):
+                state["done"] = i
+                bell.ring()
+
+        async def main() -> None:
+            t = threading.Thread(target=update_process)
+            t.start()
+            while t.is_alive():
+                await asyncio.sleep(0)
+            t.join()
+            for _ in range(3):  # let the last scheduled run happen
+                await asyncio.sleep(0)
+
+        loop.run_until_complete(main())
+        assert state["seen"] == 5000
+    finally:
+        loop.close()
