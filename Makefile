@@ -60,5 +60,9 @@ bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psy
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)
 
+.PHONY: bench-replication
+bench-replication: setup  # issue 14's table: commits with/without a secondary, lag, compression, beside pgbench; ARGS="--quick"
+	PYTHONPATH=src $(BIN)/python bench/replication.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -133,6 +133,7 @@ class ReceiverServer:
         self.start_seqno = self.db.seqno
         self._stats_task: asyncio.Task | None = None
         self._restart = asyncio.Event()
+        self._reading: asyncio.StreamReader | None = None  # the streaming session's, while it reads
         self._confirm_pending = False  # an answer confirming applied batches is on its way
         self._restart_why = ""
         self.filter: Filter | None = None
@@ -148,10 +149,12 @@ class ReceiverServer:
             lambda: _PausedAtConnect(asyncio.StreamReader(limit=READER_LIMIT_BYTES), self._handle),
             self.cfg.host, self.cfg.port)
         self.port = self._srv.sockets[0].getsockname()[1]
-        # The Update Process took from the pool (maybe below low-water: XON) or applied a batch (confirm
-        # it): one doorbell for both, so a busy stream costs the loop one wakeup per wake, not two per batch.
+        # The Update Process applied a batch (confirm it; maybe below low-water after an XOFF: XON) or,
+        # with an XOFF out, took from the pool: one coalescing doorbell, so a busy stream costs the loop
+        # one wakeup per wake, and a take without an XOFF out none (a pipe write each before). A take
+        # that races the XOFF is covered by the apply that follows it.
         bell = _Doorbell(self._loop, self._after_update)
-        self.pool.on_drained = bell.ring
+        self.pool.on_drained = lambda: self._flow.xoff_sent and bell.ring()
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
                                                                      "the update process found a gap")
         self.update.on_applied = bell.ring
@@ -326,34 +329,27 @@ class ReceiverServer:
         self.last_error = None
         self.log.info("receiving from %s at seqno %d (common point %d)%s", peer.name, start.from_seqno,
                       start.common_seqno, "" if stream is None else f" on SI stream {stream} (group {peer.group})")
-        restart = loop.create_task(self._restart.wait())
         progress = loop.create_task(self._progress_loop(conn, writer))
-        nxt: asyncio.Task | None = None  # the read in flight, when the protocol needs more bytes
-        seen = conn.bytes_in
+        # A restart asked for, or the progress task failing, ends the read in progress (the stream's
+        # exception): one read awaited in this task at a time, no task and no wait on three futures
+        # per read (the receive path's cost at a few transactions per batch).
+        progress.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or reader.set_exception(t.exception()))
+        self._reading = reader
         try:
             while True:
-                # Every event already in the protocol's buffer first, without a task or a wait each:
-                # one large read holds many batches.
+                # Every event already in the protocol's buffer first: one large read holds many batches.
                 ev = conn.next_event()
                 if ev is NEED_DATA:
-                    if nxt is None:
-                        nxt = loop.create_task(reader.read(RECEIVE_CHUNK_BYTES))
-                    done, _ = await asyncio.wait({nxt, restart, progress}, timeout=self.cfg.idle_timeout_s,
-                                                 return_when=asyncio.FIRST_COMPLETED)
-                    if not done:  # silence, unless bytes of a large frame are still trickling in
-                        if conn.bytes_in == seen:
-                            raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
-                                                 f"(idle_timeout_s): the source or the network is gone")
-                        seen = conn.bytes_in
-                        continue
-                    if restart in done:
+                    if self._restart.is_set():
                         raise ConnectionLost(f"{self._restart_why}; restarting the connection")
-                    if progress in done:
-                        progress.result()  # raises what ended it
-                    if nxt in done:
-                        conn.receive_data(nxt.result())
-                        nxt = None
-                        seen = conn.bytes_in
+                    try:
+                        async with asyncio.timeout(self.cfg.idle_timeout_s):
+                            data = await reader.read(RECEIVE_CHUNK_BYTES)
+                    except TimeoutError:
+                        raise ConnectionLost(f"nothing from {peer.name} for {self.cfg.idle_timeout_s:.0f} s "
+                                             f"(idle_timeout_s): the source or the network is gone") from None
+                    conn.receive_data(data)
                     continue
                 if ev is State.CLOSED:
                     raise ConnectionLost("peer closed the connection")
@@ -380,9 +376,8 @@ class ReceiverServer:
                     self.log.error("source %s reported %s: %s", peer.name, ev.code, ev.message)
                     return
         finally:
-            for t in (restart, progress, nxt):
-                if t is not None:
-                    t.cancel()
+            self._reading = None
+            progress.cancel()
             if self.filter is not None:  # the next connection restarts the stream: a new filter process
                 self.filter.kill()
 
@@ -454,6 +449,8 @@ class ReceiverServer:
     def _request_restart(self, why: str) -> None:
         self._restart_why = why
         self._restart.set()
+        if self._reading is not None:  # wake the session's read: it ends the connection
+            self._reading.set_exception(ConnectionLost(f"{why}; restarting the connection"))
 
     def _after_update(self) -> None:
         self._maybe_xon()
