@@ -320,7 +320,7 @@ def serve_worker(work: str, seconds: float) -> None:
                 raise RuntimeError("the source never connected")
             time.sleep(0.05)
         status = lambda: control.call(spec["p"], "source.status", secondary="S")  # noqa: E731
-        lag = offered_load(lambda: handle.db, spec["s_addr"], status, seconds)
+        lag = offered_load(lambda: _NoClose(handle.db), spec["s_addr"], status, seconds)
         s_seq = lambda: control.call(spec["s"], "status")["seqno"]  # noqa: E731
 
         def applied(end: float) -> float:
