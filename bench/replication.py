@@ -198,7 +198,8 @@ def threads_commit(open_db, n: int, seconds: float, pace_s: float | None = None,
 
 def worker_commit(addr: str, n: int, seconds: float) -> None:
     """A client process (``--worker``): n threads, prints {"n": commits, "dt": seconds}."""
-    got, dt, _ = threads_commit(lambda: multisite.connect(addr), n, seconds)
+    got, dt, _ = threads_commit(lambda: multisite.connect(addr), n, seconds,
+                                during=lambda end: print("window", flush=True))  # the parent's cue
     print(json.dumps({"n": got, "dt": dt}), flush=True)
 
 
@@ -219,7 +220,8 @@ def commit_rate(pair: Pair, procs: int, conns: int, seconds: float) -> dict:
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", pair.p_addr, str(conns), str(seconds)]
         ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
-        time.sleep(WARMUP_S)
+        for p in ps:  # S's window starts with the workers' (after their imports, connections and warm-up)
+            p.stdout.readline()
         e2e = applied(time.perf_counter() + seconds)
         res = [json.loads(p.communicate(timeout=seconds + 60)[0].strip().splitlines()[-1]) for p in ps]
         out["commits_s"] = sum(r["n"] / r["dt"] for r in res)
@@ -320,7 +322,7 @@ def serve_worker(work: str, seconds: float) -> None:
                 raise RuntimeError("the source never connected")
             time.sleep(0.05)
         status = lambda: control.call(spec["p"], "source.status", secondary="S")  # noqa: E731
-        lag = offered_load(lambda: handle.db, spec["s_addr"], status, seconds)
+        lag = offered_load(lambda: _NoClose(handle.db), spec["s_addr"], status, seconds)
         s_seq = lambda: control.call(spec["s"], "status")["seqno"]  # noqa: E731
 
         def applied(end: float) -> float:

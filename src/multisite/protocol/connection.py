@@ -254,7 +254,7 @@ class Connection:
         if first is None:  # cannot be: a batch is legal only once streaming, after the Start
             self._fail("a streamed batch before the Start")
         try:
-            last, data, ends = packed.unpack(first, body)
+            last, data, ends = packed.unpack(first, body, self.max_frame_bytes)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
             self._fail(f"malformed TxnBatch message: {e}")
         except ValueError as e:

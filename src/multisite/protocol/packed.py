@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Annotated
 
 import msgspec
 
 from ..journal.records import FRAME_HEADER, FRAME_HEADER_SIZE, MAX_RECORD_BYTES
+from .messages import MAX_FRAME_BYTES
 
 _HEAD16 = struct.Struct("<IQI")
 _U32 = struct.Struct("<I")
 
 
 class PackedBatch(msgspec.Struct, array_like=True):
-    lengths: list[int]
+    # Each length is a 20-byte header rebuilt: refused from the array's size, before it is decoded.
+    lengths: Annotated[list[int], msgspec.Meta(max_length=MAX_FRAME_BYTES // FRAME_HEADER_SIZE)]
     crcs_crc: int  # crc32 of the primary's header CRCs (u32 little-endian each, in order)
     payloads: bytes
 
@@ -62,15 +65,18 @@ def pack(first_seqno: int, frames: bytes) -> bytes:
     return _encoder.encode(PackedBatch(lengths, zlib.crc32(crcs), b"".join(payloads)))
 
 
-def unpack(first: int, body: bytes) -> tuple[int, bytes, list[int]]:
+def unpack(first: int, body: bytes, max_bytes: int = MAX_FRAME_BYTES) -> tuple[int, bytes, list[int]]:
     """(last seqno, the journal frames rebuilt, where each frame ends) of a packed batch that
     starts at seqno ``first``; ``ValueError`` if it is malformed or a payload or seqno differs from
     what the primary's CRCs say; ``msgspec.DecodeError``/``ValidationError`` if it is not a packed
-    batch at all."""
+    batch at all. The rebuilt frames may take at most ``max_bytes``."""
     p = _decoder.decode(body)
     lengths, data = p.lengths, p.payloads
     if not lengths:
         raise ValueError(f"the batch from seqno {first} carries no transaction")
+    if len(data) + FRAME_HEADER_SIZE * len(lengths) > max_bytes:
+        raise ValueError(f"the batch from seqno {first} holds {len(lengths)} frames of {len(data)} payload bytes: "
+                         f"more than the frame limit of {max_bytes} bytes once framed")
     last = first + len(lengths) - 1
     where = f"batch {first}..{last}"
     if sum(lengths) != len(data) or min(lengths) < 0 or max(lengths) > MAX_RECORD_BYTES:
