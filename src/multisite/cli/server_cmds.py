@@ -26,14 +26,17 @@ def server() -> None:
 @click.option("--keepalive", type=int, default=KEEPALIVE_S, show_default=True,
               help="Seconds a client may stay silent before the server probes it; a client whose host or "
                    "network is gone answers no probe and is dropped about twice as late, freeing its connection.")
-def start_cmd(dir: str, listen: str | None, cpus: str | None, keepalive: int) -> None:
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
+def start_cmd(dir: str, listen: str | None, cpus: str | None, keepalive: int, metrics: str | None) -> None:
     """Start the instance server; returns once it answers.
 
-    Example: multisite server start /data/A --listen 127.0.0.1:7000 --cpus 0
+    Example: multisite server start /data/A --listen 127.0.0.1:7000 --cpus 0 --metrics 127.0.0.1:9100
     """
-    info = start_server(Path(dir), listen, cpus, keepalive)
+    info = start_server(Path(dir), listen, cpus, keepalive, metrics)
     console.print(f"instance server started: pid {info['pid']}, log {info['log']}"
                   + (f", clients on port {info['client_port']}" if info.get("client_port") else "")
+                  + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else "")
                   + (f", CPUs {','.join(map(str, info['cpus']))}" if cpus else ""))
 
 

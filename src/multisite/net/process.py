@@ -29,7 +29,8 @@ from .tls import parse_hostport
 SERVER_START_TIMEOUT_S = 60.0
 
 
-def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None) -> dict:
+def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None,
+                 metrics: str | None = None) -> dict:
     """Spawn the instance server for ``root`` and wait until it answers; returns its run info."""
     lay = Layout.existing(root)
     if control.is_running(lay.root):
@@ -40,10 +41,13 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None, keepal
         parse_hostport(listen)  # likewise
     if keepalive is not None:
         check_keepalive(keepalive)
+    if metrics:
+        parse_hostport(metrics)
     out = open(lay.log / "server.out", "ab")
     cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
     cmd += ["--cpus", cpus] if cpus else []
     cmd += ["--keepalive", str(keepalive)] if keepalive is not None else []
+    cmd += ["--metrics", metrics] if metrics else []
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S

@@ -62,8 +62,9 @@ def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
 
 
 class InstanceServer:
-    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S):
+    def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S, metrics: str | None = None):
         self.root = Path(root).absolute()
+        self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.listen = listen
         self.keepalive_s = keepalive_s
         self.log = logging.getLogger("multisite")
@@ -87,6 +88,13 @@ class InstanceServer:
         self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
+        if self.metrics_listen:  # before the client listener: it wraps the client operation
+            from .metrics import start_instance_metrics
+            try:
+                _m, self.metrics = await start_instance_metrics(self, self.metrics_listen)
+            except BaseException:
+                self.db.close()
+                raise
         cli_srv = None
         if self.listen:
             host, port = parse_hostport(self.listen)
@@ -114,7 +122,7 @@ class InstanceServer:
     def _write_runfile(self) -> None:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
                 "started": self.started_at, "log": str(self.root / "log" / "server.log"),
-                "cpus": sorted(os.sched_getaffinity(0))}
+                "cpus": sorted(os.sched_getaffinity(0)), "metrics_port": self.metrics.port if self.metrics else None}
         (self.root / "run" / "server.json").write_text(json.dumps(info))
 
     async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
@@ -125,6 +133,8 @@ class InstanceServer:
             await self.receiver.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
         ctl.close()
+        if self.metrics:
+            await self.metrics.close()
         if cli_srv:
             await asyncio.get_running_loop().run_in_executor(None, cli_srv.close)  # transactions in flight end first
         self.db.close()
@@ -201,7 +211,8 @@ class InstanceServer:
                 "sources": {n: s.status() for n, s in self.sources.items()},
                 "receiver": self.receiver.status() if self.receiver else None,
                 "update": self.update.status(), "log": str(self.root / "log" / "server.log"),
-                "streams": self._si_streams()}
+                "streams": self._si_streams(),
+                "metrics": f"{self.metrics_listen.rsplit(':', 1)[0]}:{self.metrics.port}" if self.metrics else None}
 
     def _si_streams(self) -> dict[str, dict]:
         """A supplementary instance's SI streams (1..15): source group, root primary, last stream seqno."""
@@ -458,6 +469,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--listen", default=None)
     ap.add_argument("--cpus", default=None)
     ap.add_argument("--keepalive", type=int, default=KEEPALIVE_S)
+    ap.add_argument("--metrics", default=None)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -469,7 +481,7 @@ def main(argv: list[str] | None = None) -> None:
             # Before any thread starts, so that every thread of the server inherits it (see affinity).
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
-        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive)).run())
+        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), a.metrics).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,297 @@
+"""Prometheus metrics of a server process: ``/metrics`` in the text format, through prometheus-client.
+
+Why a custom Collector: nearly everything an operator wants (seqnos, backlogs, pool fill, connects,
+fsyncs) is already counted by the components for ``status --json``. ``InstanceCollector`` reads those
+same fields when Prometheus scrapes, so the commit path pays nothing for them and ``/metrics`` can
+never disagree with ``status --json``. Only what status does not keep is observed as it happens:
+
+- the commit latency histogram and client errors by code, by wrapping the instance server's client
+  operation (one ``perf_counter`` pair and one histogram observe per request);
+- the lag histogram, sampled once per ``LAG_SAMPLE_INTERVAL_S`` per link by a task of the server's
+  event loop (a histogram of sampled lags: Prometheus' ``histogram_quantile`` over it gives the lag
+  the links had most of the time).
+
+Each process has its own ``CollectorRegistry`` (never the global one: tests run several servers in
+one interpreter). The endpoint is an aiohttp site on the process's own event loop, so a scrape reads
+the components' fields on the loop that changes them (as ``ctl_status`` does), never from a thread.
+
+Names follow Prometheus conventions: ``multisite_`` prefix, base units (seconds, bytes), ``_total``
+for counters; a link is labelled by ``secondary`` on the source side and ``source`` on the receiver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from ..errors import ConfigError, MultisiteError
+from .tls import parse_hostport
+
+LAG_SAMPLE_INTERVAL_S = 1.0
+# Buckets in seconds: commits from tens of microseconds (group/none) to a slow disk's fsync.
+COMMIT_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+SOURCE_STATES = ("passive", "starting", "connecting", "handshake", "streaming", "xoff", "lost", "error", "stopped")
+
+_log = logging.getLogger("multisite.metrics")
+
+
+def gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    # prometheus-client adds ``_total`` to a counter family's samples: ``name`` is given without it.
+    return CounterMetricFamily(name.removesuffix("_total"), doc, labels=list(labels))
+
+
+def source_backlog_bytes(src: Any) -> int:
+    """Bytes of the journal frames a source's secondary has not confirmed: summed over the frames the
+    journal pool holds; for older seqnos (read from the journal files) the pool's mean frame size times
+    their count, an estimate (the pool is the recent past, which is where a backlog usually is)."""
+    pool, first = src.pool, src.last_confirmed + 1
+    last = src.db.seqno
+    if first > last:
+        return 0
+    frames = pool.read(max(first, pool.first_seqno), 1 << 62) or []
+    held = sum(map(len, frames))
+    older = max(0, min(last, pool.first_seqno - 1) - first + 1)
+    if older:
+        n = max(1, pool.last_seqno - pool.first_seqno + 1)
+        held += older * (pool.bytes // n if pool.bytes else 0)
+    return held
+
+
+class InstanceCollector(Collector):
+    """Reads an ``InstanceServer``'s components when Prometheus scrapes (see the module doc)."""
+
+    def __init__(self, server: Any):
+        self.server = server
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.server
+        db = s.db
+        inst = [db.name]
+        info = gauge("multisite_instance_info", "The instance this server owns: name, role, group, durability",
+                     ["instance", "role", "group", "durability"])
+        info.add_metric([db.name, db.info.role, str(db.info.group or ""), db.durability.value], 1)
+        yield info
+        g = gauge("multisite_instance_seqno", "Last committed (or applied) seqno of the instance", ["instance"])
+        g.add_metric(inst, db.seqno)
+        yield g
+        up = gauge("multisite_server_start_time_seconds", "Unix time the instance server started", ["instance"])
+        up.add_metric(inst, s.started_at)
+        yield up
+        clients = gauge("multisite_clients", "Client connections open now", ["instance"])
+        clients.add_metric(inst, s.clients.connections if s.clients else 0)
+        yield clients
+
+        pool = s.pool
+        jb = gauge("multisite_journal_pool_bytes", "Bytes of journal frames held in the journal pool", ["instance"])
+        jb.add_metric(inst, pool.bytes)
+        jc = gauge("multisite_journal_pool_capacity_bytes", "Capacity of the journal pool", ["instance"])
+        jc.add_metric(inst, pool.capacity_bytes)
+        jf = gauge("multisite_journal_pool_first_seqno", "Oldest seqno the journal pool holds", ["instance"])
+        jf.add_metric(inst, pool.first_seqno)
+        committed = counter("multisite_journal_transactions_total",
+                            "Transactions journaled (committed here or applied from a source) since the server "
+                            "started", ["instance"])
+        committed.add_metric(inst, pool.appended)
+        ev = counter("multisite_journal_pool_evicted_total", "Frames evicted from the journal pool (secondaries "
+                     "behind them read the journal files)", ["instance"])
+        ev.add_metric(inst, pool.evicted)
+        fs = counter("multisite_journal_fsyncs_total", "fsyncs of the journal since the instance was opened",
+                     ["instance"])
+        fsyncs = db.journal.fsyncs
+        fs.add_metric(inst, fsyncs)
+        cpf = gauge("multisite_journal_commits_per_fsync", "Transactions journaled per fsync since the server "
+                    "started (group commit's batching; 0 with durability none)", ["instance"])
+        cpf.add_metric(inst, pool.appended / fsyncs if fsyncs else 0.0)
+        yield from (jb, jc, jf, committed, ev, fs, cpf)
+
+        yield from self._sources(db.name)
+        yield from self._receiver(db.name)
+
+    def _sources(self, name: str) -> Iterable[Metric]:
+        labels = ["instance", "secondary"]
+        fams = {
+            "state": gauge("multisite_source_state", "1 for the state a Source Server is in", labels + ["state"]),
+            "up": gauge("multisite_source_connected", "1 while the Source Server streams (or is held by XOFF)",
+                        labels),
+            "sent": gauge("multisite_source_last_sent_seqno", "Last seqno sent to the secondary", labels),
+            "conf": gauge("multisite_source_last_confirmed_seqno", "Last seqno the secondary confirmed applied",
+                          labels),
+            "bl": gauge("multisite_source_backlog_transactions", "Transactions the secondary has not confirmed",
+                        labels),
+            "blb": gauge("multisite_source_backlog_bytes", "Bytes of journal frames the secondary has not "
+                         "confirmed (frames older than the journal pool estimated at the pool's mean size)",
+                         labels),
+            "lag": gauge("multisite_source_lag_seconds", "Age of the oldest transaction the secondary has not "
+                         "applied (0 when caught up)", labels),
+            "rtt": gauge("multisite_source_rtt_seconds", "Round trip of the last heartbeat", labels),
+            "rec": counter("multisite_source_sent_transactions_total", "Transactions sent to the secondary "
+                           "(the send rate is its rate())", labels),
+            "conn": counter("multisite_source_connects_total", "Connections made to the secondary (each one "
+                            "after the first is a reconnect)", labels),
+            "files": counter("multisite_source_file_reads_total", "Reads of the journal files (the secondary was "
+                             "behind the journal pool)", labels),
+            "xoff": counter("multisite_source_xoff_seconds_total", "Seconds the Source Server was held by XOFF",
+                            labels),
+        }
+        now = time.monotonic()
+        for sec, src in list(self.server.sources.items()):
+            lv = [name, sec]
+            for st in SOURCE_STATES:
+                fams["state"].add_metric(lv + [st], 1 if src.state == st else 0)
+            fams["up"].add_metric(lv, 1 if src.state in ("streaming", "xoff") else 0)
+            fams["sent"].add_metric(lv, src.last_sent)
+            fams["conf"].add_metric(lv, src.last_confirmed)
+            fams["bl"].add_metric(lv, src.backlog)
+            fams["blb"].add_metric(lv, source_backlog_bytes(src))
+            fams["lag"].add_metric(lv, src.lag_s())
+            fams["rtt"].add_metric(lv, src._rtt_s)
+            fams["rec"].add_metric(lv, src.sent_records)
+            fams["conn"].add_metric(lv, src.connects)
+            fams["files"].add_metric(lv, src.file_reads)
+            xoff = getattr(src, "xoff_s", 0.0)
+            since = getattr(src, "xoff_since", None)  # left set by a session that ended in XOFF: state tells
+            fams["xoff"].add_metric(lv, xoff + (now - since if since is not None and src.state == "xoff" else 0.0))
+        yield from fams.values()
+
+    def _receiver(self, name: str) -> Iterable[Metric]:
+        s = self.server
+        inst = [name]
+        rp = s.receive_pool
+        pb = gauge("multisite_receive_pool_bytes", "Bytes of received transactions waiting for the Update Process",
+                   ["instance"])
+        pb.add_metric(inst, rp.bytes)
+        ph = gauge("multisite_receive_pool_high_bytes", "Receive pool fill at which the receiver sends XOFF",
+                   ["instance"])
+        ph.add_metric(inst, rp.high_bytes)
+        pt = gauge("multisite_receive_pool_transactions", "Received transactions waiting for the Update Process",
+                   ["instance"])
+        pt.add_metric(inst, len(rp))
+        upd = s.update
+        ua = counter("multisite_update_applied_transactions_total", "Transactions the Update Process applied "
+                     "(the apply rate is its rate())", ["instance"])
+        ua.add_metric(inst, upd.applied)
+        ur = gauge("multisite_update_running", "1 while the Update Process runs", ["instance"])
+        ur.add_metric(inst, 1 if upd.running else 0)
+        yield from (pb, ph, pt, ua, ur)
+        r = s.receiver
+        if r is None:
+            return
+        lv = [name, r.peer or ""]
+        labels = ["instance", "source"]
+        up = gauge("multisite_receiver_connected", "1 while a Source Server is connected", labels)
+        up.add_metric(lv, 1 if r.state in ("handshake", "receiving") else 0)
+        rs = gauge("multisite_receiver_received_seqno", "Last seqno received", labels)
+        rs.add_metric(lv, r.pool.received_seqno)
+        rr = counter("multisite_receiver_received_transactions_total", "Transactions received", labels)
+        rr.add_metric(lv, r.received_records)
+        rc = counter("multisite_receiver_connections_total", "Connections from sources", labels)
+        rc.add_metric(lv, r.connections)
+        rf = counter("multisite_receiver_refusals_total", "Connections refused (wrong name, history)", labels)
+        rf.add_metric(lv, r.refusals)
+        rx = counter("multisite_receiver_xoffs_total", "XOFFs sent to the source (receive pool full)", labels)
+        rx.add_metric(lv, r.xoffs)
+        yield from (up, rs, rr, rc, rf, rx)
+
+
+class InstanceMetrics:
+    """The metrics of one instance server: its registry, the observed histograms, and the wrap of the
+    client operation that feeds them."""
+
+    def __init__(self, server: Any):
+        self.server = server
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(InstanceCollector(server))
+        self.commit_seconds = Histogram("multisite_commit_seconds", "Latency of a client commit in the server "
+                                        "(from request to durable per the durability mode)", ["instance"],
+                                        buckets=COMMIT_BUCKETS_S, registry=self.registry)
+        self.lag_seconds = Histogram("multisite_source_lag_sampled_seconds", "Link lag sampled every "
+                                     f"{LAG_SAMPLE_INTERVAL_S:g} s", ["instance", "secondary"],
+                                     buckets=LAG_BUCKETS_S, registry=self.registry)
+        self.errors = Counter("multisite_client_errors", "Client requests answered with an error, by code",
+                              ["instance", "code"], registry=self.registry)
+        self._commit = self.commit_seconds.labels(server.db.name)
+
+    def wrap_client_op(self, op: Callable[[str, dict], Any]) -> Callable[[str, dict], Any]:
+        """``op`` timed (commits) and counted (errors by code)."""
+        commit, errors, name, clock = self._commit, self.errors, self.server.db.name, time.perf_counter
+
+        def timed(kind: str, a: dict) -> Any:
+            t0 = clock()
+            try:
+                r = op(kind, a)
+            except MultisiteError as e:
+                errors.labels(name, e.code).inc()
+                raise
+            if kind == "commit":
+                commit.observe(clock() - t0)
+            return r
+        return timed
+
+    async def sample_lag(self) -> None:
+        name = self.server.db.name
+        while True:
+            for sec, src in list(self.server.sources.items()):
+                self.lag_seconds.labels(name, sec).observe(src.lag_s())
+            await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
+
+
+class MetricsEndpoint:
+    """``/metrics`` of ``registry`` served on ``listen`` (HOST:PORT, port 0 for a free one) by aiohttp on
+    the running event loop."""
+
+    def __init__(self, registry: CollectorRegistry, listen: str, log: logging.Logger = _log):
+        self.registry, self.listen, self.log = registry, listen, log
+        self.port: int | None = None
+        self._runner = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self, *background: Any) -> "MetricsEndpoint":
+        from aiohttp import web
+
+        host, port = parse_hostport(self.listen)
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as e:
+            await self._runner.cleanup()
+            raise ConfigError(f"cannot serve metrics on {self.listen}: {e.strerror or e}") from None
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._tasks = [asyncio.get_running_loop().create_task(c) for c in background]
+        self.log.info("metrics served on http://%s:%d/metrics", host, self.port)
+        return self
+
+    async def _metrics(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+async def start_instance_metrics(server: Any, listen: str) -> tuple[InstanceMetrics, MetricsEndpoint]:
+    """The hook of ``InstanceServer.run``: metrics for ``server``, its client operation wrapped (call
+    before the client listener is made), served on ``listen``."""
+    m = InstanceMetrics(server)
+    server._client_op = m.wrap_client_op(server._client_op)
+    ep = await MetricsEndpoint(m.registry, listen, server.log).start(m.sample_lag())
+    return m, ep

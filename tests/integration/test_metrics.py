@@ -1,0 +1,123 @@
+"""/metrics of real instance servers: parsed with prometheus-client's own text parser, and every value
+checked against the same server's ``status --json`` (control ``status``) taken at the same quiet moment."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from multisite.errors import RegionNotFound
+from multisite.testing.checks import wait_until
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample of /metrics as {(sample name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=")
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def one(samples: dict, name: str, **labels) -> float:
+    want = tuple(sorted(labels.items()))
+    hits = [v for (n, lab), v in samples.items() if n == name and all(x in lab for x in want)]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+def test_metrics_match_status_on_a_primary_and_its_secondary(cluster):
+    a = cluster.instance("A", start=False).start(metrics=True)
+    b = cluster.instance("B", start=False).start(metrics=True)
+    cluster.link(a, b)
+    n = 40
+    with a.client() as db:
+        db.create_region("acct")
+        for i in range(n):
+            db.set("acct", ("k", i), i)
+        with pytest.raises(RegionNotFound):
+            db.get("nowhere", ("k",))
+    cluster.wait_caught_up(a, b)
+    wait_until(lambda: a.status()["sources"]["B"]["last_confirmed"] == a.seqno(), timeout_s=10)
+
+    st, m = a.status(), scrape(a.metrics_port)
+    assert st["metrics"].endswith(f":{a.metrics_port}")
+    inst = {"instance": "A"}
+    assert one(m, "multisite_instance_seqno", **inst) == st["seqno"] == n
+    assert one(m, "multisite_instance_info", **inst, role="primary") == 1
+    assert one(m, "multisite_journal_pool_bytes", **inst) == st["pool"]["bytes"]
+    assert one(m, "multisite_journal_pool_capacity_bytes", **inst) == st["pool"]["capacity_bytes"]
+    assert one(m, "multisite_journal_transactions_total", **inst) == n
+    assert one(m, "multisite_journal_fsyncs_total", **inst) >= 1
+    assert one(m, "multisite_journal_commits_per_fsync", **inst) > 0
+    s = st["sources"]["B"]
+    link = {"instance": "A", "secondary": "B"}
+    assert one(m, "multisite_source_last_confirmed_seqno", **link) == s["last_confirmed"] == n
+    assert one(m, "multisite_source_last_sent_seqno", **link) == s["last_sent"]
+    assert one(m, "multisite_source_backlog_transactions", **link) == s["backlog"] == 0
+    assert one(m, "multisite_source_backlog_bytes", **link) == 0
+    assert one(m, "multisite_source_sent_transactions_total", **link) == s["sent_records"]
+    assert one(m, "multisite_source_connects_total", **link) == s["connects"] == 1
+    assert one(m, "multisite_source_state", **link, state="streaming") == 1
+    assert one(m, "multisite_source_connected", **link) == 1
+    assert one(m, "multisite_source_lag_seconds", **link) == s["lag_s"] == 0
+    assert one(m, "multisite_source_xoff_seconds_total", **link) == 0
+    # Observed as they happen: one commit per set plus create_region, and the error by its code.
+    assert one(m, "multisite_commit_seconds_count", **inst) == n
+    assert one(m, "multisite_commit_seconds_bucket", **inst, le="+Inf") == n
+    assert 0 < one(m, "multisite_commit_seconds_sum", **inst) < n * 5
+    assert one(m, "multisite_client_errors_total", **inst, code="REGION_NOT_FOUND") == 1
+    sampled = ("multisite_source_lag_sampled_seconds_count", (("instance", "A"), ("secondary", "B")))
+    wait_until(lambda: scrape(a.metrics_port).get(sampled, 0) >= 1, timeout_s=5)
+
+    st, m = b.status(), scrape(b.metrics_port)
+    r = st["receiver"]
+    binst = {"instance": "B"}
+    assert one(m, "multisite_instance_info", **binst, role="secondary") == 1
+    assert one(m, "multisite_instance_seqno", **binst) == st["seqno"] == n
+    assert one(m, "multisite_receiver_received_seqno", **binst, source="A") == r["received_seqno"]
+    assert one(m, "multisite_receiver_received_transactions_total", **binst) == r["received_records"] == n
+    assert one(m, "multisite_receiver_connections_total", **binst) == r["connections"]
+    assert one(m, "multisite_receiver_refusals_total", **binst) == r["refusals"]
+    assert one(m, "multisite_receiver_xoffs_total", **binst) == r["xoffs"]
+    assert one(m, "multisite_receiver_connected", **binst) == 1
+    assert one(m, "multisite_update_applied_transactions_total", **binst) == st["update"]["applied"] == n
+    assert one(m, "multisite_update_running", **binst) == 1
+    assert one(m, "multisite_receive_pool_transactions", **binst) == len([]) == r["backlog"]
+    assert one(m, "multisite_receive_pool_high_bytes", **binst) > 0
+
+
+def test_backlog_metrics_follow_a_stopped_secondary(cluster):
+    """With the secondary's server gone, the backlog grows in transactions and in bytes, and the link
+    leaves the streaming state."""
+    a = cluster.instance("A", start=False).start(metrics=True)
+    b = cluster.instance("B")
+    cluster.link(a, b)
+    with a.client() as db:
+        db.create_region("acct")
+    cluster.wait_caught_up(a, b)
+    b.kill()
+    with a.client() as db:
+        for i in range(25):
+            db.set("acct", ("k", i), "x" * 100)
+    link = {"instance": "A", "secondary": "B"}
+    wait_until(lambda: one(scrape(a.metrics_port), "multisite_source_connected", **link) == 0, timeout_s=15)
+    m, s = scrape(a.metrics_port), a.status()["sources"]["B"]
+    assert one(m, "multisite_source_backlog_transactions", **link) == s["backlog"] >= 25
+    assert one(m, "multisite_source_backlog_bytes", **link) > 25 * 100
+    assert one(m, "multisite_source_lag_seconds", **link) > 0
+
+
+def test_metrics_address_taken_is_a_clear_error(cluster, tmp_path):
+    from multisite.errors import ServerError
+    from multisite.net.process import start_server
+
+    a = cluster.instance("A", start=False).start(metrics=True)
+    b = cluster.instance("B", start=False)
+    with pytest.raises(ServerError, match=f"cannot serve metrics on 127.0.0.1:{a.metrics_port}"):
+        start_server(b.root, None, metrics=f"127.0.0.1:{a.metrics_port}")
