@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from array import array
+from bisect import bisect_left
 from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -52,28 +55,68 @@ def counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFam
     return CounterMetricFamily(name.removesuffix("_total"), doc, labels=list(labels))
 
 
-def source_backlog_bytes(src: Any) -> int:
-    """Bytes of the journal frames a source's secondary has not confirmed: summed over the frames the
-    journal pool holds; for older seqnos (read from the journal files) the pool's mean frame size times
-    their count, an estimate (the pool is the recent past, which is where a backlog usually is)."""
-    pool, first = src.pool, src.last_confirmed + 1
-    last = src.db.seqno
-    if first > last:
-        return 0
-    frames = pool.read(max(first, pool.first_seqno), 1 << 62) or []
-    held = sum(map(len, frames))
-    older = max(0, min(last, pool.first_seqno - 1) - first + 1)
-    if older:
-        n = max(1, pool.last_seqno - pool.first_seqno + 1)
-        held += older * (pool.bytes // n if pool.bytes else 0)
-    return held
+class JournalBytes:
+    """Cumulative bytes of the journal frames committed since the server started, per commit batch:
+    a commit listener appends (last seqno, bytes so far) for each batch, so the bytes between two seqnos
+    is two bisects, however many links ask. Exact at batch boundaries, interpolated inside a batch (a
+    group commit's batch is a few frames); older than the server (or than the ``MAX_BATCHES`` kept), the
+    mean frame size of what is kept times the count (an estimate, said so in the metric's help)."""
+
+    MAX_BATCHES = 1 << 20
+
+    def __init__(self, seqno: int):
+        self._lock = threading.Lock()  # commits append from client threads; a scrape reads on the loop
+        self.reset(seqno)
+
+    def reset(self, seqno: int) -> None:
+        """Start over after ``seqno`` (server start, a rollback: listeners are called with the seqno)."""
+        with self._lock:
+            self.ends, self.cum = array("q", [seqno]), array("q", [0])
+
+    def on_commit(self, first_seqno: int, frames: list[bytes]) -> None:
+        size = sum(map(len, frames))
+        with self._lock:
+            if first_seqno != self.ends[-1] + 1:
+                self.ends, self.cum = array("q", [first_seqno - 1]), array("q", [0])
+            self.ends.append(first_seqno + len(frames) - 1)
+            self.cum.append(self.cum[-1] + size)
+            if len(self.ends) > 2 * self.MAX_BATCHES:
+                del self.ends[: self.MAX_BATCHES]
+                del self.cum[: self.MAX_BATCHES]
+
+    def _at(self, seqno: int) -> float:
+        """Bytes committed up to and including ``seqno`` (>= the first kept)."""
+        ends, cum = self.ends, self.cum
+        i = bisect_left(ends, seqno)
+        if i >= len(ends):
+            return cum[-1]
+        if ends[i] == seqno or i == 0:
+            return cum[i]
+        lo, hi = ends[i - 1], ends[i]  # seqno inside batch i: interpolate
+        return cum[i - 1] + (cum[i] - cum[i - 1]) * (seqno - lo) / (hi - lo)
+
+    def between(self, after: int, last: int) -> int:
+        """Bytes of seqnos ``after+1 .. last``."""
+        if last <= after:
+            return 0
+        with self._lock:
+            return self._between(after, last)
+
+    def _between(self, after: int, last: int) -> int:
+        first_kept = self.ends[0]
+        known = self._at(last) - self._at(max(after, first_kept))
+        older = max(0, min(last, first_kept) - after)
+        if older:
+            n = self.ends[-1] - first_kept
+            known += older * (self.cum[-1] / n if n else 0)
+        return int(known)
 
 
 class InstanceCollector(Collector):
     """Reads an ``InstanceServer``'s components when Prometheus scrapes (see the module doc)."""
 
-    def __init__(self, server: Any):
-        self.server = server
+    def __init__(self, server: Any, journal_bytes: JournalBytes):
+        self.server, self.journal_bytes = server, journal_bytes
 
     def collect(self) -> Iterable[Metric]:
         s = self.server
@@ -131,7 +174,7 @@ class InstanceCollector(Collector):
             "bl": gauge("multisite_source_backlog_transactions", "Transactions the secondary has not confirmed",
                         labels),
             "blb": gauge("multisite_source_backlog_bytes", "Bytes of journal frames the secondary has not "
-                         "confirmed (frames older than the journal pool estimated at the pool's mean size)",
+                         "confirmed (frames older than the server estimated at the mean frame size)",
                          labels),
             "lag": gauge("multisite_source_lag_seconds", "Age of the oldest transaction the secondary has not "
                          "applied (0 when caught up)", labels),
@@ -154,7 +197,7 @@ class InstanceCollector(Collector):
             fams["sent"].add_metric(lv, src.last_sent)
             fams["conf"].add_metric(lv, src.last_confirmed)
             fams["bl"].add_metric(lv, src.backlog)
-            fams["blb"].add_metric(lv, source_backlog_bytes(src))
+            fams["blb"].add_metric(lv, self.journal_bytes.between(src.last_confirmed, src.db.seqno))
             fams["lag"].add_metric(lv, src.lag_s())
             fams["rtt"].add_metric(lv, src._rtt_s)
             fams["rec"].add_metric(lv, src.sent_records)
@@ -212,7 +255,10 @@ class InstanceMetrics:
     def __init__(self, server: Any):
         self.server = server
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(InstanceCollector(server))
+        self.journal_bytes = JournalBytes(server.db.seqno)
+        server.db.commit_listeners.append(self.journal_bytes.on_commit)
+        server.db.rollback_listeners.append(self.journal_bytes.reset)
+        self.registry.register(InstanceCollector(server, self.journal_bytes))
         self.commit_seconds = Histogram("multisite_commit_seconds", "Latency of a client commit in the server "
                                         "(from request to durable per the durability mode)", ["instance"],
                                         buckets=COMMIT_BUCKETS_S, registry=self.registry)
