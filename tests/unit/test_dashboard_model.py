@@ -71,12 +71,11 @@ def test_access_is_loopback_or_token():
 
 def test_status_from_metrics_text():
     text = """# TYPE multisite_instance_info gauge
-multisite_instance_info{instance="A",role="primary",group="",durability="group"} 1.0
-multisite_instance_seqno{instance="A"} 42.0
-multisite_source_state{instance="A",secondary="B",state="streaming"} 1.0
-multisite_source_state{instance="A",secondary="B",state="xoff"} 0.0
-multisite_source_backlog_transactions{instance="A",secondary="B"} 3.0
-multisite_source_lag_seconds{instance="A",secondary="B"} 0.25
+multisite_instance_info{name="A",role="primary",group="",durability="group"} 1.0
+multisite_instance_seqno 42.0
+multisite_source_info{secondary="B",state="streaming",mode="active"} 1.0
+multisite_source_backlog_transactions{secondary="B"} 3.0
+multisite_source_lag_seconds{secondary="B"} 0.25
 """
     st = model.status_from_metrics((s.name, s.labels, s.value) for f in text_string_to_metric_families(text)
                                    for s in f.samples)

@@ -135,15 +135,13 @@ def status_from_metrics(samples: Iterable[tuple[str, dict[str, str], float]]) ->
     sources: dict[str, dict[str, Any]] = st["sources"]
     for name, labels, value in samples:
         if name == "multisite_instance_info":
-            st.update(name=labels.get("instance"), role=labels.get("role"), durability=labels.get("durability"))
+            st.update(name=labels.get("name"), role=labels.get("role"), durability=labels.get("durability"))
         elif name == "multisite_instance_seqno":
             st["seqno"] = int(value)
         elif name.startswith("multisite_source_") and "secondary" in labels:
             s = sources.setdefault(labels["secondary"], {"state": "connecting", "mode": "active"})
-            if name == "multisite_source_state" and value == 1:
-                s["state"] = labels["state"]
-                if labels["state"] == "passive":
-                    s["mode"] = "passive"
+            if name == "multisite_source_info":
+                s["state"], s["mode"] = labels.get("state", "connecting"), labels.get("mode", "active")
             elif name == "multisite_source_backlog_transactions":
                 s["backlog"] = int(value)
             elif name == "multisite_source_lag_seconds":
