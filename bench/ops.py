@@ -127,6 +127,7 @@ def scrape_times(work: Path, links: int, scrapes: int) -> dict:
     url = f"http://127.0.0.1:{info['metrics_port']}/metrics"
     try:
         empty = timed(lambda: get(url), scrapes)
+        empty_server = server_cost(url, scrapes)
         for k in range(links):  # a closed port: each link stays connecting, its backlog kept
             control.call(root, "source.start", secondary=f"S{k:03d}", connect="127.0.0.1:9",
                          heartbeat_interval_s=1.0, heartbeat_timeout_s=5.0)
@@ -137,11 +138,28 @@ def scrape_times(work: Path, links: int, scrapes: int) -> dict:
         body = get(url)
         samples = body.count(b"\n") - body.count(b"\n#")
         full = timed(lambda: get(url), scrapes)
+        full_server = server_cost(url, scrapes)
         status = timed(lambda: control.call(root, "status"), scrapes)
-        return {"empty": empty, "full": full, "status": status, "bytes": len(body), "samples": samples}
+        return {"empty": empty, "full": full, "status": status, "bytes": len(body), "samples": samples,
+                "empty_server": empty_server, "full_server": full_server}
     finally:
         stop_server(root, 10)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def server_cost(url: str, n: int) -> dict:
+    """The server's own figure for each scrape (multisite_metrics_generate_*seconds: the previous scrape)."""
+    wall, cpu = [], []
+    for _ in range(n + 1):
+        body = get(url).decode()
+        for line in body.splitlines():
+            if line.startswith("multisite_metrics_generate_seconds "):
+                wall.append(float(line.split()[1]))
+            elif line.startswith("multisite_metrics_generate_cpu_seconds "):
+                cpu.append(float(line.split()[1]))
+    wall, cpu = sorted(wall[1:]), sorted(cpu[1:])  # the first tells of a scrape before these
+    return {"wall_median_ms": statistics.median(wall) * 1e3, "cpu_median_ms": statistics.median(cpu) * 1e3,
+            "wall_p90_ms": wall[int(0.9 * (len(wall) - 1))] * 1e3}
 
 
 def timed(fn, n: int) -> dict:
@@ -195,6 +213,8 @@ def main() -> None:
                      ("status", f"control status, {LINKS} links")):
         t.add_row(label, f"{sc[k]['median_ms']:.2f}", f"{sc[k]['p90_ms']:.2f}", f"{sc[k]['max_ms']:.2f}")
     console.print(t)
+    for k in ("empty_server", "full_server"):
+        console.print(f"server side, {k}: " + ", ".join(f"{n} {v:.2f}" for n, v in sc[k].items()))
     console.print(f"load average {load0[0]:.1f} before, {load_mid[0]:.1f} after the commit rounds, {load1[0]:.1f} at the end")
     spread = {w: [x for _, ww, x in per_round if ww == w] for w in (False, True)}
     if a.quick:
@@ -235,7 +255,12 @@ links, and its control `status` (what `status --json` reads) with the {LINKS} li
 | scrape, {LINKS} links | {sc['full']['median_ms']:.2f} | {sc['full']['p90_ms']:.2f} | {sc['full']['max_ms']:.2f} |
 | control `status`, {LINKS} links | {sc['status']['median_ms']:.2f} | {sc['status']['p90_ms']:.2f} | {sc['status']['max_ms']:.2f} |
 
-Target: a scrape under 10 ms with {LINKS} links (median): {ok_s}; ratio to `status` {sc['full']['median_ms'] / sc['status']['median_ms']:.2f}x.
+In the server (its own `multisite_metrics_generate_seconds` and `_cpu_seconds`, median over the same number of
+scrapes): with no links {sc['empty_server']['wall_median_ms']:.2f} ms wall, {sc['empty_server']['cpu_median_ms']:.2f} ms CPU;
+with {LINKS} links {sc['full_server']['wall_median_ms']:.2f} ms wall (p90 {sc['full_server']['wall_p90_ms']:.2f}), {sc['full_server']['cpu_median_ms']:.2f} ms CPU.
+
+Target: a scrape under 10 ms with {LINKS} links (median, as the scraper sees it): {ok_s}; ratio to `status`
+{sc['full']['median_ms'] / sc['status']['median_ms']:.2f}x.
 
 Reproduce: `make bench-ops` or `PYTHONPATH=src .venv/bin/python bench/ops.py` (`--quick`: short, prints only).
 {markers('ops.py')[1]}

@@ -291,6 +291,8 @@ class MetricsEndpoint:
         self.port: int | None = None
         self._runner = None
         self._tasks: list[asyncio.Task] = []
+        self.last_generate_s = self.last_generate_cpu_s = 0.0
+        registry.register(_ScrapeCost(self))
 
     async def start(self, *background: Any) -> "MetricsEndpoint":
         from aiohttp import web
@@ -314,7 +316,25 @@ class MetricsEndpoint:
     async def _metrics(self, request: Any) -> Any:
         from aiohttp import web
 
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        t0, c0 = time.perf_counter(), time.thread_time()
+        body = generate_latest(self.registry)
+        self.last_generate_s, self.last_generate_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _ScrapeCost(Collector):
+    """What the previous scrape cost the server (wall and CPU time to collect and format)."""
+
+    def __init__(self, ep: MetricsEndpoint):
+        self.ep = ep
+
+    def collect(self) -> Iterable[Metric]:
+        g = gauge("multisite_metrics_generate_seconds", "Time the previous /metrics took to collect and format")
+        g.add_metric([], self.ep.last_generate_s)
+        c = gauge("multisite_metrics_generate_cpu_seconds", "CPU time of this process's thread for the previous "
+                  "/metrics (less sensitive than wall time to other processes on the machine)")
+        c.add_metric([], self.ep.last_generate_cpu_s)
+        yield from (g, c)
 
     async def close(self) -> None:
         for t in self._tasks:
