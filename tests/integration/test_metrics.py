@@ -120,3 +120,28 @@ def test_metrics_address_taken_is_a_clear_error(cluster, tmp_path):
     b = cluster.instance("B", start=False)
     with pytest.raises(ServerError, match=f"cannot serve metrics on 127.0.0.1:{a.metrics_port}"):
         start_server(b.root, None, metrics=f"127.0.0.1:{a.metrics_port}")
+
+
+def test_docserver_metrics_match_its_status(tmp_path):
+    """A document server's /metrics (docserver start --metrics) against its status after a session."""
+    import json
+
+    from multisite.testing.docservers import DocCluster
+
+    with DocCluster(tmp_path, durability="none") as dc:
+        a = dc.server("A", ["P"])
+        b = dc.server("B", ["P"], replica_of=a, start=False)
+        b.options["start"] = {"metrics": "127.0.0.1:0"}
+        dc.start(b)
+        for i in range(3):
+            dc.call(a, "doc.create", db="P", form="F", fields={"n": i})
+        dc.replicate(b, a, "pull-only")  # B's Replicator runs the session
+        port = json.loads((b.home / "run" / "docserver.json").read_text())["metrics_port"]
+        m, st = scrape(port), dc.call(b, "status")
+        assert one(m, "multisite_docserver_info", name="B") == 1
+        assert one(m, "multisite_docserver_replicators") == st["replicators"] == 1
+        assert one(m, "multisite_docserver_sessions_total") == st["sessions_done"] == 1
+        assert one(m, "multisite_docserver_sessions_active") == len(st["active"]) == 0
+        assert one(m, "multisite_docserver_sessions_queued") == st["queued"] == 0
+        (d,) = st["databases"]
+        assert one(m, "multisite_docdb_changeno", title="P", replica_id=d["replica_id"]) == d["changeno"] >= 3

@@ -350,3 +350,36 @@ async def start_instance_metrics(server: Any, listen: str) -> tuple[InstanceMetr
     server._client_op = m.wrap_client_op(server._client_op)
     ep = await MetricsEndpoint(m.registry, listen, server.log).start(m.sample_lag())
     return m, ep
+
+
+class DocServerCollector(Collector):
+    """A document server's ``/metrics``: its Replicator workers, the sessions they ran, the queue of
+    connections waiting for one, and each database's change number (``status`` reads the same fields)."""
+
+    def __init__(self, server: Any):
+        self.server = server
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.server
+        info = gauge("multisite_docserver_info", "The document server: its name; always 1", ["name"])
+        info.add_metric([s.name], 1)
+        rep = gauge("multisite_docserver_replicators", "Replicator workers (sessions with that many servers at once)")
+        rep.add_metric([], s.replicators)
+        act = gauge("multisite_docserver_sessions_active", "Replication sessions running now")
+        act.add_metric([], len(s.active))
+        q = gauge("multisite_docserver_sessions_queued", "Replications waiting for a free Replicator")
+        q.add_metric([], s.queue.qsize())
+        done = counter("multisite_docserver_sessions_total", "Replication sessions this server initiated and ended")
+        done.add_metric([], s.sessions_done)
+        ch = gauge("multisite_docdb_changeno", "A database's last change number (the rate of changes is its deriv())",
+                   ["title", "replica_id"])
+        for rid, db in sorted(s.dbs.items()):
+            ch.add_metric([db.title, rid], db.changeno)
+        yield from (info, rep, act, q, done, ch)
+
+
+async def start_docserver_metrics(server: Any, listen: str) -> MetricsEndpoint:
+    """The hook of ``DocServer.run``: its ``/metrics`` on ``listen``."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(DocServerCollector(server))
+    return await MetricsEndpoint(reg, listen, server.log).start()
