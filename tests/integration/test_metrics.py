@@ -112,6 +112,18 @@ def test_backlog_metrics_follow_a_stopped_secondary(cluster):
     assert one(m, "multisite_source_lag_seconds", **link) > 0
 
 
+def test_a_server_with_metrics_stops_cleanly(cluster):
+    """The endpoint closes with the server, and the rest of the shutdown (clients, engine) still runs."""
+    a = cluster.instance("A", start=False).start(metrics=True)
+    port = a.metrics_port
+    assert scrape(port)
+    a.stop()
+    log = (a.root / "log" / "server.log").read_text()
+    assert "instance server stopped at seqno 0" in log and "Traceback" not in log
+    with pytest.raises(OSError):
+        scrape(port)
+
+
 def test_metrics_address_taken_is_a_clear_error(cluster, tmp_path):
     from multisite.errors import ServerError
     from multisite.net.process import start_server

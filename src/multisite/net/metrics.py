@@ -321,6 +321,12 @@ class MetricsEndpoint:
         self.last_generate_s, self.last_generate_cpu_s = time.perf_counter() - t0, time.thread_time() - c0
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
 
 class _ScrapeCost(Collector):
     """What the previous scrape cost the server (wall and CPU time to collect and format)."""
@@ -335,12 +341,6 @@ class _ScrapeCost(Collector):
                   "/metrics (less sensitive than wall time to other processes on the machine)")
         c.add_metric([], self.ep.last_generate_cpu_s)
         yield from (g, c)
-
-    async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 async def start_instance_metrics(server: Any, listen: str) -> tuple[InstanceMetrics, MetricsEndpoint]:
