@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup postgres browser demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader clean
+.PHONY: setup postgres browser demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-ops clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -68,6 +68,9 @@ bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psy
 
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)
+
+bench-ops: setup  # metrics + dashboard against the commit rate, and a /metrics scrape with 100 links (issue 17)
+	PYTHONPATH=src $(BIN)/python bench/ops.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -41,6 +41,7 @@ import multisite
 from multisite.net import control
 from multisite.net.process import start_server, stop_server
 from results import git_state, markers, write_section
+from server import commit_load
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = 16
@@ -68,7 +69,7 @@ def commit_round(work: Path, with_ops: bool, seconds: float) -> tuple[int, float
     ia = start_server(a, "127.0.0.1:0", metrics=m)
     ib = start_server(b, "127.0.0.1:0", metrics=m)
     dash = None
-    stop, counts, side = threading.Event(), [0] * CLIENTS, [0]
+    stop, side = threading.Event(), [0]
     try:
         rcv = control.call(b, "receiver.start", listen="127.0.0.1:0")
         control.call(a, "source.start", secondary="B", connect=rcv["listen"])
@@ -92,23 +93,7 @@ def commit_round(work: Path, with_ops: bool, seconds: float) -> tuple[int, float
             pollers = [threading.Thread(target=scraper, args=(urls, SCRAPE_S)),
                        threading.Thread(target=scraper, args=([durl + "/api/state", durl + "/api/series"], 1.0))]
 
-        def client(t: int) -> None:
-            db, i = multisite.connect(addr), t * 10**9
-            while not stop.is_set():
-                db.set("acct", ("k", i), {"n": i})
-                i += 1
-                counts[t] += 1
-
-        ths = [threading.Thread(target=client, args=(t,)) for t in range(CLIENTS)] + pollers
-        for th in ths:
-            th.start()
-        time.sleep(1.0)
-        n0, t0 = sum(counts), time.perf_counter()
-        time.sleep(seconds)
-        n, dt = sum(counts) - n0, time.perf_counter() - t0
-        stop.set()
-        for th in ths:
-            th.join()
+        n, dt = commit_load(addr, seconds, CLIENTS, pollers, stop)
         return n, dt, side[0]
     finally:
         stop.set()

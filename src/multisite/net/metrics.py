@@ -56,6 +56,14 @@ def counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFam
     return CounterMetricFamily(name.removesuffix("_total"), doc, labels=list(labels))
 
 
+def scalars(*rows: tuple[Callable[..., Metric], str, str, float]) -> Iterable[Metric]:
+    """Families of one unlabelled sample each, from ``(gauge or counter, name, help, value)`` rows."""
+    for kind, name, doc, value in rows:
+        fam = kind(name, doc)
+        fam.add_metric([], value)
+        yield fam
+
+
 class JournalBytes:
     """Cumulative bytes of the journal frames committed since the server started, per commit batch:
     a commit listener appends (last seqno, bytes so far) for each batch, so the bytes between two seqnos
@@ -128,38 +136,21 @@ class InstanceCollector(Collector):
                      ["name", "role", "group", "durability"])
         info.add_metric([db.name, db.info.role, str(db.info.group or ""), db.durability.value], 1)
         yield info
-        g = gauge("multisite_instance_seqno", "Last committed (or applied) seqno of the instance")
-        g.add_metric([], db.seqno)
-        yield g
-        up = gauge("multisite_server_start_time_seconds", "Unix time the instance server started")
-        up.add_metric([], s.started_at)
-        yield up
-        clients = gauge("multisite_clients", "Client connections open now")
-        clients.add_metric([], s.clients.connections if s.clients else 0)
-        yield clients
-
-        pool = s.pool
-        jb = gauge("multisite_journal_pool_bytes", "Bytes of journal frames held in the journal pool")
-        jb.add_metric([], pool.bytes)
-        jc = gauge("multisite_journal_pool_capacity_bytes", "Capacity of the journal pool")
-        jc.add_metric([], pool.capacity_bytes)
-        jf = gauge("multisite_journal_pool_first_seqno", "Oldest seqno the journal pool holds")
-        jf.add_metric([], pool.first_seqno)
-        committed = counter("multisite_journal_transactions_total",
-                            "Transactions journaled (committed here or applied from a source) since the server "
-                            "started")
-        committed.add_metric([], pool.appended)
-        ev = counter("multisite_journal_pool_evicted_total", "Frames evicted from the journal pool (secondaries "
-                     "behind them read the journal files)")
-        ev.add_metric([], pool.evicted)
-        fs = counter("multisite_journal_fsyncs_total", "fsyncs of the journal since the instance was opened")
-        fsyncs = db.journal.fsyncs
-        fs.add_metric([], fsyncs)
-        cpf = gauge("multisite_journal_commits_per_fsync", "Transactions journaled per fsync since the server "
-                    "started (group commit's batching; 0 with durability none)")
-        cpf.add_metric([], pool.appended / fsyncs if fsyncs else 0.0)
-        yield from (jb, jc, jf, committed, ev, fs, cpf)
-
+        pool, fsyncs = s.pool, db.journal.fsyncs
+        yield from scalars(
+            (gauge, "multisite_instance_seqno", "Last committed (or applied) seqno of the instance", db.seqno),
+            (gauge, "multisite_server_start_time_seconds", "Unix time the instance server started", s.started_at),
+            (gauge, "multisite_clients", "Client connections open now", s.clients.connections if s.clients else 0),
+            (gauge, "multisite_journal_pool_bytes", "Bytes of journal frames held in the journal pool", pool.bytes),
+            (gauge, "multisite_journal_pool_capacity_bytes", "Capacity of the journal pool", pool.capacity_bytes),
+            (gauge, "multisite_journal_pool_first_seqno", "Oldest seqno the journal pool holds", pool.first_seqno),
+            (counter, "multisite_journal_transactions_total", "Transactions journaled (committed here or applied "
+             "from a source) since the server started", pool.appended),
+            (counter, "multisite_journal_pool_evicted_total", "Frames evicted from the journal pool (secondaries "
+             "behind them read the journal files)", pool.evicted),
+            (counter, "multisite_journal_fsyncs_total", "fsyncs of the journal since the instance was opened", fsyncs),
+            (gauge, "multisite_journal_commits_per_fsync", "Transactions journaled per fsync since the server "
+             "started (group commit's batching; 0 with durability none)", pool.appended / fsyncs if fsyncs else 0.0))
         yield from self._sources(db.name)
         yield from self._receiver(db.name)
 
@@ -202,19 +193,17 @@ class InstanceCollector(Collector):
     def _receiver(self, name: str) -> Iterable[Metric]:
         s = self.server
         rp = s.receive_pool
-        pb = gauge("multisite_receive_pool_bytes", "Bytes of received transactions waiting for the Update Process")
-        pb.add_metric([], rp.bytes)
-        ph = gauge("multisite_receive_pool_high_bytes", "Receive pool fill at which the receiver sends XOFF")
-        ph.add_metric([], rp.high_bytes)
-        pt = gauge("multisite_receive_pool_transactions", "Received transactions waiting for the Update Process")
-        pt.add_metric([], len(rp))
         upd = s.update
-        ua = counter("multisite_update_applied_transactions_total", "Transactions the Update Process applied "
-                     "(the apply rate is its rate())")
-        ua.add_metric([], upd.applied)
-        ur = gauge("multisite_update_running", "1 while the Update Process runs")
-        ur.add_metric([], 1 if upd.running else 0)
-        yield from (pb, ph, pt, ua, ur)
+        yield from scalars(
+            (gauge, "multisite_receive_pool_bytes", "Bytes of received transactions waiting for the Update Process",
+             rp.bytes),
+            (gauge, "multisite_receive_pool_high_bytes", "Receive pool fill at which the receiver sends XOFF",
+             rp.high_bytes),
+            (gauge, "multisite_receive_pool_transactions", "Received transactions waiting for the Update Process",
+             len(rp)),
+            (counter, "multisite_update_applied_transactions_total", "Transactions the Update Process applied (the "
+             "apply rate is its rate())", upd.applied),
+            (gauge, "multisite_update_running", "1 while the Update Process runs", 1 if upd.running else 0))
         r = s.receiver
         if r is None:
             return
@@ -363,19 +352,20 @@ class DocServerCollector(Collector):
         s = self.server
         info = gauge("multisite_docserver_info", "The document server: its name; always 1", ["name"])
         info.add_metric([s.name], 1)
-        rep = gauge("multisite_docserver_replicators", "Replicator workers (sessions with that many servers at once)")
-        rep.add_metric([], s.replicators)
-        act = gauge("multisite_docserver_sessions_active", "Replication sessions running now")
-        act.add_metric([], len(s.active))
-        q = gauge("multisite_docserver_sessions_queued", "Replications waiting for a free Replicator")
-        q.add_metric([], s.queue.qsize())
-        done = counter("multisite_docserver_sessions_total", "Replication sessions this server initiated and ended")
-        done.add_metric([], s.sessions_done)
+        yield info
+        yield from scalars(
+            (gauge, "multisite_docserver_replicators", "Replicator workers (sessions with that many servers at once)",
+             s.replicators),
+            (gauge, "multisite_docserver_sessions_active", "Replication sessions running now", len(s.active)),
+            (gauge, "multisite_docserver_sessions_queued", "Replications waiting for a free Replicator",
+             s.queue.qsize()),
+            (counter, "multisite_docserver_sessions_total", "Replication sessions this server initiated and ended",
+             s.sessions_done))
         ch = gauge("multisite_docdb_changeno", "A database's last change number (the rate of changes is its deriv())",
                    ["title", "replica_id"])
         for rid, db in sorted(s.dbs.items()):
             ch.add_metric([db.title, rid], db.changeno)
-        yield from (info, rep, act, q, done, ch)
+        yield ch
 
 
 async def start_docserver_metrics(server: Any, listen: str) -> MetricsEndpoint:
