@@ -157,3 +157,44 @@ def test_docserver_metrics_match_its_status(tmp_path):
         assert one(m, "multisite_docserver_sessions_queued") == st["queued"] == 0
         (d,) = st["databases"]
         assert one(m, "multisite_docdb_changeno", title="P", replica_id=d["replica_id"]) == d["changeno"] >= 3
+
+
+def test_container_metrics_match_its_status(tmp_path):
+    """A grid container's /metrics (container start --metrics) against its status: roles, seqnos and
+    epochs of its shards, and the primaries' replica links."""
+    import json
+
+    from multisite.net import control
+    from multisite.testing.grid import GridCluster
+
+    g = GridCluster(tmp_path, partitions=2, min_sync=1, max_sync=1, max_async=0)
+    try:
+        g.start_catalog()
+        g.start_container("c1", metrics="127.0.0.1:0")
+        g.start_container("c2")
+        wait_until(lambda: g.settled(), timeout_s=60, what="a settled placement")
+        with g.client() as cl:
+            for i in range(10):
+                cl.put("m", ("k", i), i)
+        root = tmp_path / "c1"
+        port = json.loads((root / "run" / "container.json").read_text())["metrics_port"]
+
+        def agree():
+            st, m = control.call(root, "status"), scrape(port)
+            return st if all(one(m, "multisite_shard_seqno", partition=p) == sh["seqno"]
+                             for p, sh in st["shards"].items()) else None
+        st = wait_until(agree, timeout_s=10, what="a quiet moment")
+        m = scrape(port)
+        assert one(m, "multisite_container_info", name="c1") == 1
+        assert one(m, "multisite_container_registered") == 1 and one(m, "multisite_container_lease_ok") == 1
+        assert one(m, "multisite_container_placement_version") == st["applied_version"]
+        assert len(st["shards"]) == 2  # each partition: primary on one container, sync replica on the other
+        for p, sh in st["shards"].items():
+            assert one(m, "multisite_shard_info", partition=p, role=sh["role"]) == 1
+            assert one(m, "multisite_shard_epoch", partition=p) == sh["epoch"]
+            for n, lk in (sh.get("links") or {}).items():
+                assert one(m, "multisite_shard_replica_backlog_transactions", partition=p, replica=n) == lk["backlog"]
+                assert one(m, "multisite_shard_replica_live", partition=p, replica=n) == 1
+        assert sum(one(m, "multisite_shard_seqno", partition=p) for p in st["shards"]) >= 10
+    finally:
+        g.stop_all()

@@ -72,14 +72,16 @@ def container() -> None:
 @click.option("--checkpoint-after", type=click.IntRange(min=0), default=None,
               help="A replica further behind than this many transactions copies a checkpoint instead of "
                    "replaying the journal (default 200,000).")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
 def container_start(catalog_addr: str, dir: str, listen: str, zone: str | None, name: str | None,
-                    grid: str | None, advertise: str | None, checkpoint_after: int | None) -> None:
+                    grid: str | None, advertise: str | None, checkpoint_after: int | None, metrics: str | None) -> None:
     """Start a container; returns once the catalog has accepted it and sent its assignments.
 
     Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:0 --zone a
     """
     st = start_container(Path(dir), catalog_addr, listen, zone, name, grid, checkpoint_after=checkpoint_after,
-                         advertise=advertise)
+                         advertise=advertise, metrics=metrics)
     if not st.get("registered"):
         console.print(f"container started in {dir}, still waiting for the catalog {catalog_addr}")
         return

@@ -418,8 +418,8 @@ class DocServer:
             raise ConfigError(f"the document server cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
         if self.metrics_listen:
-            from .metrics import start_docserver_metrics
-            self.metrics = await start_docserver_metrics(self, self.metrics_listen)
+            from .metrics import DocServerCollector, start_collector_metrics
+            self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
         tasks = [asyncio.create_task(self.worker(i)) for i in range(self.replicators)]

@@ -80,7 +80,7 @@ def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: floa
 
 def start_container(root: Path, catalog: str, listen: str, zone: str | None = None, name: str | None = None,
                     grid: str | None = None, checkpoint_after: int | None = None,
-                    advertise: str | None = None) -> dict:
+                    advertise: str | None = None, metrics: str | None = None) -> dict:
     """Spawn a container; returns its status once the catalog accepted it (``registered`` False if the
     catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying)."""
     parse_hostport(catalog)
@@ -92,6 +92,9 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
     args += ["--grid", grid] if grid else []
     args += ["--checkpoint-after", str(checkpoint_after)] if checkpoint_after is not None else []
     args += ["--advertise", advertise] if advertise else []
+    if metrics:
+        parse_hostport(metrics)
+        args += ["--metrics", metrics]
     refused_file = root / "run" / REFUSED_FILE
     refused_file.unlink(missing_ok=True)
     proc = _spawn(root, "multisite.net.grid_container", args, "container")

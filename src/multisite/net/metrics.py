@@ -368,8 +368,49 @@ class DocServerCollector(Collector):
         yield ch
 
 
-async def start_docserver_metrics(server: Any, listen: str) -> MetricsEndpoint:
-    """The hook of ``DocServer.run``: its ``/metrics`` on ``listen``."""
+class ContainerCollector(Collector):
+    """A grid container's ``/metrics``, read from its ``status()`` (the dict `grid status` shows): the
+    container's registration and lease, and per shard (``partition``) its role, seqno and epoch; on a
+    primary, its committed seqno, queued transactions and each replica link's backlog."""
+
+    def __init__(self, container: Any):
+        self.container = container
+
+    def collect(self) -> Iterable[Metric]:
+        st = self.container.status()
+        info = gauge("multisite_container_info", "The grid container: name, grid, zone; always 1",
+                     ["name", "grid", "zone"])
+        info.add_metric([str(st["name"]), str(st["grid"] or ""), str(st["zone"] or "")], 1)
+        yield info
+        yield from scalars(
+            (gauge, "multisite_container_registered", "1 once the catalog has accepted the container",
+             1 if st["registered"] else 0),
+            (gauge, "multisite_container_lease_ok", "1 while the catalog's lease holds", 1 if st["lease_ok"] else 0),
+            (gauge, "multisite_container_placement_version", "The placement version the container applied",
+             st["applied_version"] or 0))
+        role = gauge("multisite_shard_info", "A shard hosted here: its role; always 1", ["partition", "role"])
+        seq = gauge("multisite_shard_seqno", "The shard's last seqno", ["partition"])
+        epoch = gauge("multisite_shard_epoch", "The shard's placement epoch", ["partition"])
+        queued = gauge("multisite_shard_queued_transactions", "A primary's transactions waiting for their vote",
+                       ["partition"])
+        backlog = gauge("multisite_shard_replica_backlog_transactions", "A primary's replica link: transactions "
+                        "committed and not acknowledged", ["partition", "replica", "role"])
+        live = gauge("multisite_shard_replica_live", "A primary's replica link: 1 while connected",
+                     ["partition", "replica", "role"])
+        for p, sh in st["shards"].items():
+            role.add_metric([p, sh["role"] or "none"], 1)
+            seq.add_metric([p], sh["seqno"])
+            epoch.add_metric([p], sh["epoch"])
+            if "queued" in sh:
+                queued.add_metric([p], sh["queued"])
+            for n, lk in (sh.get("links") or {}).items():
+                backlog.add_metric([p, n, lk["role"]], lk["backlog"])
+                live.add_metric([p, n, lk["role"]], 1 if lk["live"] else 0)
+        yield from (role, seq, epoch, queued, backlog, live)
+
+
+async def start_collector_metrics(collector: Collector, listen: str, log: logging.Logger) -> MetricsEndpoint:
+    """``/metrics`` of one collector on ``listen`` (a docserver's, a container's)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(DocServerCollector(server))
-    return await MetricsEndpoint(reg, listen, server.log).start()
+    reg.register(collector)
+    return await MetricsEndpoint(reg, listen, log).start()

@@ -45,7 +45,7 @@ class GridCluster:
         return self.address
 
     def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None,
-                        env: dict[str, str] | None = None) -> dict:
+                        env: dict[str, str] | None = None, metrics: str | None = None) -> dict:
         """``env``: variables for this container only (e.g. a loader crash point)."""
         if name not in self.containers:
             self.containers.append(name)
@@ -53,7 +53,7 @@ class GridCluster:
         os.environ.update(env or {})
         try:
             return start_container(self.root / name, self.address, listen, name=name,
-                                   checkpoint_after=self.checkpoint_after, advertise=advertise)
+                                   checkpoint_after=self.checkpoint_after, advertise=advertise, metrics=metrics)
         finally:
             for k, v in saved.items():
                 if v is None:
