@@ -159,9 +159,10 @@ def test_docserver_metrics_match_its_status(tmp_path):
         assert one(m, "multisite_docdb_changeno", title="P", replica_id=d["replica_id"]) == d["changeno"] >= 3
 
 
-def test_container_metrics_match_its_status(tmp_path):
+def test_grid_catalog_and_container_metrics_match_their_status(tmp_path):
     """A grid container's /metrics (container start --metrics) against its status: roles, seqnos and
-    epochs of its shards, and the primaries' replica links."""
+    epochs of its shards, and the primaries' replica links; the catalog's (catalog start --metrics)
+    against grid status."""
     import json
 
     from multisite.net import control
@@ -169,7 +170,7 @@ def test_container_metrics_match_its_status(tmp_path):
 
     g = GridCluster(tmp_path, partitions=2, min_sync=1, max_sync=1, max_async=0)
     try:
-        g.start_catalog()
+        g.start_catalog(metrics="127.0.0.1:0")
         g.start_container("c1", metrics="127.0.0.1:0")
         g.start_container("c2")
         wait_until(lambda: g.settled(), timeout_s=60, what="a settled placement")
@@ -196,5 +197,20 @@ def test_container_metrics_match_its_status(tmp_path):
                 assert one(m, "multisite_shard_replica_backlog_transactions", partition=p, replica=n) == lk["backlog"]
                 assert one(m, "multisite_shard_replica_live", partition=p, replica=n) == 1
         assert sum(one(m, "multisite_shard_seqno", partition=p) for p in st["shards"]) >= 10
+
+        cport = json.loads((tmp_path / "catalog" / "run" / "catalog.json").read_text())["metrics_port"]
+        cst, cm = g.status(), scrape(cport)
+        assert one(cm, "multisite_catalog_info", grid="orders") == 1
+        assert one(cm, "multisite_catalog_placement_version") == cst["version"]
+        assert one(cm, "multisite_catalog_partitions_without_primary") == 0
+        assert one(cm, "multisite_catalog_under_replicated") == len(cst["under_replicated"])
+        for c in cst["containers"]:
+            assert one(cm, "multisite_catalog_container_up", container=c["name"]) == 1
+            assert one(cm, "multisite_catalog_container_shards", container=c["name"]) == c["shards"] == 2
+            assert one(cm, "multisite_catalog_container_primaries", container=c["name"]) == c["primaries"]
+        for p in cst["partitions"]:
+            for c, n in p["backlog"].items():
+                assert one(cm, "multisite_catalog_replica_backlog_transactions", partition=str(p["partition"]),
+                           container=c) >= 0
     finally:
         g.stop_all()

@@ -27,12 +27,14 @@ def catalog() -> None:
 @click.option("--listen", required=True, help="HOST:PORT where containers and `grid status` reach the catalog.")
 @click.option("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT, show_default=True,
               help="Seconds without a heartbeat after which a container is lost and its shards placed elsewhere.")
-def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float) -> None:
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
+def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, metrics: str | None) -> None:
     """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir.
 
     Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
     """
-    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout)
+    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout, metrics)
     console.print(f"catalog of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
                   f"log {info['log']}")
 

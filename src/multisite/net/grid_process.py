@@ -66,15 +66,18 @@ def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
     raise ServerError(f"the {what} in {root} did not answer within {START_TIMEOUT_S:.0f} s")
 
 
-def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float) -> dict:
+def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float, metrics: str | None = None) -> dict:
     """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root``; returns its run info."""
     parse_hostport(listen)
     if not heartbeat_timeout_s > 0:
         raise ConfigError(f"--heartbeat-timeout takes seconds, more than 0, got {heartbeat_timeout_s}")
     load_policy(grid)  # a wrong policy is an error here, with its key, not only in the catalog's log
+    if metrics:
+        parse_hostport(metrics)
     proc = _spawn(Path(root).absolute(), "multisite.net.grid_catalog",
                   ["--grid", str(Path(grid).absolute()), "--listen", listen,
-                   "--heartbeat-timeout", str(heartbeat_timeout_s)], "catalog")
+                   "--heartbeat-timeout", str(heartbeat_timeout_s)]
+                  + (["--metrics", metrics] if metrics else []), "catalog")
     return _wait_ready(proc, Path(root).absolute(), "catalog")
 
 

@@ -414,3 +414,41 @@ async def start_collector_metrics(collector: Collector, listen: str, log: loggin
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
     return await MetricsEndpoint(reg, listen, log).start()
+
+
+class CatalogCollector(Collector):
+    """A grid catalog's ``/metrics``, read from the status ``grid status --json`` shows: the placement
+    version, partitions with no primary or fewer replicas than the policy asks, and per container
+    whether it is up, its heartbeat age, shards and primaries; per partition each replica's backlog as
+    the primaries and replicas report their seqnos."""
+
+    def __init__(self, status: Callable[[], dict]):
+        self.status = status
+
+    def collect(self) -> Iterable[Metric]:
+        st = self.status()
+        info = gauge("multisite_catalog_info", "The grid's catalog: the grid's name; always 1", ["grid"])
+        info.add_metric([st["grid"]], 1)
+        yield info
+        yield from scalars(
+            (gauge, "multisite_catalog_placement_version", "The placement's version", st["version"]),
+            (gauge, "multisite_catalog_partitions_without_primary", "Partitions with no primary placed",
+             sum(1 for p in st["partitions"] if not p.get("primary"))),
+            (gauge, "multisite_catalog_under_replicated", "Shortfalls of the last plan (a partition with fewer "
+             "replicas than the policy asks)", len(st["under_replicated"])))
+        up = gauge("multisite_catalog_container_up", "1 while the container's heartbeats arrive", ["container", "zone"])
+        age = gauge("multisite_catalog_container_heartbeat_age_seconds", "Seconds since the container's last "
+                    "heartbeat", ["container"])
+        shards = gauge("multisite_catalog_container_shards", "Shards placed on the container", ["container"])
+        prims = gauge("multisite_catalog_container_primaries", "Primaries placed on the container", ["container"])
+        for c in st["containers"]:
+            up.add_metric([c["name"], c["zone"] or ""], 1 if c["up"] else 0)
+            age.add_metric([c["name"]], c["last_heartbeat_age_s"])
+            shards.add_metric([c["name"]], c["shards"])
+            prims.add_metric([c["name"]], c["primaries"])
+        backlog = gauge("multisite_catalog_replica_backlog_transactions", "A replica's distance behind its "
+                        "partition's primary, by the seqnos they report", ["partition", "container"])
+        for p in st["partitions"]:
+            for c, n in sorted(p["backlog"].items()):
+                backlog.add_metric([str(p["partition"]), c], n)
+        yield from (up, age, shards, prims, backlog)

@@ -39,8 +39,8 @@ class GridCluster:
         self.containers: list[str] = []
 
     # -- processes --------------------------------------------------------------------------------
-    def start_catalog(self) -> str:
-        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s)
+    def start_catalog(self, metrics: str | None = None) -> str:
+        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s, metrics)
         self.address = info["listen"]  # a restart takes the same port
         return self.address
 
