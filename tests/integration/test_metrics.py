@@ -214,3 +214,47 @@ def test_grid_catalog_and_container_metrics_match_their_status(tmp_path):
                            container=c) >= 0
     finally:
         g.stop_all()
+
+
+def test_delivery_agent_metrics_match_its_table(tmp_path):
+    """A real `delivery agent --metrics` process: its poll counts and SYSREMOTEUSER offsets on /metrics,
+    checked against `delivery status` once it is stopped (nothing moves by then)."""
+    import signal
+    import socket
+
+    from multisite import engine
+    from multisite.delivery import api
+    from multisite.testing.delivery import FIELD, REGION, agent_process, make_topology, poll
+
+    top = make_topology(tmp_path, {"P": "fr"}, durability="none")
+    with engine.open(top.hq) as db:
+        for i in range(5):
+            db.set(REGION, ("hq", i), {FIELD: "fr", "n": i})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = agent_process(top.hq, "--interval", "0.1", "--metrics", f"127.0.0.1:{port}")
+    try:
+        def sent():
+            try:
+                m = scrape(port)
+            except OSError:
+                return None
+            return m if one(m, "multisite_agent_sent_transactions_total") == 5 else None
+        wait_until(sent, timeout_s=30, what="the agent sent 5 transactions")
+        poll(top.remotes["P"])  # P applies them and confirms
+        def confirmed():
+            m = scrape(port)
+            sent = one(m, "multisite_agent_log_sent_offset", user="P")
+            return m if one(m, "multisite_agent_confirm_sent_offset", user="P") == sent > 0 else None
+        m = wait_until(confirmed, timeout_s=30, what="HQ received P's confirmation")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    with engine.open(top.hq) as db:
+        st = api.status(db)
+    (row,) = st["remote_users"]
+    assert one(m, "multisite_agent_info", instance="HQ", role="consolidated") == 1
+    for f in ("log_sent", "confirm_sent", "log_received", "confirm_received"):
+        assert one(m, f"multisite_agent_{f}_offset", user="P", publication="sales") == row[f]
+    assert one(m, "multisite_agent_polls_total") >= 2 and one(m, "multisite_agent_rejected_total") == 0
