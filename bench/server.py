@@ -33,11 +33,12 @@ ROUNDS = 3
 console = Console()
 
 
-def commit_load(addr: str, seconds: float, clients: int = CLIENTS,
-                beside: list[threading.Thread] = (), stop: threading.Event | None = None) -> tuple[int, float]:
+def commit_load(addr: str, seconds: float, clients: int = CLIENTS, beside: list[threading.Thread] = (),
+                stop: threading.Event | None = None, mark=lambda: None) -> tuple[int, float]:
     """(commits, seconds) of ``clients`` threads committing single-update transactions to region acct of
     the server at ``addr`` for ``seconds`` after a second of warm-up; the ``beside`` threads run over the
-    same span and end when ``stop`` (given to them) is set."""
+    same span and end when ``stop`` (given to them) is set; ``mark()`` is called as the measured window
+    opens and as it closes."""
     stop, counts = stop or threading.Event(), [0] * clients
 
     def client(t: int) -> None:
@@ -52,9 +53,12 @@ def commit_load(addr: str, seconds: float, clients: int = CLIENTS,
         th.start()
     try:
         time.sleep(1.0)
+        mark()
         n0, t0 = sum(counts), time.perf_counter()
         time.sleep(seconds)
-        return sum(counts) - n0, time.perf_counter() - t0
+        n, dt = sum(counts) - n0, time.perf_counter() - t0
+        mark()
+        return n, dt
     finally:
         stop.set()
         for th in ths:
