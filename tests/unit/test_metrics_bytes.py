@@ -32,3 +32,14 @@ def test_a_gap_in_seqnos_starts_over():
     assert jb.between(0, 1) == 7
     jb.on_commit(5, [b"x" * 3])  # not 2: a discontinuity
     assert jb.between(4, 5) == 3
+
+
+def test_trimming_keeps_the_recent_batches_exact():
+    jb = JournalBytes(0)
+    jb.MAX_BATCHES = 4
+    for s in range(1, 11):  # ten batches of one 10-byte frame: trimmed past 8
+        jb.on_commit(s, [b"x" * 10])
+    ends, _cum = jb._arrays
+    assert len(ends) <= 9 and ends[-1] == 10
+    assert jb.between(7, 10) == 30
+    assert jb.between(0, 10) == 100  # the trimmed part at the mean frame size: still 10 bytes each
