@@ -72,6 +72,14 @@ def js(drv, expr: str):
     return drv.execute_script(f"return {expr};")
 
 
+def svg(drv, kind: str) -> dict:
+    """The map's nodes or links as the page has them now, read in one script (the page redraws the map
+    every second, so an element found in one call may be gone in the next)."""
+    return drv.execute_script(
+        "const out = {}; document.querySelectorAll('#topology g." + kind + "').forEach(e => "
+        "out[e.dataset.name || e.dataset.link] = Object.assign({}, e.dataset)); return out;")
+
+
 def test_dashboard_shows_a_cascade_and_a_killed_secondary(cluster, browser, tmp_path):
     a, b, c = cluster.instance("A"), cluster.instance("B"), cluster.instance("C")
     cluster.link(a, b)
@@ -91,33 +99,29 @@ def test_dashboard_shows_a_cascade_and_a_killed_secondary(cluster, browser, tmp_
         browser.get(url + "/")
         wait_until(lambda: js(browser, "window.dashboard && window.dashboard.polls") >= 3, timeout_s=20,
                    what="the page polled /api three times")
-        nodes = browser.find_elements("css selector", "#topology g.node")
-        assert sorted(n.get_attribute("data-name") for n in nodes) == ["A", "B", "C"]
-        roles = {n.get_attribute("data-name"): n.get_attribute("data-role") for n in nodes}
-        assert roles == {"A": "primary", "B": "cascading", "C": "secondary"}
-        links = {e.get_attribute("data-link"): e.get_attribute("data-state")
-                 for e in browser.find_elements("css selector", "#topology g.link")}
+        nodes = svg(browser, "node")
+        assert {n: v["role"] for n, v in nodes.items()} == {"A": "primary", "B": "cascading", "C": "secondary"}
+        links = {n: v["state"] for n, v in svg(browser, "link").items()}
         assert links == {"A→B": "streaming", "B→C": "disconnected"}  # C's receiver was stopped
-        assert int(browser.find_element("id", "lag-plot").get_attribute("data-points")) > 0
+        assert int(js(browser, "document.getElementById('lag-plot').dataset.points")) > 0
         assert js(browser, "window.dashboard.plots['lag-plot'].data[0].length") > 0
         assert browser.find_elements("css selector", "#lag-plot canvas"), "uPlot drew no canvas"
         # History records and lost files, each linked to its content.
         wait_until(lambda: browser.find_elements("css selector", "#lost a.lost-file"), timeout_s=10,
                    what="the lost-file link")
-        href = browser.find_element("css selector", "#lost a.lost-file").get_attribute("href")
+        href = js(browser, "document.querySelector('#lost a.lost-file').href")
         content = json.loads(urllib.request.urlopen(href, timeout=10).read())
         assert content["instance"] == "C" and len(content["transactions"]) == 5
-        assert "root primary" in browser.find_element("id", "history").text
+        assert "root primary" in js(browser, "document.getElementById('history').innerText")
         browser.save_screenshot(str(tmp_path / "dashboard.png"))
 
         b.kill()
         t0 = time.monotonic()
-        wait_until(lambda: browser.find_element("css selector", '#topology g.link[data-link="A→B"]')
-                   .get_attribute("data-state") == "disconnected", timeout_s=10, what="A→B disconnected")
+        wait_until(lambda: svg(browser, "link")["A→B"]["state"] == "disconnected", timeout_s=10,
+                   what="A→B disconnected")
         took = time.monotonic() - t0
         assert took < 6, f"A→B turned disconnected after {took:.1f} s"
-        node_b = browser.find_element("css selector", '#topology g.node[data-name="B"]')
-        assert node_b.get_attribute("data-reachable") == "false"
+        wait_until(lambda: svg(browser, "node")["B"]["reachable"] == "false", timeout_s=5, what="B unreachable")
         browser.save_screenshot(str(tmp_path / "dashboard-b-killed.png"))
         assert (tmp_path / "dashboard.png").stat().st_size > 10_000
         print(f"screenshots: {tmp_path / 'dashboard.png'}, {tmp_path / 'dashboard-b-killed.png'}")
