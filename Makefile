@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup postgres demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth clean
+.PHONY: setup postgres browser demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth bench-ops clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,16 @@ $(BROKER): $(BIN)/python
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
 	touch $@
 
-setup: $(STAMP) $(BROKER) postgres
+setup: $(STAMP) $(BROKER) postgres browser
+
+# The dashboard's test drives a real headless Chromium through selenium: Debian's chromium and
+# chromium-driver, installed here when missing (as root; the test skips, saying so, where none can be had).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver); \
+	else echo "no chromium/chromedriver found: install them (Debian: apt-get install chromium chromium-driver) for the dashboard test"; fi
 
 # The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
 # Debian's package installed here (CI runs as root).
@@ -66,6 +75,9 @@ bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9
 .PHONY: bench-replication
 bench-replication: setup  # issue 14's table: commits with/without a secondary, lag, compression, beside pgbench; ARGS="--quick"
 	PYTHONPATH=src $(BIN)/python bench/replication.py $(ARGS)
+
+bench-ops: setup  # metrics + dashboard against the commit rate, and a /metrics scrape with 100 links (issue 17)
+	PYTHONPATH=src $(BIN)/python bench/ops.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -33,6 +33,38 @@ ROUNDS = 3
 console = Console()
 
 
+def commit_load(addr: str, seconds: float, clients: int = CLIENTS, beside: list[threading.Thread] = (),
+                stop: threading.Event | None = None, mark=lambda: None) -> tuple[int, float]:
+    """(commits, seconds) of ``clients`` threads committing single-update transactions to region acct of
+    the server at ``addr`` for ``seconds`` after a second of warm-up; the ``beside`` threads run over the
+    same span and end when ``stop`` (given to them) is set; ``mark()`` is called as the measured window
+    opens and as it closes."""
+    stop, counts = stop or threading.Event(), [0] * clients
+
+    def client(t: int) -> None:
+        db, i = multisite.connect(addr), t * 10**9
+        while not stop.is_set():
+            db.set("acct", ("k", i), {"n": i})
+            i += 1
+            counts[t] += 1
+
+    ths = [threading.Thread(target=client, args=(t,)) for t in range(clients)] + list(beside)
+    for th in ths:
+        th.start()
+    try:
+        time.sleep(1.0)
+        mark()
+        n0, t0 = sum(counts), time.perf_counter()
+        time.sleep(seconds)
+        n, dt = sum(counts) - n0, time.perf_counter() - t0
+        mark()
+        return n, dt
+    finally:
+        stop.set()
+        for th in ths:
+            th.join()
+
+
 def one_run(work: Path, cpus: str | None, seconds: float) -> tuple[int, float]:
     """(commits, seconds) of 16 clients against a fresh server, after a second of warm-up."""
     root = multisite.create(work / f"S-{time.monotonic_ns()}", name="S", durability="group")
@@ -40,26 +72,7 @@ def one_run(work: Path, cpus: str | None, seconds: float) -> tuple[int, float]:
     addr = f"127.0.0.1:{info['client_port']}"
     try:
         multisite.connect(addr).create_region("acct")
-        stop, counts = threading.Event(), [0] * CLIENTS
-
-        def client(t: int) -> None:
-            db, i = multisite.connect(addr), t * 10**9
-            while not stop.is_set():
-                db.set("acct", ("k", i), {"n": i})
-                i += 1
-                counts[t] += 1
-
-        ths = [threading.Thread(target=client, args=(t,)) for t in range(CLIENTS)]
-        for th in ths:
-            th.start()
-        time.sleep(1.0)
-        n0, t0 = sum(counts), time.perf_counter()
-        time.sleep(seconds)
-        n, dt = sum(counts) - n0, time.perf_counter() - t0
-        stop.set()
-        for th in ths:
-            th.join()
-        return n, dt
+        return commit_load(addr, seconds)
     finally:
         stop_server(root)
         shutil.rmtree(root, ignore_errors=True)

@@ -159,8 +159,10 @@ def conflicts_cmd(dir: str, as_json: bool) -> None:
                    "into its inbox folder.")
 @click.option("--listen-http", default=None, metavar="HOST:PORT",
               help="Also serve POST /messages/NAME here: peers whose address for this instance is http://HOST:PORT.")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics: poll counts and the SYSREMOTEUSER offsets.")
 def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_bytes: int, as_json: bool,
-              listen_mqtt: str | None, listen_http: str | None) -> None:
+              listen_mqtt: str | None, listen_http: str | None, metrics: str | None) -> None:
     """Run the Message Agent: receive, apply and confirm messages, send new transactions. It logs to
     DIR/log/delivery-agent.log; SIGTERM stops it between polls.
 
@@ -192,9 +194,18 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
             feeders.append(delivery_http.HttpInbox(listen_http, inbox_folder(api.status(db)["inbox"] or "")))
         agent = Agent(db, message_bytes=message_bytes, feeders=tuple(feeders))
         lg.info("agent of %s started (pid %d)", db.name, os.getpid())
+        ms = None
+        if metrics:
+            from ..net.metrics import AgentMetrics
+
+            ms = AgentMetrics()
+            ms.status = api.status(db)
+            lg.info("metrics served on http://%s:%d/metrics", metrics.rsplit(":", 1)[0], ms.serve(metrics))
         try:
             while not stop:
                 rep = agent.poll()
+                if ms is not None:
+                    ms.update(rep, api.status(db), time.time())
                 line = {"received": rep.received, "applied_messages": rep.applied_messages,
                         "applied_transactions": rep.applied_transactions, "conflicts": rep.conflicts,
                         "duplicates": rep.duplicates, "waiting": rep.waiting, "rejected": rep.rejected,
@@ -215,6 +226,8 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
                 if not rep.busy:
                     time.sleep(interval)
         finally:
+            if ms is not None:
+                ms.close()
             agent.close()
             lg.info("agent of %s stopped", db.name)
 

@@ -222,8 +222,10 @@ def docserver() -> None:
 @click.option("--tls-client-key", default=None)
 @click.option("--tls-names", is_flag=True, help="A peer is the server its certificate's common name names: a "
                                                 "Hello that claims another name is refused (ACLs then trust names).")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
 def docserver_start(dirs, name, listen, home, replicators, peers, address_book, tls_cert, tls_key, tls_ca,
-                    tls_client_cert, tls_client_key, tls_names) -> None:
+                    tls_client_cert, tls_client_key, tls_names, metrics) -> None:
     """Start a document server serving DIRS; returns once it answers.
 
     Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --home /data/srvA --replicators 2
@@ -240,9 +242,10 @@ def docserver_start(dirs, name, listen, home, replicators, peers, address_book, 
         raise ConfigError("give at least one database directory (DIR...) to serve")
     home = home or str(Path(dirs[0] if dirs else address_book).absolute().parent / f"docserver-{name}")
     info = start_docserver(Path(home), list(dirs), name, listen, replicators=replicators, peers=peer_map,
-                           address_book=address_book, tls=tls)
+                           address_book=address_book, tls=tls, metrics=metrics)
     console.print(f"document server {name} started: pid {info['pid']}, listening on {info['listen']}, "
-                  f"home {home}, log {info['log']}")
+                  f"home {home}, log {info['log']}"
+                  + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else ""))
 
 
 @docserver.command("stop")

@@ -27,12 +27,14 @@ def catalog() -> None:
 @click.option("--listen", required=True, help="HOST:PORT where containers and `grid status` reach the catalog.")
 @click.option("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT, show_default=True,
               help="Seconds without a heartbeat after which a container is lost and its shards placed elsewhere.")
-def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float) -> None:
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
+def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, metrics: str | None) -> None:
     """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir.
 
     Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
     """
-    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout)
+    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout, metrics)
     console.print(f"catalog of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
                   f"log {info['log']}")
 
@@ -72,14 +74,16 @@ def container() -> None:
 @click.option("--checkpoint-after", type=click.IntRange(min=0), default=None,
               help="A replica further behind than this many transactions copies a checkpoint instead of "
                    "replaying the journal (default 200,000).")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
 def container_start(catalog_addr: str, dir: str, listen: str, zone: str | None, name: str | None,
-                    grid: str | None, advertise: str | None, checkpoint_after: int | None) -> None:
+                    grid: str | None, advertise: str | None, checkpoint_after: int | None, metrics: str | None) -> None:
     """Start a container; returns once the catalog has accepted it and sent its assignments.
 
     Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:0 --zone a
     """
     st = start_container(Path(dir), catalog_addr, listen, zone, name, grid, checkpoint_after=checkpoint_after,
-                         advertise=advertise)
+                         advertise=advertise, metrics=metrics)
     if not st.get("registered"):
         console.print(f"container started in {dir}, still waiting for the catalog {catalog_addr}")
         return

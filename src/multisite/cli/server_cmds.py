@@ -34,17 +34,21 @@ def server() -> None:
 @click.option("--insecure", is_flag=True,
               help="Allow --listen on an address other than loopback without users (anyone reaching the port "
                    "may read, write and stop); without it such a server is refused.")
+@click.option("--metrics", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
 def start_cmd(dir: str, listen: str | None, cpus: str | None, keepalive: int, tls_cert: str | None,
-              tls_key: str | None, tls_ca: str | None, insecure: bool) -> None:
+              tls_key: str | None, tls_ca: str | None, insecure: bool, metrics: str | None) -> None:
     """Start the instance server; returns once it answers. With users (`multisite user add`) every
     client authenticates (a password or token, or a TLS client certificate naming the user).
 
     Example: multisite server start /data/A --listen 0.0.0.0:7000 --tls-cert a.pem --tls-key a.key --tls-ca ca.pem
+    --metrics 127.0.0.1:9100
     """
     tls = TLSConfig.from_options(*(str(Path(f).absolute()) if f else None for f in (tls_cert, tls_key, tls_ca)))
-    info = start_server(Path(dir), listen, cpus, keepalive, tls=tls, insecure=insecure)
+    info = start_server(Path(dir), listen, cpus, keepalive, metrics, tls=tls, insecure=insecure)
     console.print(f"instance server started: pid {info['pid']}, log {info['log']}"
                   + (f", clients on port {info['client_port']}" if info.get("client_port") else "")
+                  + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else "")
                   + (f", CPUs {','.join(map(str, info['cpus']))}" if cpus else ""))
 
 

@@ -96,7 +96,8 @@ async def _read(reader: asyncio.StreamReader, wire: DocWire, timeout_s: float) -
 class DocServer:
     def __init__(self, home: Path, dirs: list[str], name: str, listen: str, replicators: int,
                  tls: TLSConfig | None, peers: dict[str, str], address_book: str | None,
-                 client_tls: TLSConfig | None = None, tls_names: bool = False) -> None:
+                 client_tls: TLSConfig | None = None, tls_names: bool = False, metrics: str | None = None) -> None:
+        self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.home, self.name, self.listen, self.tls, self.peers = home, name, listen, tls, peers
         self.client_tls = client_tls or tls  # the initiator's certificate (a client-auth one), if different
         if tls_names and not tls:
@@ -416,6 +417,9 @@ class DocServer:
         except OSError as e:
             raise ConfigError(f"the document server cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
+        if self.metrics_listen:
+            from .metrics import DocServerCollector, start_collector_metrics
+            self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
         tasks = [asyncio.create_task(self.worker(i)) for i in range(self.replicators)]
@@ -424,7 +428,8 @@ class DocServer:
                       self.host, self.port, " (mutual TLS)" if self.tls else "", self.replicators,
                       ", ".join(f"{db.title} [{rid}]" for rid, db in sorted(self.dbs.items())))
         info = {"pid": os.getpid(), "name": self.name, "listen": f"{self.host}:{self.port}",
-                "log": str(self.home / "log" / "docserver.log")}
+                "log": str(self.home / "log" / "docserver.log"),
+                "metrics_port": self.metrics.port if self.metrics else None}
         atomic_write(self.home / "run" / "docserver.json", json.dumps(info).encode())
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.home))
         try:
@@ -434,6 +439,8 @@ class DocServer:
                 t.cancel()
             ctl.close()
             srv.close()
+            if self.metrics:
+                await self.metrics.close()
             for db in self.dbs.values():
                 await asyncio.to_thread(db.close)
             (self.home / "run" / "docserver.json").unlink(missing_ok=True)
@@ -455,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-client-cert")
     ap.add_argument("--tls-client-key")
     ap.add_argument("--tls-names", action="store_true")
+    ap.add_argument("--metrics", default=None)
     a = ap.parse_args(argv)
     home = Path(a.home).absolute()
 
@@ -470,7 +478,7 @@ def main(argv: list[str] | None = None) -> None:
         client_tls = (TLSConfig.from_options(a.tls_client_cert, a.tls_client_key, a.tls_ca)
                       if a.tls_client_cert or a.tls_client_key else None)
         await DocServer(home, a.dirs, a.name, a.listen, a.replicators, tls, peers, a.address_book,
-                        client_tls, a.tls_names).run()
+                        client_tls, a.tls_names, a.metrics).run()
 
     run_logged(home, "docserver.log", LOG_FORMAT, serve)
 

@@ -23,7 +23,7 @@ START_TIMEOUT_S = 30.0
 
 def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, replicators: int = 1,
                     peers: dict[str, str] | None = None, address_book: str | None = None,
-                    tls: dict[str, str] | None = None) -> dict:
+                    tls: dict[str, str] | None = None, metrics: str | None = None) -> dict:
     """Spawn a document server serving ``dirs``; returns its run info once it answers."""
     parse_hostport(listen)
     if not dirs and not address_book:
@@ -49,6 +49,9 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
             cmd += [f"--tls-{k.replace('_', '-')}"]
         elif v:
             cmd += [f"--tls-{k.replace('_', '-')}", str(v)]
+    if metrics:
+        parse_hostport(metrics)
+        cmd += ["--metrics", metrics]
     out = open(home / "log" / "docserver.out", "ab")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)

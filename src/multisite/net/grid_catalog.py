@@ -49,7 +49,9 @@ async def read_message(reader: asyncio.StreamReader, wire: GridWire):
 
 
 class CatalogServer:
-    def __init__(self, root: Path, grid: Path, listen: str, heartbeat_timeout_s: float) -> None:
+    def __init__(self, root: Path, grid: Path, listen: str, heartbeat_timeout_s: float,
+                 metrics: str | None = None) -> None:
+        self.metrics_listen = metrics  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.listen = listen
         self.log = logging.getLogger("multisite.catalog")
@@ -175,8 +177,13 @@ class CatalogServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         tick = asyncio.create_task(self.ticker())
+        metrics = None
+        if self.metrics_listen:
+            from .metrics import CatalogCollector, start_collector_metrics
+            metrics = await start_collector_metrics(CatalogCollector(lambda: self.catalog.status(time.monotonic())),
+                                                    self.metrics_listen, self.log)
         info = {"pid": os.getpid(), "listen": f"{host}:{self.port}", "grid": pol.name,
-                "log": str(self.root / "log" / "catalog.log")}
+                "log": str(self.root / "log" / "catalog.log"), "metrics_port": metrics.port if metrics else None}
         (self.root / "run" / "catalog.json").write_text(json.dumps(info))
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.root))
         try:
@@ -185,6 +192,8 @@ class CatalogServer:
             tick.cancel()
             ctl.close()
             srv.close()
+            if metrics:
+                await metrics.close()
             for w, _ in self.conns.values():
                 w.close()
             (self.root / "run" / "catalog.json").unlink(missing_ok=True)
@@ -197,10 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grid", required=True)
     ap.add_argument("--listen", required=True)
     ap.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT)
+    ap.add_argument("--metrics", default=None)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "catalog.log", LOG_FORMAT,
-               lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout).run())
+               lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout, a.metrics).run())
 
 
 if __name__ == "__main__":

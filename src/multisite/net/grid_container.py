@@ -66,7 +66,8 @@ def shard_dir(root: Path, grid: str, partition: int) -> Path:
 class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
                  grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT,
-                 advertise: str | None = None) -> None:
+                 advertise: str | None = None, metrics: str | None = None) -> None:
+        self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.advertise = advertise  # the address the catalog gives clients and replicas (a proxy, a NAT)
         if advertise:
@@ -465,9 +466,13 @@ class ContainerServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        if self.metrics_listen:
+            from .metrics import ContainerCollector, start_collector_metrics
+            self.metrics = await start_collector_metrics(ContainerCollector(self), self.metrics_listen, self.log)
         (self.root / "run" / "container.json").write_text(json.dumps(
             {"pid": os.getpid(), "name": self.name, "listen": self.address,
-             "log": str(self.root / "log" / "container.log")}))
+             "log": str(self.root / "log" / "container.log"),
+             "metrics_port": self.metrics.port if self.metrics else None}))
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.root))
         link = asyncio.create_task(self.link())
         try:
@@ -476,6 +481,8 @@ class ContainerServer:
             link.cancel()
             ctl.close()
             srv.close()
+            if self.metrics:
+                await self.metrics.close()
             for sh in self.shards.values():
                 await sh.close()
             (self.root / "run" / "container.json").unlink(missing_ok=True)
@@ -576,11 +583,13 @@ def main(argv: list[str] | None = None) -> None:
                                                       "(default: the --listen address)")
     ap.add_argument("--checkpoint-after", type=int, default=CHECKPOINT_AFTER_DEFAULT,
                     help="a new or returning replica further behind than this many transactions copies a checkpoint")
+    ap.add_argument("--metrics", default=None, help="serve Prometheus metrics on HOST:PORT/metrics")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "container.log", LOG_FORMAT,
                lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
-                                       checkpoint_after=a.checkpoint_after, advertise=a.advertise).run())
+                                       checkpoint_after=a.checkpoint_after, advertise=a.advertise,
+                                       metrics=a.metrics).run())
 
 
 if __name__ == "__main__":

@@ -66,21 +66,24 @@ def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
     raise ServerError(f"the {what} in {root} did not answer within {START_TIMEOUT_S:.0f} s")
 
 
-def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float) -> dict:
+def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float, metrics: str | None = None) -> dict:
     """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root``; returns its run info."""
     parse_hostport(listen)
     if not heartbeat_timeout_s > 0:
         raise ConfigError(f"--heartbeat-timeout takes seconds, more than 0, got {heartbeat_timeout_s}")
     load_policy(grid)  # a wrong policy is an error here, with its key, not only in the catalog's log
+    if metrics:
+        parse_hostport(metrics)
     proc = _spawn(Path(root).absolute(), "multisite.net.grid_catalog",
                   ["--grid", str(Path(grid).absolute()), "--listen", listen,
-                   "--heartbeat-timeout", str(heartbeat_timeout_s)], "catalog")
+                   "--heartbeat-timeout", str(heartbeat_timeout_s)]
+                  + (["--metrics", metrics] if metrics else []), "catalog")
     return _wait_ready(proc, Path(root).absolute(), "catalog")
 
 
 def start_container(root: Path, catalog: str, listen: str, zone: str | None = None, name: str | None = None,
                     grid: str | None = None, checkpoint_after: int | None = None,
-                    advertise: str | None = None) -> dict:
+                    advertise: str | None = None, metrics: str | None = None) -> dict:
     """Spawn a container; returns its status once the catalog accepted it (``registered`` False if the
     catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying)."""
     parse_hostport(catalog)
@@ -92,6 +95,9 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
     args += ["--grid", grid] if grid else []
     args += ["--checkpoint-after", str(checkpoint_after)] if checkpoint_after is not None else []
     args += ["--advertise", advertise] if advertise else []
+    if metrics:
+        parse_hostport(metrics)
+        args += ["--metrics", metrics]
     refused_file = root / "run" / REFUSED_FILE
     refused_file.unlink(missing_ok=True)
     proc = _spawn(root, "multisite.net.grid_container", args, "container")

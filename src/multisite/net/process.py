@@ -31,10 +31,10 @@ from .tls import TLSConfig, parse_hostport
 SERVER_START_TIMEOUT_S = 60.0
 
 
-def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None, *,
-                 tls: TLSConfig | None = None, insecure: bool = False) -> dict:
+def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None,
+                 metrics: str | None = None, *, tls: TLSConfig | None = None, insecure: bool = False) -> dict:
     """Spawn the instance server for ``root`` and wait until it answers; returns its run info. ``tls``
-    and ``insecure`` are the client port's (``net.client_auth``)."""
+    and ``insecure`` are the client port's (``net.client_auth``); ``metrics`` serves /metrics."""
     lay = Layout.existing(root)
     if control.is_running(lay.root):
         raise ServerError(f"an instance server for {lay.root} is already running")
@@ -46,12 +46,15 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None, keepal
         tls.server_context()  # unreadable files: an error here
     if keepalive is not None:
         check_keepalive(keepalive)
+    if metrics:
+        parse_hostport(metrics)
     out = open(lay.log / "server.out", "ab")
     cmd = [sys.executable, "-m", "multisite.net.server", str(lay.root)] + (["--listen", listen] if listen else [])
     cmd += ["--cpus", cpus] if cpus else []
     cmd += ["--keepalive", str(keepalive)] if keepalive is not None else []
     cmd += ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
     cmd += ["--insecure"] if insecure else []
+    cmd += ["--metrics", metrics] if metrics else []
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S

@@ -65,8 +65,9 @@ def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
 
 class InstanceServer:
     def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S,
-                 tls: TLSConfig | None = None, insecure: bool = False):
+                 tls: TLSConfig | None = None, insecure: bool = False, metrics: str | None = None):
         self.root = Path(root).absolute()
+        self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.listen = listen
         self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
         self.client_auth: ClientAuth | None = None
@@ -97,6 +98,13 @@ class InstanceServer:
         self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
+        if self.metrics_listen:  # before the client listener: it wraps the client operation
+            from .metrics import start_instance_metrics
+            try:
+                _m, self.metrics = await start_instance_metrics(self, self.metrics_listen)
+            except BaseException:
+                self.db.close()
+                raise
         cli_srv = None
         if self.listen:
             host, port = parse_hostport(self.listen)
@@ -132,7 +140,7 @@ class InstanceServer:
     def _write_runfile(self) -> None:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
                 "started": self.started_at, "log": str(self.root / "log" / "server.log"),
-                "cpus": sorted(os.sched_getaffinity(0))}
+                "cpus": sorted(os.sched_getaffinity(0)), "metrics_port": self.metrics.port if self.metrics else None}
         (self.root / "run" / "server.json").write_text(json.dumps(info))
 
     async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
@@ -144,6 +152,8 @@ class InstanceServer:
         await asyncio.get_running_loop().run_in_executor(None, self.update.stop)
         if ctl is not None:
             ctl.close()
+        if self.metrics:
+            await self.metrics.close()
         if cli_srv:
             await asyncio.get_running_loop().run_in_executor(None, cli_srv.close)  # transactions in flight end first
         self.db.close()
@@ -222,7 +232,8 @@ class InstanceServer:
                 "sources": {n: s.status() for n, s in self.sources.items()},
                 "receiver": self.receiver.status() if self.receiver else None,
                 "update": self.update.status(), "log": str(self.root / "log" / "server.log"),
-                "streams": self._si_streams()}
+                "streams": self._si_streams(),
+                "metrics": f"{self.metrics_listen.rsplit(':', 1)[0]}:{self.metrics.port}" if self.metrics else None}
 
     def _si_streams(self) -> dict[str, dict]:
         """A supplementary instance's SI streams (1..15): source group, root primary, last stream seqno."""
@@ -489,6 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     for opt in ("--tls-cert", "--tls-key", "--tls-ca"):
         ap.add_argument(opt, default=None)
     ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--metrics", default=None)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     h = logging.FileHandler(root / "log" / "server.log")
@@ -501,7 +513,7 @@ def main(argv: list[str] | None = None) -> None:
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
         tls = TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca)
-        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure).run())
+        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure, a.metrics).run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)

@@ -124,6 +124,7 @@ class SourceServer:
         self.reading_from = "pool"
         self.file_reads = 0
         self.connects = 0
+        self.xoff_s, self.xoff_since = 0.0, None
         self.last_error: str | None = None
         self.started_at = time.time()
         self.start_seqno = self.db.seqno
@@ -336,9 +337,9 @@ class SourceServer:
         loop = asyncio.get_running_loop()
         while True:
             if not self._xon.is_set():
-                self.state = "xoff"
+                self.state, self.xoff_since = "xoff", time.monotonic()  # xoff_s, xoff_since: for net.metrics
                 await self._xon.wait()
-                self.state = "streaming"
+                self.state, self.xoff_s, self.xoff_since = "streaming", self.xoff_s + time.monotonic() - self.xoff_since, None
             start = self._next
             frames = self.pool.read(start, self.cfg.max_batch_bytes)
             if frames is None:

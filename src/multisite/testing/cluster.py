@@ -35,6 +35,7 @@ class Node:
     client_port: int | None = None
     receiver_port: int | None = None
     pid: int | None = None
+    metrics_port: int | None = None
     sources: dict[str, dict] = field(default_factory=dict)
 
     def call(self, op: str, **args: Any) -> Any:
@@ -43,10 +44,12 @@ class Node:
     def client(self) -> RemoteDatabase:
         return RemoteDatabase(f"127.0.0.1:{self.client_port}")
 
-    def start(self, **server_kw: Any) -> "Node":
-        """``server_kw``: start_server's (the client port's ``tls``, ``insecure``)."""
-        info = start_server(self.root, "127.0.0.1:0", **server_kw)
+    def start(self, metrics: bool = False, **server_kw: Any) -> "Node":
+        """Start the server; with ``metrics``, /metrics on a free port (``metrics_port``); ``server_kw``:
+        start_server's (the client port's ``tls``, ``insecure``)."""
+        info = start_server(self.root, "127.0.0.1:0", metrics="127.0.0.1:0" if metrics else None, **server_kw)
         self.pid, self.client_port = info["pid"], info["client_port"]
+        self.metrics_port = info.get("metrics_port")
         return self
 
     def stop(self, timeout: float = 5.0) -> None:

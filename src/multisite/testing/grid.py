@@ -39,13 +39,13 @@ class GridCluster:
         self.containers: list[str] = []
 
     # -- processes --------------------------------------------------------------------------------
-    def start_catalog(self) -> str:
-        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s)
+    def start_catalog(self, metrics: str | None = None) -> str:
+        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s, metrics)
         self.address = info["listen"]  # a restart takes the same port
         return self.address
 
     def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None,
-                        env: dict[str, str] | None = None) -> dict:
+                        env: dict[str, str] | None = None, metrics: str | None = None) -> dict:
         """``env``: variables for this container only (e.g. a loader crash point)."""
         if name not in self.containers:
             self.containers.append(name)
@@ -53,7 +53,7 @@ class GridCluster:
         os.environ.update(env or {})
         try:
             return start_container(self.root / name, self.address, listen, name=name,
-                                   checkpoint_after=self.checkpoint_after, advertise=advertise)
+                                   checkpoint_after=self.checkpoint_after, advertise=advertise, metrics=metrics)
         finally:
             for k, v in saved.items():
                 if v is None:

@@ -1,0 +1,184 @@
+"""``--config FILE.toml`` on every command that starts a component (``multisite.config`` has the format).
+
+The file's table for the command gives the options' values by their command-line names; what the
+command line gives wins over the file, the file over the defaults (the file fills click's
+``default_map``, which the command line overrides). Every key is checked before the command runs: an
+unknown key, or a value the option refuses, is a ConfigError naming the file, line, table and key.
+
+``server start --config FILE`` also starts the components the file has tables for (the receiver, one
+Source Server per ``[source.NAME]``) once the server answers, and records FILE in the instance's
+``run/config-file``: a later ``server start DIR`` without ``--config`` reads the same file, so the
+settings that came from it survive a restart; components started by hand do not come back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import config
+from ..errors import ConfigError
+from .output import console
+
+CONFIG_RECORD = "config-file"  # in an instance's run/ folder: the file its server was last started with
+
+
+def option_keys(cmd: click.Command) -> dict[str, click.Parameter]:
+    """The keys a command's table may hold: long option names without ``--``, argument names."""
+    keys: dict[str, click.Parameter] = {}
+    for p in cmd.params:
+        if p.name == "config" or not p.expose_value:
+            continue
+        if isinstance(p, click.Argument):
+            keys[p.name] = p
+            continue
+        longs = [o[2:] for o in p.opts if o.startswith("--")]
+        if longs:
+            keys[longs[0]] = p
+    return keys
+
+
+def _peek(args: list[str], opt: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == opt and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(opt + "="):
+            return a[len(opt) + 1:]
+    return None
+
+
+class ConfigMixin:
+    """Mixed into a command's class by ``enable``: fills ``default_map`` from the file's table."""
+
+    config_section: str = ""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        path = _peek(args, "--config")
+        if path is None and self.config_section == "server":
+            path = recorded_config(args)
+        if path is not None:
+            cfg = config.load(path)
+            section = self._section(cfg, args)
+            table = cfg.table(section) if section else None
+            ctx.default_map = {**(ctx.default_map or {}), **self.defaults(ctx, cfg, section, table or {})}
+            ctx.meta["multisite.config"] = (cfg, section)
+        return super().parse_args(ctx, args)  # type: ignore[misc]
+
+    def _section(self, cfg: config.ConfigFile, args: list[str]) -> str | None:
+        s = self.config_section
+        if s not in config.NAMED_SECTIONS:
+            return s
+        names = cfg.names(s)
+        want = _peek(args, "--secondary")
+        if want is not None:
+            return f"{s}.{want}" if want in names else None
+        if len(names) == 1:
+            return f"{s}.{names[0]}"
+        if not names:
+            return None
+        raise ConfigError(f"{cfg.path} has {len(names)} [{s}.NAME] tables ({', '.join(names)}): say which with "
+                          f"--secondary NAME")
+
+    def defaults(self, ctx: click.Context, cfg: config.ConfigFile, section: str | None,
+                 table: dict[str, Any]) -> dict[str, Any]:
+        keys = option_keys(self)  # type: ignore[arg-type]
+        out: dict[str, Any] = {}
+        if section and section.startswith("source."):
+            out["secondary"] = section.split(".", 1)[1]
+        for key, value in table.items():
+            p = keys.get(key) or keys.get(key.replace("_", "-"))
+            if p is None:
+                raise ConfigError(f"{cfg.where(section or '', key)}: unknown key {key!r} in [{section}] for "
+                                  f"`{ctx.command_path}`; its keys are {', '.join(sorted(keys))}")
+            if getattr(p, "multiple", False) or (isinstance(p, click.Argument) and p.nargs == -1):
+                if not isinstance(value, list):
+                    value = [value]
+            elif getattr(p, "is_flag", False) and not isinstance(value, bool):
+                raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} is a flag: true or false, "
+                                  f"got {value!r:.60}")
+            try:
+                p.type_cast_value(ctx, value)
+            except (click.BadParameter, ConfigError) as e:  # the project's own types raise ConfigError
+                msg = e.format_message() if isinstance(e, click.BadParameter) else e.message
+                raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} = {value!r:.60}: {msg}") from None
+            out[p.name] = value  # type: ignore[index]
+        return out
+
+    def invoke(self, ctx: click.Context) -> Any:
+        rv = super().invoke(ctx)  # type: ignore[misc]
+        after = getattr(self, "after_config", None)
+        if after is not None and "multisite.config" in ctx.meta:
+            after(ctx, *ctx.meta["multisite.config"])
+        return rv
+
+
+def enable(cmd: click.Command, section: str, after=None) -> click.Command:
+    """Give ``cmd`` a ``--config FILE.toml`` option reading table ``section``."""
+    if isinstance(cmd, ConfigMixin):
+        return cmd
+    cmd.params.append(click.Option(["--config"], type=click.Path(dir_okay=False), expose_value=False,
+                                   metavar="FILE.toml",
+                                   help=f"Take settings from the [{section}{'.NAME' if section in config.NAMED_SECTIONS else ''}] "
+                                        "table of this TOML file (same names as the options; options given "
+                                        "here win)."))
+    cmd.__class__ = type(f"Config{type(cmd).__name__}", (ConfigMixin, type(cmd)), {})
+    cmd.config_section = section  # type: ignore[attr-defined]
+    if after is not None:
+        cmd.after_config = after  # type: ignore[attr-defined]
+    return cmd
+
+
+# -- server start: the components of the file, and the record that survives a restart ------------
+def recorded_config(args: list[str]) -> str | None:
+    """The file an instance's server was last started with: found through the first argument that is
+    an instance directory holding ``run/config-file`` (a file that is gone is forgotten)."""
+    for a in args:
+        rec = Path(a) / "run" / CONFIG_RECORD
+        if not a.startswith("-") and rec.is_file():
+            path = rec.read_text().strip()
+            if Path(path).is_file():
+                return path
+    return None
+
+
+def start_components(ctx: click.Context, cfg: config.ConfigFile, section: str | None) -> None:
+    """After ``server start``: record the file, then start the receiver and sources it has tables for."""
+    root = Path(ctx.params["dir"]).absolute()
+    (root / "run" / CONFIG_RECORD).write_text(str(cfg.path.absolute()))
+    group = ctx.find_root().command
+    todo: list[tuple[list[str], list[str]]] = []
+    if cfg.table("receiver") is not None:
+        todo.append((["receiver", "start"], [str(root)]))
+    for name in cfg.names("source"):
+        todo.append((["source", "start"], [str(root), "--secondary", name]))
+    for path, args in todo:
+        cmd: Any = group
+        for part in path:
+            cmd = cmd.commands[part]
+        console.print(f"from {cfg.path}: {' '.join(path)} {' '.join(args[1:])}".rstrip())
+        cmd.main(args + ["--config", str(cfg.path)], prog_name=f"multisite {' '.join(path)}", standalone_mode=False)
+
+
+STARTS = {  # command path -> table
+    ("server", "start"): "server",
+    ("receiver", "start"): "receiver",
+    ("source", "start"): "source",
+    ("catalog", "start"): "catalog",
+    ("container", "start"): "container",
+    ("docserver", "start"): "docserver",
+    ("delivery", "agent"): "delivery-agent",
+    ("dashboard",): "dashboard",
+}
+
+
+def register(cli: click.Group) -> None:
+    for path, section in STARTS.items():
+        cmd: Any = cli
+        for part in path:
+            cmd = getattr(cmd, "commands", {}).get(part)
+            if cmd is None:
+                break
+        if cmd is not None:
+            enable(cmd, section, start_components if section == "server" else None)
