@@ -98,6 +98,11 @@ class ConfigMixin:
             elif getattr(p, "is_flag", False) and not isinstance(value, bool):
                 raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} is a flag: true or false, "
                                   f"got {value!r:.60}")
+            elif (isinstance(value, (list, dict)) or (isinstance(value, bool) and not getattr(p, "is_flag", False))
+                  or (isinstance(p.type, click.types.IntParamType) and isinstance(value, float))):
+                raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} = {value!r:.60}: one "
+                                  f"{'whole number' if isinstance(p.type, click.types.IntParamType) else 'value'} "
+                                  f"expected, as on the command line")
             try:
                 p.type_cast_value(ctx, value)
             except (click.BadParameter, ConfigError) as e:  # the project's own types raise ConfigError
