@@ -64,6 +64,11 @@ class ConfigMixin:
             table = cfg.table(section) if section else None
             ctx.default_map = {**(ctx.default_map or {}), **self.defaults(ctx, cfg, section, table or {})}
             ctx.meta["multisite.config"] = (cfg, section)
+            if getattr(self, "after_config", None) is start_components:  # check what it will start, first
+                for sub, sec in [("receiver", "receiver")] + [("source", f"source.{n}") for n in cfg.names("source")]:
+                    cmd = _GROUP.commands[sub].commands["start"]  # type: ignore[union-attr]
+                    cmd.defaults(click.Context(cmd, info_name=f"multisite {sub} start"), cfg, sec,
+                                 cfg.table(sec) or {})
         return super().parse_args(ctx, args)  # type: ignore[misc]
 
     def _section(self, cfg: config.ConfigFile, args: list[str]) -> str | None:
@@ -178,7 +183,12 @@ STARTS = {  # command path -> table
 }
 
 
+_GROUP: click.Group | None = None  # the multisite command group (register)
+
+
 def register(cli: click.Group) -> None:
+    global _GROUP
+    _GROUP = cli
     for path, section in STARTS.items():
         cmd: Any = cli
         for part in path:
