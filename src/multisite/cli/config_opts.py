@@ -64,6 +64,11 @@ class ConfigMixin:
             table = cfg.table(section) if section else None
             ctx.default_map = {**(ctx.default_map or {}), **self.defaults(ctx, cfg, section, table or {})}
             ctx.meta["multisite.config"] = (cfg, section)
+            if getattr(self, "after_config", None) is start_components:  # check what it will start, first
+                for sub, sec in [("receiver", "receiver")] + [("source", f"source.{n}") for n in cfg.names("source")]:
+                    cmd = _GROUP.commands[sub].commands["start"]  # type: ignore[union-attr]
+                    cmd.defaults(click.Context(cmd, info_name=f"multisite {sub} start"), cfg, sec,
+                                 cfg.table(sec) or {})
         return super().parse_args(ctx, args)  # type: ignore[misc]
 
     def _section(self, cfg: config.ConfigFile, args: list[str]) -> str | None:
@@ -98,6 +103,11 @@ class ConfigMixin:
             elif getattr(p, "is_flag", False) and not isinstance(value, bool):
                 raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} is a flag: true or false, "
                                   f"got {value!r:.60}")
+            elif (isinstance(value, (list, dict)) or (isinstance(value, bool) and not getattr(p, "is_flag", False))
+                  or (isinstance(p.type, click.types.IntParamType) and isinstance(value, float))):
+                raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} = {value!r:.60}: one "
+                                  f"{'whole number' if isinstance(p.type, click.types.IntParamType) else 'value'} "
+                                  f"expected, as on the command line")
             try:
                 p.type_cast_value(ctx, value)
             except (click.BadParameter, ConfigError) as e:  # the project's own types raise ConfigError
@@ -173,7 +183,12 @@ STARTS = {  # command path -> table
 }
 
 
+_GROUP: click.Group | None = None  # the multisite command group (register)
+
+
 def register(cli: click.Group) -> None:
+    global _GROUP
+    _GROUP = cli
     for path, section in STARTS.items():
         cmd: Any = cli
         for part in path:

@@ -196,7 +196,10 @@ class Dashboard:
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             given = auth[7:]
-        if not model.access_allowed(request.remote, given, self.token):
+        # A loopback peer naming another host is a browser's page of another site (DNS rebinding): not local.
+        host = request.host.rsplit(":", 1)[0].strip("[]") if not request.host.endswith("]") else request.host[1:-1]
+        local = host == "localhost" or model.access_allowed(host, None, None)
+        if not model.access_allowed(request.remote if local else None, given, self.token):
             log.warning("refused %s %s from %s: not local and no valid token", request.method, request.path,
                         request.remote)
             raise web.HTTPForbidden(text="the dashboard answers loopback clients only, or clients that give its "

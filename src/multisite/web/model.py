@@ -121,7 +121,8 @@ def access_allowed(remote: str | None, given_token: str | None, token: str | Non
     """Loopback clients need no login; any other client must show the dashboard's token (and there is
     none to show unless the dashboard was started with one)."""
     try:
-        if remote is not None and ipaddress.ip_address(remote.split("%")[0]).is_loopback:
+        ip = ipaddress.ip_address(remote.split("%")[0]) if remote is not None else None
+        if ip is not None and (getattr(ip, "ipv4_mapped", None) or ip).is_loopback:  # ::ffff:127.0.0.1 too
             return True
     except ValueError:
         pass
