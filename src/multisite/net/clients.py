@@ -164,7 +164,7 @@ class ClientListener:
 
     def __init__(self, host: str, port: int, run_op: Callable[[str, dict], Any], log: logging.Logger,
                  keepalive_s: int = KEEPALIVE_S, buffer_bytes: int = BUFFER_BYTES, *, db: Any = None,
-                 commit_ops: Callable[[dict], list] | None = None, auth: Any = None):
+                 commit_ops: Callable[[dict], list] | None = None, auth: Any = None, observer: Any = None):
         self._auth = auth  # net.client_auth.ClientAuth: TLS and who may do what (None: every client, all ops)
         self.keepalive_s = check_keepalive(keepalive_s)
         self.buffer_bytes = buffer_bytes
@@ -173,6 +173,9 @@ class ClientListener:
         self._log = log
         self._db = db if commit_ops is not None else None
         self._commit_ops = commit_ops
+        # with --metrics (net.metrics.InstanceMetrics): commit_done(seconds) per gathered commit answered
+        # durable, error(code) per error reply; gathered commits never pass through run_op
+        self._observer = observer
         self._conns: set[_Connection] = set()
         self._closing = False
         self._gathering = Gathering()
@@ -374,6 +377,8 @@ class ClientListener:
                 except Exception as e:  # noqa: BLE001 - answered, as _call answers
                     s.answer(req, False, self._error(req.op, e))
                     continue
+                if self._observer is not None:
+                    req.t0 = time.perf_counter()
                 self._gathering.add(req, ops)
                 if not self._write_soon:
                     self._write_soon = True
@@ -405,6 +410,8 @@ class ClientListener:
             return False, self._error(op, e)
 
     def _error(self, op: Any, e: Exception) -> list:
+        if self._observer is not None:
+            self._observer.error(getattr(e, "code", ServerError.code))
         if isinstance(e, MultisiteError):
             return [e.code, e.message]
         if isinstance(e, (KeyError, TypeError, ValueError)):  # a request missing or mistyping an argument
@@ -484,6 +491,14 @@ class ClientListener:
             self._log.error("fdatasync of client commits failed: %s", err)
         self.groups += 1
         answered = self._gathering.synced(upto, err)
+        if self._observer is not None:
+            if err is None:
+                now = time.perf_counter()
+                for r in answered:
+                    self._observer.commit_done(now - r.t0)
+            else:
+                for _ in answered:
+                    self._observer.error(getattr(err, "code", ServerError.code))
         for session in {r.session for r in answered}:
             self._after(session)
 

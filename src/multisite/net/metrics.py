@@ -35,7 +35,7 @@ from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ..errors import ConfigError, MultisiteError
+from ..errors import ConfigError
 from .tls import parse_hostport
 
 LAG_SAMPLE_INTERVAL_S = 1.0
@@ -273,17 +273,22 @@ class InstanceMetrics:
                               ["code"], registry=self.registry)
         self._commit = self.commit_seconds
 
+    def commit_done(self, seconds: float) -> None:
+        """A commit the client listener gathered into a group commit was answered durable."""
+        self._commit.observe(seconds)
+
+    def error(self, code: str) -> None:
+        """The client listener answered a request with the error ``code``."""
+        self.errors.labels(code).inc()
+
     def wrap_client_op(self, op: Callable[[str, dict], Any]) -> Callable[[str, dict], Any]:
-        """``op`` timed (commits) and counted (errors by code)."""
-        commit, errors, clock = self._commit, self.errors, time.perf_counter
+        """``op`` timed (the commits the listener does not gather: on a secondary, or without a
+        listener); its errors are counted where the listener answers them (``error``)."""
+        commit, clock = self._commit, time.perf_counter
 
         def timed(kind: str, a: dict) -> Any:
             t0 = clock()
-            try:
-                r = op(kind, a)
-            except MultisiteError as e:
-                errors.labels(e.code).inc()
-                raise
+            r = op(kind, a)
             if kind == "commit":
                 commit.observe(clock() - t0)
             return r
@@ -363,6 +368,7 @@ async def start_instance_metrics(server: Any, listen: str) -> tuple[InstanceMetr
     before the client listener is made), served on ``listen``."""
     m = InstanceMetrics(server)
     server._client_op = m.wrap_client_op(server._client_op)
+    server.client_observer = m
     ep = await MetricsEndpoint(m.registry, listen, server.log).start(m.sample_lag())
     return m, ep
 

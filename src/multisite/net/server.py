@@ -68,6 +68,7 @@ class InstanceServer:
                  tls: TLSConfig | None = None, insecure: bool = False, metrics: str | None = None):
         self.root = Path(root).absolute()
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
+        self.client_observer = None  # net.metrics.InstanceMetrics with --metrics: the listener reports to it
         self.listen = listen
         self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
         self.client_auth: ClientAuth | None = None
@@ -110,7 +111,8 @@ class InstanceServer:
             host, port = parse_hostport(self.listen)
             try:
                 cli_srv = ClientListener(host, port, self._client_op, self.log, self.keepalive_s, db=db,
-                                         commit_ops=self._commit_ops, auth=self.client_auth)
+                                         commit_ops=self._commit_ops, auth=self.client_auth,
+                                         observer=self.client_observer)
             except OSError as e:
                 self.db.close()
                 raise ConfigError(f"cannot listen for clients on {self.listen}: {e.strerror or e}") from None

@@ -79,12 +79,13 @@ class Request:
     ``written`` (journaled, waiting for its group's fdatasync) → ``done``; any other op goes
     ``queued`` → ``running`` (the listener runs it) → ``done``. ``reply`` is the frame body to send."""
 
-    __slots__ = ("rid", "op", "args", "state", "reply", "session", "size")
+    __slots__ = ("rid", "op", "args", "state", "reply", "session", "size", "t0")
 
     def __init__(self, rid: object, op: object, args: dict, session: "ClientSession"):
         self.rid, self.op, self.args, self.session = rid, op, args, session
         self.state = QUEUED
         self.reply: list | None = None
+        self.t0 = 0.0  # when a gathered commit was taken (the listener's observer times it to its answer)
 
 
 class ClientSession:
