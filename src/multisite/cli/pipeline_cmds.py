@@ -78,6 +78,14 @@ def _instance(path: str) -> None:
 
 def _instance_or_snapshot(path: str) -> None:
     if not (Path(path) / "snapshot.json").exists():
+        _instance_or_archive(path)
+
+
+def _instance_or_archive(path: str) -> None:
+    """An instance directory, or a journal archive (an s3:// URL, or a directory holding one)."""
+    from ..pipeline.archive import is_archive
+
+    if not is_archive(path):
         _instance(path)
 
 
@@ -96,25 +104,30 @@ def pipeline() -> None:
 
 
 @pipeline.command("export")
-@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.argument("instance")
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Export directory.")
+@click.option("--archive", "archive", default=None,
+              help="The instance's journal archive (multisite journal archive): seqnos it holds are read from it.")
 @click.option("--follow", is_flag=True, help="Keep exporting new transactions until interrupted.")
 @click.option("--interval", type=Seconds(positive=False), default=1.0, show_default=True,
               help="Seconds between --follow runs.")
 @spark_options
-def export_cmd(instance, to, follow, interval, master, confs, as_json):
-    """Export an instance to an analytics replica in Parquet (changes + current state).
+def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
+    """Export an instance (or its journal archive) to an analytics replica in Parquet (changes + current state).
 
     Incremental: each run adds the transactions since the last one; transactions that a rollback
-    took off the instance are retracted from both tables. Example:
-    multisite pipeline export /data/A --to /lake/A --follow
+    took off the instance are retracted from both tables. INSTANCE is a directory or an archive URL.
+    Example: multisite pipeline export /data/A --to /lake/A --archive s3://lake/journals/A --follow
     """
     from ..pipeline.analytics import export
 
-    _instance(instance)
+    _instance_or_archive(instance)
+    if archive:
+        _instance_or_archive(archive)
 
     def job(spark, progress):
-        return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress)
+        return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress,
+                      archive=archive)
 
     try:
         rep = _run(as_json, master, confs, job)
@@ -183,8 +196,8 @@ def seed_cmd(snapshot, into, name, as_json):
 
 
 @pipeline.command("verify")
-@click.argument("a", type=click.Path(exists=True, file_okay=False))
-@click.argument("b", type=click.Path(exists=True, file_okay=False))
+@click.argument("a")
+@click.argument("b")
 @click.option("--at", "at", type=click.IntRange(min=0), default=None,
               help="Seqno to compare at (default: the lower end).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
@@ -193,7 +206,7 @@ def seed_cmd(snapshot, into, name, as_json):
               help="auto: small inputs (under 100,000 keys) without starting Spark, the rest on Spark.")
 @spark_options
 def verify_cmd(a, b, at, out, engine, master, confs, as_json):
-    """Compare two instances' (or snapshots') replicated states key by key at one seqno.
+    """Compare two instances' (snapshots', journal archives') replicated states key by key at one seqno.
 
     The sides are compared at the lower of their ends (or --at); a side past it is reported as ahead
     by N transactions. Exit status: 0 equal at the same end, 1 different, 3 equal at the seqno compared

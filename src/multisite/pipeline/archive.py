@@ -11,6 +11,8 @@ or mounted path (``/mnt/archive/A`` or ``file:///…``) or S3-compatible object 
 Layout at ``URL``::
 
     segments/<NNNNNNNN>.msj        byte copies of sealed segments
+    headers/<NNNNNNNN>.bin         (seqno, payload CRC) of each frame, int64 pairs: what an export
+                                   compares to find a rollback, without fetching the segment
     index/<validity key>.parquet   journal-index pieces of archived segments (a cache, as locally)
     archive.json                   the manifest: instance, regions, and every archived file with its
                                    size and CRC-32 (written last, after each segment)
@@ -53,6 +55,7 @@ from ..journal.sidecars import list_sidecars
 FORMAT = 1
 MANIFEST = "archive.json"
 SEGMENTS_DIR = "segments"
+HEADERS_DIR = "headers"
 INDEX_DIR = "index"
 BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a copy
 FOLLOW_INTERVAL_S = 1.0
@@ -228,7 +231,7 @@ class Throttle:
 
 
 def _regions(lay: Layout) -> dict:
-    from .plan import store_regions
+    from .regions import store_regions
 
     return {name: [repl, schema] for name, (repl, schema) in sorted(store_regions(lay).items())}
 
@@ -314,12 +317,46 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
                                  f"CRC-32) where ({len(data)}, {crc}) was written; the archive was not updated")
         rep.segments_copied.append(info.path.name)
         rep.bytes_copied += len(data)
+    heads = _frame_headers(info)
+    hrel = f"{HEADERS_DIR}/{info.path.stem}.bin"
+    if tgt.size_crc(hrel) != (len(heads), zlib.crc32(heads)):
+        tgt.put(hrel, heads)
+        if tgt.size_crc(hrel) != (len(heads), zlib.crc32(heads)):
+            raise ArchiveCorrupt(f"the archived frame headers {tgt.display(hrel)} do not read back as written")
     man["segments"].append({"name": info.path.name, "index": info.index, "path": rel, "first_seqno": info.first_seqno,
                             "last_seqno": seg_last, "bytes": len(data), "crc32": crc,
-                            "header_crc": zlib.crc32(data[:SEGMENT_HEADER_SIZE]), "archived": time.time()})
+                            "header_crc": zlib.crc32(data[:SEGMENT_HEADER_SIZE]), "archived": time.time(),
+                            "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
     archives.record(lay, tgt.url, seg_last)
+
+
+def _frame_headers(info) -> bytes:
+    import numpy as np
+
+    with SegmentView(info) as view:
+        pairs = [(h.seqno, h.payload_crc) for _, h in view.headers(tail=False)]
+    return np.asarray(pairs, dtype="<i8").reshape(-1, 2).tobytes()
+
+
+def archived_crcs(url: str, man: dict, lo: int, hi: int):
+    """``(seqnos, payload CRCs)`` of the archived frames in ``[lo, hi]``, from the archived headers."""
+    import numpy as np
+
+    tgt = Target(url)
+    seqs, crcs = [], []
+    for rec in man["segments"]:
+        if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
+            continue
+        h = rec["headers"]
+        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"]), dtype="<i8").reshape(-1, 2)
+        a = a[(a[:, 0] >= lo) & (a[:, 0] <= hi)]
+        seqs.append(a[:, 0])
+        crcs.append(a[:, 1])
+    if not seqs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(seqs).astype(np.int64), np.concatenate(crcs).astype(np.int64)
 
 
 def _archive_pieces(lay: Layout, segments: set, tgt: Target, man: dict, rep: ArchiveReport, throttle) -> bool:
@@ -379,7 +416,7 @@ def check(url: str) -> CheckReport:
     if man is None:
         raise ArchiveError(f"{url} is not a journal archive (no {MANIFEST})")
     damaged, nbytes, files = [], 0, 0
-    for rec in man["segments"] + man["pieces"]:
+    for rec in man["segments"] + [s["headers"] for s in man["segments"]] + man["pieces"]:
         files += 1
         got = tgt.size_crc(rec["path"])
         if got is None:
@@ -422,6 +459,15 @@ def local_copy(url: str, nbytes: int, crc: int) -> str:
     tmp.write_bytes(data)
     os.replace(tmp, dest)  # a cache: rebuilt from the archive if lost, so no fsync
     return str(dest)
+
+
+def local_files(chunk):
+    """``chunk`` (of an archive) with its segment, or its piece, as local files (see ``local_copy``)."""
+    import dataclasses
+
+    if chunk.piece:
+        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc))
+    return dataclasses.replace(chunk, path=local_copy(chunk.path, chunk.file_bytes, chunk.file_crc))
 
 
 def manifest(url: str) -> dict:

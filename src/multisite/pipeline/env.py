@@ -104,10 +104,18 @@ def _log4j_file(level: str) -> str:
     return str(path)
 
 
+# Read by executors that fetch journal archives from S3 (``archive.s3_filesystem``): passed on to
+# every executor's environment, so a cluster's workers need not be started with them.
+S3_ENV = ("AWS_ENDPOINT_URL", "MULTISITE_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "MULTISITE_ARCHIVE_CACHE")
+
+
 def default_conf(verbose: bool = False) -> dict[str, str]:
     cores = os.cpu_count() or 2
     level = "WARN" if verbose else "ERROR"
+    executor_env = {f"spark.executorEnv.{k}": os.environ[k] for k in S3_ENV if os.environ.get(k)}
     return {
+        **executor_env,
         "spark.driver.memory": DRIVER_MEMORY,
         "spark.sql.shuffle.partitions": str(max(4, SHUFFLE_PARTITIONS_PER_CORE * cores)),
         "spark.sql.session.timeZone": "UTC",

@@ -74,8 +74,12 @@ def is_small(path: str, at: int) -> bool:
 
         files = sorted((Path(path) / "state").glob("*.parquet"))
         return sum(pq.ParquetFile(f).metadata.num_rows for f in files) <= LOCAL_MAX_KEYS
+    from .archive import is_archive, manifest
     from .plan import journal_bounds
 
+    if is_archive(path):
+        return sum(s["bytes"] for s in manifest(path)["segments"] if s["first_seqno"] <= at) \
+            <= LOCAL_MAX_JOURNAL_BYTES
     lay = Layout.existing(path)
     store_seqno = _store_seqno(str(lay.store_file))
     if at >= store_seqno:
@@ -122,10 +126,27 @@ class _Region:
         del self.order[lo:hi]
 
 
-def _roll(regions: dict[str, _Region], journal: Path, lo: int, hi: int, replicated: set[str]) -> None:
-    for rec in iter_records(journal, lo, hi):
+def _archived_records(url: str, lo: int, hi: int):
+    """The records ``[lo, hi]`` of a journal archive, from its segments (fetched, checked by CRC)."""
+    from ..journal.records import decode_payload
+    from ..journal.segments import SegmentInfo, SegmentView, read_header
+    from .archive import Target, local_copy, manifest
+
+    tgt = Target(url)
+    for rec in manifest(url)["segments"]:
+        if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
+            continue
+        local = Path(local_copy(tgt.display(rec["path"]), rec["bytes"], rec["crc32"]))
+        with SegmentView(SegmentInfo(local, read_header(local))) as view:
+            for off, hdr in view.frames(tail=False):
+                if lo <= hdr.seqno <= hi:
+                    yield decode_payload(view.payload(off, hdr))
+
+
+def _roll(regions: dict[str, _Region], records, replicated: set[str] | None) -> None:
+    for rec in records:
         for u in rec.updates:
-            if u.region not in replicated:
+            if replicated is not None and u.region not in replicated:
                 continue
             reg = regions.setdefault(u.region, _Region())
             k = encode_key(tuple(u.key))
@@ -150,9 +171,21 @@ def state_at(path: str, at: int | None = None) -> tuple[State, int]:
             t = pq.read_table(f, columns=["region", "key_bytes", "value_raw"]).to_pydict()
             out.update(zip(zip(t["region"], t["key_bytes"]), t["value_raw"]))
         return out, seqno
+    from .archive import is_archive
     from .plan import instance_ref, journal_bounds
     from .state_source import consistent_store
 
+    if is_archive(path):  # the journal from seqno 1 (an archive has no store), as on Spark
+        first, last = journal_bounds(path)
+        at = last if at is None else at
+        if at > last:
+            raise ConfigError(f"the journal archive {path} ends at seqno {last}; cannot take its state at {at}")
+        if first != 1 and at >= first:
+            raise PipelineError(f"the journal archive {path} starts at seqno {first}: the state at {at} needs the "
+                                f"journal from seqno 1")
+        regions: dict[str, _Region] = {}
+        _roll(regions, _archived_records(path, 1, at), None)
+        return {(name, k): v for name, reg in regions.items() for k, v in reg.kv.items()}, at
     ref = instance_ref(path)
     lay = Layout.existing(ref.path)
     first, last = journal_bounds(ref.path)
@@ -185,5 +218,5 @@ def state_at(path: str, at: int | None = None) -> tuple[State, int]:
         if store_file != str(lay.store_file):
             Path(store_file).unlink(missing_ok=True)
     if at >= lo:
-        _roll(regions, lay.journal, lo, at, set(replicated))
+        _roll(regions, iter_records(lay.journal, lo, at), set(replicated))
     return {(name, k): v for name, reg in regions.items() for k, v in reg.kv.items()}, at
