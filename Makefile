@@ -60,5 +60,17 @@ bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psy
 bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
 	$(BIN)/python bench/multimaster.py $(ARGS)
 
+# A Spark standalone cluster (a master and two workers, PySpark's own spark-class) on this machine.
+.PHONY: spark-cluster-start spark-cluster-stop bench-pipeline
+SPARK_CLUSTER_DIR ?= /tmp/multisite-spark-cluster
+spark-cluster-start: setup
+	PYTHONPATH=src $(BIN)/python -m multisite.testing.spark_cluster start $(SPARK_CLUSTER_DIR) $(ARGS)
+
+spark-cluster-stop:
+	PYTHONPATH=src $(BIN)/python -m multisite.testing.spark_cluster stop $(SPARK_CLUSTER_DIR)
+
+bench-pipeline: setup  # the pipeline's figures; ARGS="--figure stream|cluster|scan"
+	PYTHONPATH=src $(BIN)/python bench/pipeline.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
