@@ -43,7 +43,7 @@ def _drive(master: str, conf: dict, inst: Path, lake: Path, url: str) -> dict:
 def cluster_export(a, out_dir: Path, build) -> dict:
     from multisite import pipeline
     from multisite.pipeline.archive import archive
-    from multisite.testing.s3server import S3Server
+    from multisite.testing.s3server import running_s3
     from multisite.testing.spark_cluster import SparkCluster
 
     src = out_dir / f"pipeline-{a.updates}"
@@ -57,11 +57,7 @@ def cluster_export(a, out_dir: Path, build) -> dict:
     t0 = time.perf_counter()
     idx = pipeline.index_journal(str(inst), jobs=2)
     report["index_s"] = round(time.perf_counter() - t0, 1)
-    s3 = S3Server().start()
-    cluster = None
-    try:
-        s3.export_env()
-        s3.make_bucket("lake")
+    with running_s3("lake"):
         url = "s3://lake/bench/A"
         t0 = time.perf_counter()
         arch = archive(str(inst), url)
@@ -72,14 +68,11 @@ def cluster_export(a, out_dir: Path, build) -> dict:
                              "index_pieces": idx.pieces_written}
         print(json.dumps(report["archive"]), file=sys.stderr)
         cluster = SparkCluster(work / "cluster", workers=2).start()
-        c = _drive(cluster.master_url, cluster.session_conf(), inst, work / "lake-cluster", url)
-        cluster.stop()
-        cluster = None
-        local = _drive("local[*]", {}, inst, work / "lake-local", "")
-    finally:
-        if cluster is not None:
+        try:
+            c = _drive(cluster.master_url, cluster.session_conf(), inst, work / "lake-cluster", url)
+        finally:
             cluster.stop()
-        s3.stop()
+        local = _drive("local[*]", {}, inst, work / "lake-local", "")
     assert c["updates"] == local["updates"], (c, local)
     report["cluster_from_archive"] = {"job_s": round(c["job_s"], 1), "wall_s": round(c["wall_s"], 1),
                                       "updates": c["updates"], "updates_per_s": int(c["updates"] / c["job_s"])}

@@ -17,7 +17,7 @@ import multisite
 from multisite.instance.layout import Layout
 from multisite.journal.segments import list_segments
 from multisite.pipeline.archive import Target, archive
-from multisite.testing.s3server import S3Server
+from multisite.testing.s3server import S3Server, running_s3
 
 SEGMENT_BYTES = 512 * 1024
 RATE_BYTES_PER_S = 1024 * 1024  # two segments a second: the kill lands inside a copy
@@ -27,14 +27,8 @@ RATE_BYTES_PER_S = 1024 * 1024  # two segments a second: the kill lands inside a
 def s3():
     if not S3Server.available():
         pytest.skip("moto[server] is not installed (pip install 'moto[server]')")
-    server = S3Server().start()
-    saved = dict(os.environ)
-    server.export_env()
-    server.make_bucket("lake")
-    yield server
-    os.environ.clear()
-    os.environ.update(saved)
-    server.stop()
+    with running_s3("lake") as server:
+        yield server
 
 
 def test_sigkill_mid_copy_resumes_without_recopying_or_skipping(tmp_path, s3):

@@ -21,7 +21,7 @@ from multisite.instance.layout import Layout
 from multisite.instance.maintenance import prune
 from multisite.journal.segments import list_segments
 from multisite.pipeline.archive import Target, archive, check
-from multisite.testing.s3server import S3Server
+from multisite.testing.s3server import S3Server, running_s3
 
 SEGMENT_BYTES = 64 * 1024
 PAD = "p" * 2000
@@ -47,14 +47,8 @@ def sealed(root: Path):
 def s3():
     if not S3Server.available():
         pytest.skip("moto[server] is not installed (pip install 'moto[server]')")
-    server = S3Server().start()
-    saved = dict(os.environ)
-    server.export_env()
-    server.make_bucket("lake")
-    yield server
-    os.environ.clear()
-    os.environ.update(saved)
-    server.stop()
+    with running_s3("lake") as server:
+        yield server
 
 
 def test_sealed_segments_are_copied_once_each_checked_and_recorded_for_prune(tmp_path):

@@ -11,21 +11,13 @@ import multisite
 def s3():
     """A real S3-compatible server (moto, its own process) with a bucket ``lake``, its endpoint and keys in
     the environment before Spark starts (its Python workers inherit them); None without moto."""
-    import os
-
-    from multisite.testing.s3server import S3Server
+    from multisite.testing.s3server import S3Server, running_s3
 
     if not S3Server.available():
         yield None
         return
-    server = S3Server().start()
-    saved = dict(os.environ)
-    server.export_env()
-    server.make_bucket("lake")
-    yield server
-    os.environ.clear()
-    os.environ.update(saved)
-    server.stop()
+    with running_s3("lake") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

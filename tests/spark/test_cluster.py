@@ -28,7 +28,8 @@ out = {"executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size(
 out["export"] = pipeline.export(inst, lake, spark=spark, archive=url).to_dict()
 v = pipeline.verify(url, inst, engine="spark", spark=spark)
 out["verify"] = {**v.to_dict(), "seconds": 0}
-q = (spark.readStream.format("multisite").option("consumer", "cluster-test").load([url, inst])
+q = (spark.readStream.format("multisite").option("consumer", "cluster-test")
+     .option("paths", json.dumps([url, inst])).load()
      .select("seqno", "ord", "op", "region", "key_text", "value")
      .writeStream.format("parquet").option("path", sink).option("checkpointLocation", ckpt)
      .trigger(availableNow=True).start())

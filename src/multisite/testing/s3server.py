@@ -4,6 +4,7 @@ its pid. ``env()`` is what a client (``pipeline.archive``, Spark executors) need
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -71,3 +72,19 @@ class S3Server:
             self.proc.wait(10)
         if self.proc is not None and self.proc.stdout:
             self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def running_s3(bucket: str = "lake"):
+    """An ``S3Server`` with ``bucket`` made and its endpoint and keys in ``os.environ`` (restored and the
+    server stopped on exit): what tests and benches that archive to S3 need."""
+    server = S3Server().start()
+    saved = dict(os.environ)
+    try:
+        server.export_env()
+        server.make_bucket(bucket)
+        yield server
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
