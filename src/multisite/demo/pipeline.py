@@ -51,7 +51,8 @@ def _play(console: Console, root: Path, a: Path, b: Path) -> bool:
     lake = root / "pipeline" / "lake-A"
     shutil.rmtree(lake, ignore_errors=True)
     console.print("starting Spark (local[2]) ...")
-    spark = pipeline.session(master="local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
+    spark = pipeline.session(master="local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+                                                           "spark.driver.memory": "1g"})
     try:
         e = pipeline.export(str(a), str(lake), spark=spark)
         console.print(f"exported A seqnos {e.from_seqno}..{e.to_seqno} to Parquet: {e.transactions} transactions, "
@@ -70,11 +71,11 @@ def _play(console: Console, root: Path, a: Path, b: Path) -> bool:
         console.print(f"rolled A back to seqno {base}: {rb.rolled_back} transaction(s) into its lost-transaction "
                       f"file {rb.lost_file}")
         e = pipeline.export(str(a), str(lake), spark=spark)
-        left, retracted = _count(spark, lake / "changes"), _count(spark, lake / "retracted")
-        state_left = _count(spark, lake / "state")
+        left, state_left = _count(spark, lake / "changes"), _count(spark, lake / "state")
+        retracted = spark.read.parquet(str(lake / "retracted")).where(f"seqno > {base}").count()
         console.print(f"the next export found the rollback: retracted {e.retracted_transactions} transaction(s) after "
                       f"seqno {e.retracted_from}; ('rolled-back', …) rows now: {left} in changes, {state_left} in "
-                      f"state, {retracted} in retracted/")
+                      f"state; retracted/ lists {retracted} transaction(s)")
         ok &= (seen == ROLLED_BACK and e.retracted_from == base and e.retracted_transactions == ROLLED_BACK
                and left == 0 and state_left == 0 and retracted == ROLLED_BACK)
         _tables(console, spark, lake)
