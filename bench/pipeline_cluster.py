@@ -77,7 +77,8 @@ def cluster_export(a, out_dir: Path, build) -> dict:
     report["cluster_from_archive"] = {"job_s": round(c["job_s"], 1), "wall_s": round(c["wall_s"], 1),
                                       "updates": c["updates"], "updates_per_s": int(c["updates"] / c["job_s"])}
     report["local_from_instance"] = {"job_s": round(local["job_s"], 1), "wall_s": round(local["wall_s"], 1),
-                                     "updates": local["updates"], "updates_per_s": int(local["updates"] / local["job_s"])}
+                                     "updates": local["updates"],
+                                     "updates_per_s": int(local["updates"] / local["job_s"])}
     report["ratio_cluster_to_local_updates_per_s"] = round(local["job_s"] / c["job_s"], 3)
     report["load_avg_after"] = round(os.getloadavg()[0], 1)
     print(json.dumps(report, indent=2))

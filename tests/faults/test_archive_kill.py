@@ -42,7 +42,8 @@ def test_sigkill_mid_copy_resumes_without_recopying_or_skipping(tmp_path, s3):
     assert len(sealed) >= 10
     url = "s3://lake/A"
     tgt = Target(url)
-    proc = subprocess.Popen([sys.executable, "-c", "from multisite.cli.main import main; main()", "journal", "archive", str(root), "--to", url,
+    proc = subprocess.Popen([sys.executable, "-c", "from multisite.cli.main import main; main()", "journal", "archive",
+                             str(root), "--to", url,
                              "--rate-bytes-per-s", str(RATE_BYTES_PER_S), "--json"],
                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -5,7 +5,6 @@ archived is what ``journal prune`` requires. The SIGKILL-mid-copy case is in tes
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import zlib
 from pathlib import Path

@@ -51,8 +51,8 @@ def _play(console: Console, root: Path, a: Path, b: Path) -> bool:
     lake = root / "pipeline" / "lake-A"
     shutil.rmtree(lake, ignore_errors=True)
     console.print("starting Spark (local[2]) ...")
-    spark = pipeline.session(master="local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-                                                           "spark.driver.memory": "1g"})
+    spark = pipeline.session(master="local[2]", conf={"spark.sql.shuffle.partitions": "2",
+                                                      "spark.default.parallelism": "2", "spark.driver.memory": "1g"})
     try:
         e = pipeline.export(str(a), str(lake), spark=spark)
         console.print(f"exported A seqnos {e.from_seqno}..{e.to_seqno} to Parquet: {e.transactions} transactions, "

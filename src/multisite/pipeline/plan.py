@@ -90,7 +90,8 @@ def combine_refs(refs: list[InstanceRef]) -> list[InstanceRef]:
             out.append(r)
             continue
         live, arch = (twin, r) if r.archive else (r, twin)
-        out[out.index(twin)] = InstanceRef(live.path, live.name, live.region_schemas, live.regions, archive=arch.archive)
+        out[out.index(twin)] = InstanceRef(live.path, live.name, live.region_schemas, live.regions,
+                                           archive=arch.archive)
     return out
 
 
