@@ -42,15 +42,20 @@ def store_seqno(layout: Layout) -> int:
     store that is not there is at 0: opening the instance rebuilds it from the whole journal."""
     if not layout.store_file.exists():
         return 0
+    return store_file_seqno(layout.store_file)
+
+
+def store_file_seqno(path: str | Path) -> int:
+    """``store_seqno`` of a store file (the store itself, or a consistent copy of a live one's)."""
     try:
-        conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
             return row[0] if row else 0
         finally:
             conn.close()
     except sqlite3.Error as e:
-        raise MultisiteError(f"the store {layout.store_file} cannot be read ({e}); restore the instance from a "
+        raise MultisiteError(f"the store {path} cannot be read ({e}); restore the instance from a "
                              f"backup") from None
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, PipelineError
 from ..instance.layout import Layout
+from ..instance.maintenance import store_file_seqno, store_seqno as store_seqno_of
 from ..journal.reader import iter_records
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import KILL_END, encode_key
@@ -81,7 +82,7 @@ def is_small(path: str, at: int) -> bool:
         return sum(s["bytes"] for s in manifest(path)["segments"] if s["first_seqno"] <= at) \
             <= LOCAL_MAX_JOURNAL_BYTES
     lay = Layout.existing(path)
-    store_seqno = _store_seqno(str(lay.store_file))
+    store_seqno = store_seqno_of(lay)
     if at >= store_seqno:
         if _store_keys(str(lay.store_file), _replicated(lay)) > LOCAL_MAX_KEYS:
             return False
@@ -89,15 +90,6 @@ def is_small(path: str, at: int) -> bool:
     else:
         lo = journal_bounds(path)[0]
     return journal_bytes(path, lo, at) <= LOCAL_MAX_JOURNAL_BYTES
-
-
-def _store_seqno(store_file: str) -> int:
-    conn = sqlite3.connect(f"file:{store_file}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
-        return row[0] if row else 0
-    finally:
-        conn.close()
 
 
 class _Region:
@@ -194,7 +186,7 @@ def state_at(path: str, at: int | None = None) -> tuple[State, int]:
     replicated = _replicated(lay)
     store_file = consistent_store(lay)
     try:
-        store_seqno = _store_seqno(store_file)
+        store_seqno = store_file_seqno(store_file)
         at = max(last, store_seqno) if at is None else at
         regions = {r: _Region() for r in replicated}
         if at >= store_seqno:
