@@ -27,4 +27,4 @@ def test_jvm_start_up_lines_only_with_verbose(tmp_path):
         assert line not in quiet.stdout + quiet.stderr
     loud = _verify(a, b, "--verbose")
     assert loud.returncode == 0
-    assert "Setting default log level" in loud.stdout + loud.stderr
+    assert "Using incubator modules" in loud.stdout + loud.stderr  # the JVM's own line, on the terminal

@@ -186,9 +186,12 @@ class TailWalker:
     transactions). The remembered frame is trusted only while the segment still holds it, same seqno
     and CRC, at the same offset; after a rollback (or a new segment) the walk starts over."""
 
+    RECENT_MARKS = 16  # ends of recent walks kept: a stream asks for the CRC of its last batch's end
+
     def __init__(self, path: str):
         self.path = path
         self.mark: _Mark | None = None
+        self.recent: dict[int, _Mark] = {}  # seqno -> an earlier walk's last frame (checked before use)
 
     def bounds(self) -> tuple[int, int]:
         infos = list_segments(Layout.existing(self.path).journal)
@@ -203,15 +206,19 @@ class TailWalker:
                 self.mark = _Mark(tail.index, off, hdr.seqno, hdr.payload_crc)
         if self.mark is not None:
             last = self.mark.seqno
+            self.recent[last] = self.mark
+            while len(self.recent) > self.RECENT_MARKS:
+                del self.recent[min(self.recent)]
         return infos[0].first_seqno, last
 
     def crc(self, seqno: int) -> int | None:
-        """``frame_crc`` of ``seqno``, without a walk when it is the last frame walked to."""
-        m = self.mark
-        if m is not None and m.seqno == seqno:
-            infos = list_segments(Layout.existing(self.path).journal)
-            if infos[-1].index == m.segment:
-                with SegmentView(infos[-1]) as view:
+        """``frame_crc`` of ``seqno``, without a walk when it is the last frame of this walk or of one of
+        the ``RECENT_MARKS`` walks before (a stream's previous batch end), still where it was."""
+        m = self.mark if self.mark is not None and self.mark.seqno == seqno else self.recent.get(seqno)
+        if m is not None:
+            info = next((i for i in list_segments(Layout.existing(self.path).journal) if i.index == m.segment), None)
+            if info is not None:
+                with SegmentView(info) as view:
                     if self._holds(view, m):
                         return m.crc
         return frame_crc(self.path, seqno)
