@@ -79,5 +79,17 @@ bench-replication: setup  # issue 14's table: commits with/without a secondary, 
 bench-ops: setup  # metrics + dashboard against the commit rate, and a /metrics scrape with 100 links (issue 17)
 	PYTHONPATH=src $(BIN)/python bench/ops.py $(ARGS)
 
+# A Spark standalone cluster (a master and two workers, PySpark's own spark-class) on this machine.
+.PHONY: spark-cluster-start spark-cluster-stop bench-pipeline
+SPARK_CLUSTER_DIR ?= /tmp/multisite-spark-cluster
+spark-cluster-start: setup
+	PYTHONPATH=src $(BIN)/python -m multisite.testing.spark_cluster start $(SPARK_CLUSTER_DIR) $(ARGS)
+
+spark-cluster-stop:
+	PYTHONPATH=src $(BIN)/python -m multisite.testing.spark_cluster stop $(SPARK_CLUSTER_DIR)
+
+bench-pipeline: setup  # the pipeline's figures; ARGS="--figure stream|cluster|scan"
+	PYTHONPATH=src $(BIN)/python bench/pipeline.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

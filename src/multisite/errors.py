@@ -254,6 +254,19 @@ class PipelineError(MultisiteError):
     code = "PIPELINE"
 
 
+# -- journal archive (issue 18) ------------------------------------------------------------------------
+class ArchiveError(MultisiteError):
+    """A journal archive cannot be written or read as asked (unreachable, another instance's, gapped)."""
+
+    code = "ARCHIVE"
+
+
+class ArchiveCorrupt(ArchiveError):
+    """An archived file does not match the CRC recorded when it was archived (or is missing)."""
+
+    code = "ARCHIVE_CORRUPT"
+
+
 # -- multi-master documents (issue 12) ---------------------------------------------------------------
 class DocumentError(MultisiteError):
     """A document database or a document in it is used wrongly or holds something it must not."""

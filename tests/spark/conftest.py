@@ -8,7 +8,20 @@ import multisite
 
 
 @pytest.fixture(scope="session")
-def spark():
+def s3():
+    """A real S3-compatible server (moto, its own process) with a bucket ``lake``, its endpoint and keys in
+    the environment before Spark starts (its Python workers inherit them); None without moto."""
+    from multisite.testing.s3server import S3Server, running_s3
+
+    if not S3Server.available():
+        yield None
+        return
+    with running_s3("lake") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark(s3):
     pytest.importorskip("pyspark")
     from multisite import pipeline
 

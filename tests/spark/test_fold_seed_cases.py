@@ -43,7 +43,7 @@ def test_verify_and_snapshot_leave_unreplicated_regions_out_at_every_seqno(spark
         db.apply_records(list(iter_records(a / "journal", 1)))
     # 9: before A's store seqno (folded from the journal); 10: A's store seqno (read from the store)
     for at in (9, 10):
-        rep = pipeline.verify(str(a), str(b), at=at, spark=spark)
+        rep = pipeline.verify(str(a), str(b), at=at, spark=spark, engine="spark")
         assert rep.equal and rep.keys_a == rep.keys_b == at, (at, rep.sample)
     pipeline.snapshot(str(a), str(tmp_path / "snap"), spark=spark)
     assert {r.region for r in spark.read.parquet(str(tmp_path / "snap" / "state")).collect()} == {"r"}

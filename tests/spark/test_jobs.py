@@ -45,7 +45,7 @@ def test_snapshot_seed_and_catch_up(spark, tmp_path, known):
 
 def test_verify_equal_and_planted_difference(spark, tmp_path, known):
     twin = build(tmp_path / "B", "B", KNOWN)
-    rep = pipeline.verify(str(known), str(twin), spark=spark)
+    rep = pipeline.verify(str(known), str(twin), spark=spark, engine="spark")
     assert rep.equal and rep.keys_a == rep.keys_b == 3
     with multisite.open(twin) as db:  # plant: one changed value, one extra key, one missing key
         db.store.put(db.store.regions["acct"].id, multisite.keys.encode_key(("a", 3)),
@@ -54,14 +54,14 @@ def test_verify_equal_and_planted_difference(spark, tmp_path, known):
                      multisite.values.encode_value(1))
         db.store.delete(db.store.regions["log"].id, multisite.keys.encode_key(("x", 2)))
         db.store.flush()
-    rep = pipeline.verify(str(known), str(twin), out=str(tmp_path / "diff"), spark=spark)
+    rep = pipeline.verify(str(known), str(twin), out=str(tmp_path / "diff"), spark=spark, engine="spark")
     assert not rep.equal
     assert (rep.different, rep.missing_in_a, rep.missing_in_b) == (1, 1, 1)
     diffs = {(r.difference, r.key_text) for r in spark.read.parquet(str(tmp_path / "diff")).collect()}
     assert diffs == {("different", '("a",3)'), ("missing_in_a", '("new")'), ("missing_in_b", '("x",2)')}
     # a snapshot compares with an instance at the snapshot's seqno
     pipeline.snapshot(str(known), str(tmp_path / "s"), spark=spark)
-    assert pipeline.verify(str(tmp_path / "s"), str(known), spark=spark).equal
+    assert pipeline.verify(str(tmp_path / "s"), str(known), spark=spark, engine="spark").equal
 
 
 def test_fold_gives_the_same_state_as_replaying(spark, tmp_path):

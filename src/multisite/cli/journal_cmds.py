@@ -60,13 +60,16 @@ def show(dir: str, from_seqno: int | None, to_seqno: int | None, as_json: bool) 
 @journal.command("prune")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--before", type=int, required=True, help="Remove segments holding only seqnos below this.")
-def prune_cmd(dir: str, before: int) -> None:
+@click.option("--require-archived/--no-require-archived", default=None,
+              help="Keep segments no journal archive holds yet (default: when an archive is recorded).")
+def prune_cmd(dir: str, before: int, require_archived: bool | None) -> None:
     """Remove whole journal segments no longer needed by anyone.
 
     A segment goes only if all its seqnos are below --before and below what every source slot and
-    pipeline consumer still needs. Example: multisite journal prune /data/A --before 1000000
+    pipeline consumer still needs, and (when archiving is required) a journal archive holds them.
+    Example: multisite journal prune /data/A --before 1000000
     """
-    rep = prune(dir, before)
+    rep = prune(dir, before, require_archived=require_archived)
     console.print(f"removed {len(rep.removed)} segment(s) {', '.join(rep.removed)}; journal now starts at seqno "
                   f"{rep.kept_from_seqno}; limit was seqno {rep.limit_seqno} ({rep.reason})")
 
@@ -165,3 +168,55 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
     table(f"journal consumers of {dir}", ["consumer", "consumed up to seqno", "updated (UTC)"],
           [[p.name, f"{p.last_confirmed:,}",
             dt.datetime.fromtimestamp(p.updated, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")] for p in rows])
+
+
+@journal.command("archive")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--to", "url", required=True,
+              help="Archive location: a path, file://… or s3://BUCKET/PREFIX (endpoint and keys from the "
+                   "environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
+@click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted.")
+@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
+              help="Seconds between --follow passes.")
+@click.option("--rate-bytes-per-s", type=float, default=None, help="Copy at most this many bytes per second.")
+@click.option("--check", "check_only", is_flag=True,
+              help="Copy nothing: re-read every archived file and name those whose CRC differs (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape).")
+def archive_cmd(dir: str, url: str, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
+                check_only: bool, as_json: bool) -> None:
+    """Copy sealed journal segments and their index pieces to shared storage, each checked by CRC.
+
+    Resumes where a stopped run left off; records what is archived, so that `journal prune` keeps
+    every segment no archive holds yet. Spark jobs read the archive by its URL.
+    Example: multisite journal archive /data/A --to s3://lake/journals/A --follow
+    """
+    from ..errors import ArchiveCorrupt
+    from ..pipeline.archive import archive, check
+    from .output import print_json
+
+    Layout.existing(dir)
+    if check_only:
+        rep = check(url)
+        if as_json:
+            print_json(rep.to_dict())
+        else:
+            if rep.damaged:
+                table(f"damaged files in {url}", ["file", "problem"], [[d["path"], d["problem"]] for d in rep.damaged])
+            console.print(f"checked {rep.files} archived file(s) of {rep.instance} (seqnos {rep.first_archived}.."
+                          f"{rep.last_archived}): {len(rep.damaged)} damaged")
+        if rep.damaged:
+            raise ArchiveCorrupt(f"{len(rep.damaged)} archived file(s) damaged: "
+                                 + ", ".join(d["path"] for d in rep.damaged))
+        return
+    progress = None if as_json else (lambda msg: console.log(msg))
+    try:
+        rep = archive(dir, url, follow=follow, interval_s=interval_s, rate_bytes_per_s=rate_bytes_per_s,
+                      progress=progress)
+    except KeyboardInterrupt:
+        return
+    if as_json:
+        print_json(rep.to_dict())
+    else:
+        console.print(f"archived {len(rep.segments_copied)} segment(s) ({rep.bytes_copied:,} bytes, "
+                      f"{rep.pieces_copied} index piece(s)) of {rep.instance} to {url}; it holds seqnos "
+                      f"{rep.first_archived}..{rep.last_archived}")

@@ -13,7 +13,16 @@ import click
 
 from .output import Seconds, console, print_json, table
 
+def _verbose(ctx, param, value):
+    if value:  # read by pipeline.env.session: Spark's own logs and the JVM's start-up lines on stderr
+        import os
+
+        os.environ["MULTISITE_SPARK_VERBOSE"] = "1"
+
+
 _spark_options = [
+    click.option("--verbose", is_flag=True, expose_value=False, callback=_verbose,
+                 help="Show Spark's own start-up lines and logs (kept off the terminal by default)."),
     click.option("--master", default=None, help="Spark master (default local[*], or MULTISITE_SPARK_MASTER)."),
     click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape)."),
@@ -32,7 +41,7 @@ class Progress:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.t0 = time.time()
-        self.status = None if quiet else console.status("starting Spark")
+        self.status = None if quiet else console.status("starting")
         if self.status:
             self.status.start()
 
@@ -69,6 +78,14 @@ def _instance(path: str) -> None:
 
 def _instance_or_snapshot(path: str) -> None:
     if not (Path(path) / "snapshot.json").exists():
+        _instance_or_archive(path)
+
+
+def _instance_or_archive(path: str) -> None:
+    """An instance directory, or a journal archive (an s3:// URL, or a directory holding one)."""
+    from ..pipeline.archive import is_archive
+
+    if not is_archive(path):
         _instance(path)
 
 
@@ -87,25 +104,30 @@ def pipeline() -> None:
 
 
 @pipeline.command("export")
-@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.argument("instance")
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Export directory.")
+@click.option("--archive", "archive", default=None,
+              help="The instance's journal archive (multisite journal archive): seqnos it holds are read from it.")
 @click.option("--follow", is_flag=True, help="Keep exporting new transactions until interrupted.")
 @click.option("--interval", type=Seconds(positive=False), default=1.0, show_default=True,
               help="Seconds between --follow runs.")
 @spark_options
-def export_cmd(instance, to, follow, interval, master, confs, as_json):
-    """Export an instance to an analytics replica in Parquet (changes + current state).
+def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
+    """Export an instance (or its journal archive) to an analytics replica in Parquet (changes + current state).
 
     Incremental: each run adds the transactions since the last one; transactions that a rollback
-    took off the instance are retracted from both tables. Example:
-    multisite pipeline export /data/A --to /lake/A --follow
+    took off the instance are retracted from both tables. INSTANCE is a directory or an archive URL.
+    Example: multisite pipeline export /data/A --to /lake/A --archive s3://lake/journals/A --follow
     """
     from ..pipeline.analytics import export
 
-    _instance(instance)
+    _instance_or_archive(instance)
+    if archive:
+        _instance_or_archive(archive)
 
     def job(spark, progress):
-        return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress)
+        return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress,
+                      archive=archive)
 
     try:
         rep = _run(as_json, master, confs, job)
@@ -174,17 +196,21 @@ def seed_cmd(snapshot, into, name, as_json):
 
 
 @pipeline.command("verify")
-@click.argument("a", type=click.Path(exists=True, file_okay=False))
-@click.argument("b", type=click.Path(exists=True, file_okay=False))
+@click.argument("a")
+@click.argument("b")
 @click.option("--at", "at", type=click.IntRange(min=0), default=None,
               help="Seqno to compare at (default: the lower end).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Write the differing keys here as Parquet.")
+@click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default="auto", show_default=True,
+              help="auto: small inputs (under 100,000 keys) without starting Spark, the rest on Spark.")
 @spark_options
-def verify_cmd(a, b, at, out, master, confs, as_json):
-    """Compare two instances' (or snapshots') replicated states key by key; exit status 1 when they differ.
+def verify_cmd(a, b, at, out, engine, master, confs, as_json):
+    """Compare two instances' (snapshots', journal archives') replicated states key by key at one seqno.
 
-    Unreplicated regions are local to each instance and are not compared.
+    The sides are compared at the lower of their ends (or --at); a side past it is reported as ahead
+    by N transactions. Exit status: 0 equal at the same end, 1 different, 3 equal at the seqno compared
+    but one side is ahead. Unreplicated regions are local to each instance and are not compared.
 
     Example: multisite pipeline verify /data/A /data/B --out /tmp/diff
     """
@@ -192,7 +218,12 @@ def verify_cmd(a, b, at, out, master, confs, as_json):
 
     _instance_or_snapshot(a)
     _instance_or_snapshot(b)
-    rep = _run(as_json, master, confs, lambda spark, p: verify(a, b, at=at, out=out, spark=spark, progress=p))
+    progress = Progress(as_json)
+    try:
+        rep = verify(a, b, at=at, out=out, engine=engine, progress=progress,
+                     spark_factory=lambda: _session(master, confs, progress))
+    finally:
+        progress.close()
     if as_json:
         print_json(rep.to_dict())
     else:
@@ -200,12 +231,12 @@ def verify_cmd(a, b, at, out, master, confs, as_json):
             table(f"differences (first {len(rep.sample)})", ["difference", "region", "key", "value in A",
                                                             "value in B"],
                   [[r["difference"], r["region"], r["key_text"], r["value_a"], r["value_b"]] for r in rep.sample])
-        verdict = "EQUAL" if rep.equal else "DIFFERENT"
-        console.print(f"{verdict} at seqno {rep.seqno}: {rep.keys_a} key(s) in A, {rep.keys_b} in B; "
-                      f"{rep.different} different, {rep.missing_in_a} missing in A, {rep.missing_in_b} missing "
-                      f"in B ({rep.seconds:.1f}s)" + (f"; differences in {rep.diff_path}" if rep.diff_path else ""))
+        console.print(f"{rep.summary()} ({rep.seconds:.1f}s)"
+                      + (f"; differences in {rep.diff_path}" if rep.diff_path else ""))
     if not rep.equal:
         sys.exit(1)
+    if rep.ahead:
+        sys.exit(3)
 
 
 @pipeline.command("fold")

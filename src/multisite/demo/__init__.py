@@ -22,6 +22,9 @@ them in order, every act even after a failure, and passes only if all of them do
   and reordered, another offline for a while; every site ends with exactly its subscribed rows.
 - Act 7, ``multimaster``: two document servers write to replicas of one database and reconcile: new
   documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
+- Act 8, ``pipeline``: act 2's A and B verified key by key, A exported through Spark to Parquet, a
+  rollback on A retracted from the export, a small table of the analytics replica (skipped, saying
+  so, only without Java).
 
 The helpers the acts share (a workload thread, the live status board, the comparison of instances)
 live beside them in ``workload``, ``board`` and ``compare``.
@@ -42,14 +45,15 @@ from .failover import act_failover
 from .grid import act_grid
 from .log_shipping import act_log_shipping
 from .multimaster import act_multimaster
+from .pipeline import act_pipeline
 from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
 ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_grid,
-                         act_delivery, act_multimaster)
+                         act_delivery, act_multimaster, act_pipeline)
 
 __all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_grid", "act_log_shipping",
-           "act_multimaster", "act_rolling_upgrade", "run"]
+           "act_multimaster", "act_pipeline", "act_rolling_upgrade", "run"]
 
 
 def run(console: Console | None = None, workdir: str | None = None) -> bool:

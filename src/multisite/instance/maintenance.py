@@ -25,7 +25,7 @@ from ..journal.reader import iter_frames
 from ..journal.recovery import JournalState, recover_journal
 from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import drop_segments
-from . import consumers, instance_file as ifile
+from . import archives, consumers, instance_file as ifile
 from .layout import Layout
 from .users import users_path
 
@@ -43,15 +43,20 @@ def store_seqno(layout: Layout) -> int:
     store that is not there is at 0: opening the instance rebuilds it from the whole journal."""
     if not layout.store_file.exists():
         return 0
+    return store_file_seqno(layout.store_file)
+
+
+def store_file_seqno(path: str | Path) -> int:
+    """``store_seqno`` of a store file (the store itself, or a consistent copy of a live one's)."""
     try:
-        conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
             return row[0] if row else 0
         finally:
             conn.close()
     except sqlite3.Error as e:
-        raise MultisiteError(f"the store {layout.store_file} cannot be read ({e}); restore the instance from a "
+        raise MultisiteError(f"the store {path} cannot be read ({e}); restore the instance from a "
                              f"backup") from None
 
 
@@ -201,13 +206,20 @@ def _interrupted_rollback(lay: Layout) -> int | None:
                           f"rollback) before pruning") from None
 
 
-def prune(root: str | Path, before: int) -> PruneReport:
+def prune(root: str | Path, before: int, *, require_archived: bool | None = None) -> PruneReport:
     """Remove whole segments holding only seqnos below ``before`` and below what every source slot,
     pipeline consumer, the store's own recovery and an interrupted rollback still need. The newest
-    segment always stays."""
+    segment always stays. ``require_archived`` (default: when a journal archive is recorded for the
+    instance, see ``archives``) also keeps every segment that an archive does not hold yet."""
     if before < 1:
         raise ConfigError(f"--before must be a positive seqno, got {before}")
     lay = Layout.existing(root)
+    marks = archives.load_all(lay)
+    if require_archived is None:
+        require_archived = bool(marks)
+    if require_archived and not marks:
+        raise ConfigError(f"archiving is required but no journal archive is recorded for {lay.root}: archive it "
+                          f"first (multisite journal archive {lay.root} --to URL)")
     inst = ifile.load(lay.instance_file)
     limit, reason = before, f"--before {before}"
     for slot in inst.slots.values():
@@ -218,6 +230,10 @@ def prune(root: str | Path, before: int) -> PruneReport:
         need = pos.last_confirmed + 1
         if need < limit:
             limit, reason = need, f"pipeline consumer {pos.name!r} has consumed only seqno {pos.last_confirmed}"
+    for mark in marks if require_archived else []:
+        need = mark.last_archived + 1
+        if need < limit:
+            limit, reason = need, f"the journal archive {mark.url} holds only up to seqno {mark.last_archived}"
     need = store_seqno(lay) + 1
     if need < limit:
         limit, reason = need, f"the store is flushed only to seqno {need - 1}"

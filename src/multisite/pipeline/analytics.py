@@ -42,7 +42,7 @@ from . import columns as C
 from .change_files import write_changes
 from .folding import covered_by, final_state
 from .state_files import fold_state
-from .plan import instance_ref, journal_bounds, journal_crcs
+from .plan import InstanceRef, combine_refs, instance_ref, journal_crcs, ref_bounds, ref_crcs
 
 FOLLOW_INTERVAL_S = 1.0
 STATE_PAYLOAD = ["key", "value", "value_size", "value_raw", "commit_time"]
@@ -107,14 +107,14 @@ def exported_txns(d: _Dirs) -> tuple[np.ndarray, np.ndarray]:
     return seq[order], crc[order]
 
 
-def divergence(path: str, seq: np.ndarray, crc: np.ndarray, last_seqno: int = 0) -> int | None:
+def divergence(ref: InstanceRef, seq: np.ndarray, crc: np.ndarray, last_seqno: int = 0) -> int | None:
     """The last seqno on which the export (its ``(seqno, crc)`` pairs, exported up to ``last_seqno``)
-    and the journal agree, if they disagree after it."""
-    first, j_last = journal_bounds(path)
+    and the journal (with its archive, if the export reads one) agree, if they disagree after it."""
+    first, j_last = ref_bounds(ref)
     if len(seq):
         last = int(seq[-1])
         lo = max(first, int(seq[0]))
-        js, jc = journal_crcs(path, lo, last)
+        js, jc = ref_crcs(ref, lo, last)
         mask = seq >= lo
         es, ec = seq[mask], crc[mask]
         n = min(len(es), len(js))
@@ -133,14 +133,17 @@ def consumer_name(root: Path) -> str:
 
 # -- the job --------------------------------------------------------------------------------------
 def export(instance: str, to: str, *, follow: bool = False, interval_s: float = FOLLOW_INTERVAL_S,
-           max_runs: int | None = None, spark=None, progress=None) -> ExportReport:
-    """Export ``instance`` incrementally to ``to``; with ``follow``, keep exporting new transactions."""
+           max_runs: int | None = None, spark=None, progress=None, archive: str | None = None) -> ExportReport:
+    """Export ``instance`` incrementally to ``to``; with ``follow``, keep exporting new transactions.
+
+    ``instance`` is an instance directory or a journal archive URL; ``archive`` (with a directory)
+    reads the seqnos the archive holds from it and the rest from the directory."""
     from .env import session
 
     spark = spark or session()
     runs = 0
     while True:
-        rep = export_once(instance, to, spark=spark, progress=progress)
+        rep = export_once(instance, to, spark=spark, progress=progress, archive=archive)
         runs += 1
         if not follow or (max_runs is not None and runs >= max_runs):
             return rep
@@ -149,9 +152,12 @@ def export(instance: str, to: str, *, follow: bool = False, interval_s: float = 
         time.sleep(interval_s)
 
 
-def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport:
+def export_once(instance: str, to: str, *, spark, progress=None, archive: str | None = None) -> ExportReport:
     t0 = time.time()
-    ref = instance_ref(instance)
+    refs = [instance_ref(instance)] + ([instance_ref(archive)] if archive else [])
+    ref = combine_refs(refs)[0]
+    if len(combine_refs(refs)) > 1:
+        raise ConfigError(f"the archive {archive} holds instance {refs[1].name}'s journal, not {refs[0].name}'s")
     d = _Dirs(Path(to).absolute())
     d.meta.mkdir(parents=True, exist_ok=True)
     m = _load_manifest(d)
@@ -169,10 +175,11 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
     # What the export has not exported yet must outlive `journal prune`: keep a consumer position at
     # the manifest's seqno (recorded before reading, so also for an export made before positions were).
     rep = ExportReport(ref.name, str(d.root), m["last_seqno"] + 1, m["last_seqno"], consumer=consumer_name(d.root))
-    layout = Layout.existing(ref.path)
-    consumers.record(layout, rep.consumer, m["last_seqno"])
+    layout = Layout.existing(ref.path) if ref.path else None  # an archive alone keeps no position
+    if layout:
+        consumers.record(layout, rep.consumer, m["last_seqno"])
     seq, crc = exported_txns(d)
-    k = divergence(ref.path, seq, crc, m["last_seqno"])
+    k = divergence(ref, seq, crc, m["last_seqno"])
     if k is not None:
         rep.retracted_from = k
         rep.retracted_transactions = int((seq > k).sum())
@@ -184,7 +191,7 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
                 progress(f"rollback detected: journal of {ref.name} diverges after seqno {k}; retracting")
             _retract(spark, d, m, k, ref.name)
         rep.from_seqno = k + 1
-    first, last = journal_bounds(ref.path)
+    first, last = ref_bounds(ref)
     lo = m["last_seqno"] + 1
     if m["last_seqno"] == 0 and m["base_seqno"] is None:
         lo = _begin(spark, d, m, ref, first, progress)
@@ -194,7 +201,8 @@ def export_once(instance: str, to: str, *, spark, progress=None) -> ExportReport
             progress(f"exporting {ref.name} seqnos {lo}..{last}")
         rep.transactions, rep.updates = _append(spark, d, m, ref, lo, last)
     rep.to_seqno = m["last_seqno"]
-    consumers.record(layout, rep.consumer, m["last_seqno"])
+    if layout:
+        consumers.record(layout, rep.consumer, m["last_seqno"])
     rep.seconds = time.time() - t0
     return rep
 
@@ -209,6 +217,9 @@ def _begin(spark, d: _Dirs, m: dict, ref, first: int, progress) -> int:
         shutil.rmtree(d.base, ignore_errors=True)
         m["base_seqno"] = 0
         return 1
+    if not ref.path:
+        raise ConfigError(f"the journal archive {ref.archive} starts at seqno {first}: a first export needs the state "
+                          f"before it, so give the instance directory too (--archive URL with the directory)")
     from .seeding import state_df
 
     base, at = state_df(spark, ref.path, None)
@@ -285,7 +296,7 @@ def _append(spark, d: _Dirs, m: dict, ref, lo: int, hi: int) -> tuple[int, int]:
     import pyarrow.parquet as pq
 
     shutil.rmtree(d.work, ignore_errors=True)
-    js, jc = journal_crcs(ref.path, lo, hi)
+    js, jc = ref_crcs(ref, lo, hi)
     hi = int(js[-1]) if len(js) else lo - 1
     if hi < lo:
         return 0, 0

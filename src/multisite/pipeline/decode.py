@@ -63,6 +63,13 @@ class Chunk:
     write_piece: bool = False
     nbytes: int = 0  # journal bytes of the frames (planning weight)
     rows: int = 0  # rows (updates), where the planner knows them (from a piece's footer)
+    # A chunk of a journal archive (``archive``): ``path`` and ``piece`` are the archived files' URLs
+    # (or local paths), fetched and checked against the manifest's sizes and CRC-32s before reading.
+    archived: bool = False
+    file_bytes: int = 0
+    file_crc: int = 0
+    piece_bytes: int = 0
+    piece_crc: int = 0
 
 
 @dataclass

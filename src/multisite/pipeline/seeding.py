@@ -65,6 +65,8 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     from pyspark.sql import functions as F
 
     ref = instance_ref(instance)
+    if not ref.path:  # a journal archive: no store, the state is the journal folded from seqno 1
+        return _archived_state_df(spark, ref, at, with_fields=with_fields, payload=payload)
     lay = Layout.existing(ref.path)
     replicated = sorted(name for name, (repl, _) in store_regions(lay).items() if repl)
     fields = (C.merge_fields(sorted((r, s) for r, s in ref.region_schemas.items() if r in replicated))
@@ -112,6 +114,29 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     return pts.where(F.col("op") == "set").select(*cols), at
 
 
+def _archived_state_df(spark, ref, at: int | None, *, with_fields: bool, payload: list[str] | None):
+    """``state_df`` of a journal archive: its journal ``[1, at]`` folded (the archive must start at 1)."""
+    from pyspark.sql import functions as F
+
+    from .plan import ref_bounds
+
+    first, last = ref_bounds(ref)
+    at = last if at is None else at
+    if at > last:
+        raise ConfigError(f"the journal archive {ref.archive} of {ref.name} ends at seqno {last}; cannot take its "
+                          f"state at {at}")
+    if first != 1 and at >= first:
+        raise PipelineError(f"the journal archive {ref.archive} starts at seqno {first}: the state at {at} needs the "
+                            f"journal from seqno 1 (or the instance's store: give its directory)")
+    fields = C.merge_fields(sorted(ref.region_schemas.items())) if with_fields else {}
+    cols = ["region", "key_text", *(payload or STATE_PAYLOAD)] + (["fields"] if fields else [])
+    jcols = ["seqno", "ord", "op", *cols]
+    events = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(ref.archive)
+              .where(F.col("seqno") <= at).select(*jcols))
+    pts, _ = final_state(events, [c for c in cols if c not in ("region", "key_text")], has_base=False)
+    return pts.where(F.col("op") == "set").select(*cols), at
+
+
 def snapshot(instance: str, to: str, *, at: int | None = None, spark=None, progress=None) -> SnapshotReport:
     """Write the state of ``instance`` at seqno ``at`` (default: now) to ``to`` as Parquet."""
     from .env import session
@@ -122,6 +147,9 @@ def snapshot(instance: str, to: str, *, at: int | None = None, spark=None, progr
     if dest.exists() and any(dest.iterdir()):
         raise InstanceExists(f"snapshot destination {dest} exists and is not empty; choose a new directory")
     ref = instance_ref(instance)
+    if not ref.path:
+        raise ConfigError(f"{instance} is a journal archive: a snapshot (to seed a replica from) needs the instance "
+                          f"directory, whose history it carries")
     lay = Layout.existing(ref.path)
     info = ifile.load(lay.instance_file)
     df, seqno = state_df(spark, instance, at)

@@ -35,7 +35,7 @@ from . import columns as C
 from .decode import Chunk
 from .offsets import JournalOffset
 from .plan import (CHUNK_BYTES, PARTITION_BYTES, InstanceRef, TailWalker, chunks, fields_for, group_chunks,
-                   instance_refs, journal_bounds, region_filter)
+                   instance_refs, ref_bounds, region_filter)
 from .segment_index import INDEX_MIN_BYTES, check_mode, chunk_batches
 
 
@@ -184,6 +184,10 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
 
     def __init__(self, options, schema, refs):
         self._setup(options, schema, refs)
+        archived = [r.archive for r in refs if not r.path]
+        if archived:
+            raise ConfigError(f"a stream follows a live instance: give its directory as well as its journal archive "
+                              f"{archived[0]} (load([archive URL, instance directory]))")
         self.consumer = options.get("consumer", "spark")
         if self.consumer.lower() != "none":
             consumers.check_name(self.consumer)
@@ -199,7 +203,7 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
         starting = self.options.get("starting", "earliest").lower()
         out = {}
         for ref in self.refs:
-            first, last = journal_bounds(ref.path)
+            first, last = ref_bounds(ref)  # with its archive, the stream starts where the archive does
             if starting == "earliest":
                 out[ref.name] = first - 1
             elif starting == "latest":

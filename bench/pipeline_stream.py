@@ -1,0 +1,113 @@
+"""Streaming latency (issue 18): a writer process commits ``--rate`` transactions per second to a live
+instance; a Spark ``readStream`` of the instance (``trigger(processingTime="0 seconds")``: the next
+micro-batch as soon as the last is done) appends each micro-batch to a Parquet change table. For every
+row, the latency is the time its micro-batch's files were complete in the change table minus its
+``commit_time`` (the transaction's commit time in the journal). Reports p50/p99/max over the measured
+seconds after a warm-up, the rows per batch, and the writer's achieved rate. Run through
+``bench/pipeline.py --figure stream``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WARMUP_S = 10.0
+
+WRITER = r"""
+import sys, time
+import multisite
+root, rate, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with multisite.open(root) as db:
+    t0 = time.monotonic(); i = 0
+    print("ready", flush=True)
+    while True:
+        now = time.monotonic() - t0
+        if now > seconds:
+            break
+        due = int(now * rate)
+        while i < due:
+            with db.transaction() as tx:
+                tx.set("ev", ("e", i % 10000), {"i": i, "pad": "x" * 100})
+            i += 1
+        time.sleep(0.001)
+    print(f"done {i} {time.monotonic() - t0:.3f}", flush=True)
+"""
+
+
+def stream_latency(a, out_dir: Path) -> dict:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    import multisite
+    from multisite import pipeline
+
+    work = out_dir / "stream-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    # durability none: the writer is one Python thread, and an fsync per commit would hold it below the
+    # rate on a shared machine; the pipeline reads what is written to the journal files either way.
+    root = multisite.create(work / "A", name="A", durability="none")
+    with multisite.open(root) as db:
+        db.create_region("ev")
+    load_before = os.getloadavg()[0]
+    spark = pipeline.session(a.master)
+    table = work / "changes"
+    lat: list[np.ndarray] = []
+    sizes: list[int] = []
+    t_start = [0.0]
+
+    def on_batch(df, batch_id):
+        part = table / f"batch={batch_id:08d}"
+        df.write.mode("overwrite").parquet(str(part))
+        visible = time.time()
+        if not any(part.glob("*.parquet")):
+            return
+        ct = pq.read_table(str(part), columns=["commit_time"]).column("commit_time")
+        secs = pc.cast(pc.cast(ct, pa.timestamp("us", tz="UTC")), pa.int64()).to_numpy(zero_copy_only=False) / 1e6
+        if t_start[0] and secs.size:
+            keep = secs >= t_start[0]
+            lat.append(visible - secs[keep])
+            sizes.append(int(keep.sum()))
+
+    q = (spark.readStream.format("multisite").option("consumer", "bench-stream").load(str(root))
+         .select("seqno", "ord", "op", "region", "key_text", "value", "commit_time")
+         .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(work / "ckpt"))
+         .trigger(processingTime="0 seconds").start())
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(a.rate), str(WARMUP_S + a.seconds)],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        writer.stdout.readline()
+        time.sleep(WARMUP_S)
+        t_start[0] = time.time()
+        done = writer.stdout.readline().split()
+        time.sleep(3)  # the last commits reach the table
+    finally:
+        failed = q.exception()
+        q.stop()
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
+        spark.stop()
+    if failed is not None:
+        raise RuntimeError(f"the stream failed: {failed}")
+    all_lat = np.concatenate(lat) if lat else np.zeros(0)
+    rep = {"rate_tx_per_s": a.rate, "measured_s": a.seconds, "rows": int(all_lat.size),
+           "writer_tx": int(done[1]) if len(done) > 1 else None,
+           "writer_rate_tx_per_s": round(int(done[1]) / float(done[2]), 1) if len(done) > 2 else None,
+           "latency_p50_s": round(float(np.percentile(all_lat, 50)), 3) if all_lat.size else None,
+           "latency_p99_s": round(float(np.percentile(all_lat, 99)), 3) if all_lat.size else None,
+           "latency_max_s": round(float(all_lat.max()), 3) if all_lat.size else None,
+           "batches": len(sizes), "rows_per_batch_median": int(np.median(sizes)) if sizes else 0,
+           "master": a.master, "load_avg_before": round(load_before, 1),
+           "load_avg_after": round(os.getloadavg()[0], 1)}
+    print(json.dumps(rep, indent=2))
+    (out_dir / "pipeline-stream-report.json").write_text(json.dumps(rep, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return rep

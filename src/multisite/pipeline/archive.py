@@ -1,0 +1,484 @@
+"""The journal archive: sealed segments and journal-index pieces copied to shared storage.
+
+``multisite journal archive DIR --to URL [--follow]`` does for a multisite journal what litestream or
+pgBackRest do for SQLite and PostgreSQL: it copies every *sealed* segment (a segment with a newer one
+after it never changes again) and the index pieces of those segments to ``URL``, through
+``pyarrow.fs``, so that Spark executors on other hosts read the journal from there. ``URL`` is a local
+or mounted path (``/mnt/archive/A`` or ``file:///…``) or S3-compatible object storage
+(``s3://bucket/prefix``; endpoint and credentials from the environment: ``AWS_ENDPOINT_URL`` or
+``MULTISITE_S3_ENDPOINT``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``).
+
+Layout at ``URL``::
+
+    segments/<NNNNNNNN>.msj        byte copies of sealed segments
+    headers/<NNNNNNNN>.bin         (seqno, payload CRC) of each frame, int64 pairs: what an export
+                                   compares to find a rollback, without fetching the segment
+    index/<validity key>.parquet   journal-index pieces of archived segments (a cache, as locally)
+    archive.json                   the manifest: instance, regions, and every archived file with its
+                                   size and CRC-32 (written last, after each segment)
+
+Each segment is copied whole (a local path through ``fsutil.atomic_write``: temp file, fsync,
+rename; an object store through one upload, which is atomic), read back and compared by CRC-32 with
+the source, then added to the manifest, and the instance records the last seqno archived without a
+gap (``instance.archives``: ``journal prune`` keeps what no archive holds yet). A crash at any point
+resumes without re-copying or skipping: a segment is in the manifest only once its copy was checked;
+a copy that was complete but not yet recorded is found by its size and CRC and recorded without being
+copied again; a partial copy is never visible under the final name (a local temp file is removed on
+the next run, an unfinished upload is not an object). Segments are archived in seqno order and the
+archive refuses a gap (segments pruned before they were archived) or a segment the instance rolled
+back and rewrote after it was archived. ``check`` re-reads every archived file and names each one
+whose CRC differs from the manifest's.
+
+Readers (``plan``, ``decode``) take an archive URL wherever they take an instance directory: objects
+are fetched once into a local cache (``MULTISITE_ARCHIVE_CACHE``, default under the temp dir), checked
+against the manifest's CRC, and read from there; a local archive is read in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import urllib.parse
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ArchiveCorrupt, ArchiveError, ConfigError
+from ..fsutil import atomic_write
+from ..instance import archives, instance_file as ifile
+from ..instance.layout import Layout
+from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
+from ..journal.sidecars import list_sidecars
+
+FORMAT = 1
+MANIFEST = "archive.json"
+SEGMENTS_DIR = "segments"
+HEADERS_DIR = "headers"
+INDEX_DIR = "index"
+BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a copy
+FOLLOW_INTERVAL_S = 1.0
+
+
+def is_url(path: str) -> bool:
+    return "://" in str(path)
+
+
+def is_archive(path: str) -> bool:
+    """Whether ``path`` names a journal archive (an ``s3://`` URL, or a directory holding a manifest)."""
+    p = str(path)
+    if p.startswith("s3://"):
+        return True
+    local = urllib.parse.urlparse(p).path if p.startswith("file://") else p
+    return (Path(local) / MANIFEST).exists()
+
+
+def s3_filesystem():
+    """An ``S3FileSystem`` from the environment (endpoint, credentials, region)."""
+    from pyarrow import fs
+
+    env = os.environ
+    kw: dict = {"region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"}
+    endpoint = env.get("MULTISITE_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        u = urllib.parse.urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        kw["endpoint_override"], kw["scheme"] = u.netloc, u.scheme
+    if env.get("AWS_ACCESS_KEY_ID"):
+        kw["access_key"], kw["secret_key"] = env["AWS_ACCESS_KEY_ID"], env.get("AWS_SECRET_ACCESS_KEY", "")
+        if env.get("AWS_SESSION_TOKEN"):
+            kw["session_token"] = env["AWS_SESSION_TOKEN"]
+    return fs.S3FileSystem(**kw)
+
+
+class Target:
+    """An archive location: ``pyarrow.fs`` and the base path under it."""
+
+    def __init__(self, url: str):
+        from pyarrow import fs
+
+        self.url = str(url)
+        u = urllib.parse.urlparse(self.url)
+        if u.scheme == "s3":
+            if not u.netloc:
+                raise ConfigError(f"archive URL {url} names no bucket: use s3://BUCKET/PREFIX")
+            self.fs, self.base, self.local = s3_filesystem(), (u.netloc + u.path).rstrip("/"), False
+        elif u.scheme in ("", "file"):
+            self.fs, self.local = fs.LocalFileSystem(), True
+            self.base = str(Path(u.path if u.scheme else self.url).absolute())
+        else:
+            raise ConfigError(f"archive URL {url}: scheme {u.scheme!r} is not supported (a path, file:// or s3://)")
+
+    def path(self, rel: str) -> str:
+        return f"{self.base}/{rel}"
+
+    def display(self, rel: str) -> str:
+        return self.path(rel) if self.local else f"s3://{self.path(rel)}"
+
+    def _err(self, what: str, e: Exception) -> ArchiveError:
+        return ArchiveError(f"journal archive {self.url}: cannot {what} ({e})")
+
+    def size(self, rel: str) -> int | None:
+        from pyarrow import fs
+
+        try:
+            info = self.fs.get_file_info(self.path(rel))
+        except OSError as e:
+            raise self._err(f"look at {rel}", e) from None
+        return info.size if info.type == fs.FileType.File else None
+
+    def size_crc(self, rel: str) -> tuple[int, int] | None:
+        """``(size, crc32)`` of an archived file, read whole; None if it does not exist."""
+        if self.size(rel) is None:
+            return None
+        crc, n = 0, 0
+        try:
+            with self.fs.open_input_stream(self.path(rel)) as f:
+                while True:
+                    block = f.read(BLOCK_BYTES)
+                    if not block:
+                        break
+                    crc, n = zlib.crc32(block, crc), n + len(block)
+        except OSError as e:
+            raise self._err(f"read {rel}", e) from None
+        return n, crc
+
+    def read(self, rel: str) -> bytes | None:
+        if self.size(rel) is None:
+            return None
+        try:
+            with self.fs.open_input_stream(self.path(rel)) as f:
+                return f.read()
+        except OSError as e:
+            raise self._err(f"read {rel}", e) from None
+
+    def put(self, rel: str, data: bytes, throttle=None) -> None:
+        """Write ``data`` under ``rel`` so that the name shows either nothing or all of it."""
+        try:
+            if self.local:
+                dest = Path(self.path(rel))
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if throttle:
+                    for off in range(0, len(data), BLOCK_BYTES):
+                        throttle(min(BLOCK_BYTES, len(data) - off))
+                atomic_write(dest, data)
+                return
+            with self.fs.open_output_stream(self.path(rel)) as out:  # the object appears at close
+                for off in range(0, len(data), BLOCK_BYTES):
+                    if throttle:
+                        throttle(min(BLOCK_BYTES, len(data) - off))
+                    out.write(data[off:off + BLOCK_BYTES])
+        except OSError as e:
+            raise self._err(f"write {rel}", e) from None
+
+    def sweep_temp(self) -> None:
+        """Remove temp files a local copy killed mid-write left (they never carry a final name)."""
+        if not self.local:
+            return
+        for sub in (SEGMENTS_DIR, INDEX_DIR, "."):
+            d = Path(self.path(sub))
+            for p in d.glob(".*.tmp-*") if d.is_dir() else []:
+                p.unlink(missing_ok=True)
+
+    def load_manifest(self) -> dict | None:
+        raw = self.read(MANIFEST)
+        if raw is None:
+            return None
+        try:
+            man = json.loads(raw)
+        except ValueError as e:
+            raise ArchiveCorrupt(f"the manifest {self.display(MANIFEST)} of the journal archive is not JSON ({e})") \
+                from None
+        if man.get("format") != FORMAT:
+            raise ArchiveError(f"the journal archive {self.url} has format {man.get('format')!r}, this version reads "
+                               f"{FORMAT}")
+        return man
+
+    def save_manifest(self, man: dict) -> None:
+        self.put(MANIFEST, json.dumps(man, indent=1).encode())
+
+
+@dataclass
+class ArchiveReport:
+    instance: str
+    url: str
+    segments_copied: list[str] = field(default_factory=list)
+    segments_recorded: list[str] = field(default_factory=list)  # complete copies of a crashed run, not copied again
+    pieces_copied: int = 0
+    bytes_copied: int = 0
+    first_archived: int = 0
+    last_archived: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Throttle:
+    """At most ``rate_bytes_per_s`` bytes per second (None: no limit)."""
+
+    def __init__(self, rate_bytes_per_s: float | None):
+        self.rate = rate_bytes_per_s
+        self.t0 = time.monotonic()
+        self.sent = 0
+
+    def __call__(self, nbytes: int) -> None:
+        self.sent += nbytes
+        if self.rate:
+            wait = self.sent / self.rate - (time.monotonic() - self.t0)
+            if wait > 0:
+                time.sleep(wait)
+
+
+def _regions(lay: Layout) -> dict:
+    from .regions import store_regions
+
+    return {name: [repl, schema] for name, (repl, schema) in sorted(store_regions(lay).items())}
+
+
+def archive(instance: str, url: str, *, follow: bool = False, interval_s: float = FOLLOW_INTERVAL_S,
+            rate_bytes_per_s: float | None = None, progress=None, should_stop=None) -> ArchiveReport:
+    """Copy the sealed segments (and their index pieces) of ``instance`` not yet in the archive at
+    ``url``; with ``follow``, again every ``interval_s`` until interrupted (or ``should_stop()``)."""
+    t0 = time.time()
+    lay = Layout.existing(instance)
+    name = ifile.load(lay.instance_file).name
+    tgt = Target(url)
+    rep = ArchiveReport(name, url)
+    throttle = Throttle(rate_bytes_per_s)
+    tgt.sweep_temp()
+    while True:
+        _archive_once(lay, name, tgt, rep, throttle, progress)
+        if not follow or (should_stop is not None and should_stop()):
+            break
+        time.sleep(interval_s)
+    rep.seconds = time.time() - t0
+    return rep
+
+
+def _header_crc(path: Path) -> int:
+    with open(path, "rb") as f:
+        return zlib.crc32(f.read(SEGMENT_HEADER_SIZE))
+
+
+def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throttle, progress) -> None:
+    man = tgt.load_manifest() or {"format": FORMAT, "instance": name, "segments": [], "pieces": []}
+    if man["instance"] != name:
+        raise ArchiveError(f"the journal archive {tgt.url} holds instance {man['instance']}'s journal, not {name}'s: "
+                           f"give each instance an archive of its own")
+    regions = _regions(lay)
+    dirty = man.get("regions") != regions
+    man["regions"] = regions
+    infos = list_segments(lay.journal)
+    done = {s["name"]: s for s in man["segments"]}
+    last = man["segments"][-1]["last_seqno"] if man["segments"] else None
+    for i, info in enumerate(infos[:-1]):
+        seg_last = infos[i + 1].first_seqno - 1
+        rec = done.get(info.path.name)
+        if rec is not None:
+            if rec["first_seqno"] != info.first_seqno or rec["header_crc"] != _header_crc(info.path):
+                raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
+                                   f"(the instance was rolled back past what was archived and wrote it again): "
+                                   f"archive this instance to a new URL")
+            continue
+        if last is not None and info.first_seqno != last + 1:
+            if info.first_seqno <= last:
+                raise ArchiveError(f"segment {info.path} starts at seqno {info.first_seqno}, inside what the archive "
+                                   f"{tgt.url} already holds (to {last}): the instance was rolled back past what was "
+                                   f"archived; archive it to a new URL")
+            raise ArchiveError(f"the archive {tgt.url} ends at seqno {last} but the next sealed segment {info.path} "
+                               f"starts at {info.first_seqno}: seqnos {last + 1}..{info.first_seqno - 1} were pruned "
+                               f"before they were archived")
+        _archive_segment(lay, info, seg_last, tgt, man, rep, throttle, progress)
+        last = seg_last
+        dirty = False
+    done = {s["index"] for s in man["segments"]}
+    if _archive_pieces(lay, done, tgt, man, rep, throttle) or dirty:
+        tgt.save_manifest(man)
+    if man["segments"]:
+        rep.first_archived = man["segments"][0]["first_seqno"]
+        rep.last_archived = man["segments"][-1]["last_seqno"]
+
+
+def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: ArchiveReport, throttle,
+                     progress) -> None:
+    data = info.path.read_bytes()
+    crc = zlib.crc32(data)
+    rel = f"{SEGMENTS_DIR}/{info.path.name}"
+    if tgt.size_crc(rel) == (len(data), crc):
+        rep.segments_recorded.append(info.path.name)  # copied by a run that stopped before recording it
+    else:
+        if progress:
+            progress(f"archiving {info.path.name} (seqnos {info.first_seqno}..{seg_last}, {len(data):,} bytes)")
+        tgt.put(rel, data, throttle)
+        got = tgt.size_crc(rel)
+        if got != (len(data), crc):
+            raise ArchiveCorrupt(f"the archived copy {tgt.display(rel)} of {info.path} reads back as {got} (size, "
+                                 f"CRC-32) where ({len(data)}, {crc}) was written; the archive was not updated")
+        rep.segments_copied.append(info.path.name)
+        rep.bytes_copied += len(data)
+    heads = _frame_headers(info)
+    hrel = f"{HEADERS_DIR}/{info.path.stem}.bin"
+    if tgt.size_crc(hrel) != (len(heads), zlib.crc32(heads)):
+        tgt.put(hrel, heads)
+        if tgt.size_crc(hrel) != (len(heads), zlib.crc32(heads)):
+            raise ArchiveCorrupt(f"the archived frame headers {tgt.display(hrel)} do not read back as written")
+    man["segments"].append({"name": info.path.name, "index": info.index, "path": rel, "first_seqno": info.first_seqno,
+                            "last_seqno": seg_last, "bytes": len(data), "crc32": crc,
+                            "header_crc": zlib.crc32(data[:SEGMENT_HEADER_SIZE]), "archived": time.time(),
+                            "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
+    _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
+    tgt.save_manifest(man)  # the segment is archived from here on
+    archives.record(lay, tgt.url, seg_last)
+
+
+def _frame_headers(info) -> bytes:
+    import numpy as np
+
+    with SegmentView(info) as view:
+        pairs = [(h.seqno, h.payload_crc) for _, h in view.headers(tail=False)]
+    return np.asarray(pairs, dtype="<i8").reshape(-1, 2).tobytes()
+
+
+def archived_crcs(url: str, man: dict, lo: int, hi: int):
+    """``(seqnos, payload CRCs)`` of the archived frames in ``[lo, hi]``, from the archived headers."""
+    import numpy as np
+
+    tgt = Target(url)
+    seqs, crcs = [], []
+    for rec in man["segments"]:
+        if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
+            continue
+        h = rec["headers"]
+        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"]), dtype="<i8").reshape(-1, 2)
+        a = a[(a[:, 0] >= lo) & (a[:, 0] <= hi)]
+        seqs.append(a[:, 0])
+        crcs.append(a[:, 1])
+    if not seqs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(seqs).astype(np.int64), np.concatenate(crcs).astype(np.int64)
+
+
+def _archive_pieces(lay: Layout, segments: set, tgt: Target, man: dict, rep: ArchiveReport, throttle) -> bool:
+    """Copy the valid index pieces of the archived ``segments`` that the archive lacks."""
+    have = {p["name"] for p in man["pieces"]}
+    todo = [(sc, p) for sc, p in list_sidecars(lay.journal) if sc.segment in segments and p.name not in have]
+    if not todo:
+        return False
+    paths = {i.index: i for i in list_segments(lay.journal)}
+    added = False
+    for sc, p in todo:
+        info = paths.get(sc.segment)
+        if info is None:
+            continue
+        with SegmentView(info) as view:
+            end = sc.matches(view.buf, view.size)
+        if end is None:
+            continue  # stale: a cache entry the next read replaces
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            continue
+        rel = f"{INDEX_DIR}/{p.name}"
+        crc = zlib.crc32(data)
+        if tgt.size_crc(rel) != (len(data), crc):
+            tgt.put(rel, data, throttle)
+            if tgt.size_crc(rel) != (len(data), crc):
+                raise ArchiveCorrupt(f"the archived copy {tgt.display(rel)} of the index piece {p} does not read back "
+                                     f"as written")
+            rep.bytes_copied += len(data)
+        man["pieces"].append({"name": p.name, "path": rel, "segment": sc.segment, "first_seqno": sc.first,
+                              "last_seqno": sc.last, "start": sc.start, "end": end, "bytes": len(data), "crc32": crc})
+        rep.pieces_copied += 1
+        added = True
+    man["pieces"].sort(key=lambda x: (x["segment"], x["start"]))
+    return added
+
+
+@dataclass
+class CheckReport:
+    url: str
+    instance: str
+    files: int
+    bytes: int
+    damaged: list[dict]  # {"path", "problem"}
+    first_archived: int
+    last_archived: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def check(url: str) -> CheckReport:
+    """Re-read every archived file and compare its size and CRC-32 with the manifest's."""
+    tgt = Target(url)
+    man = tgt.load_manifest()
+    if man is None:
+        raise ArchiveError(f"{url} is not a journal archive (no {MANIFEST})")
+    damaged, nbytes, files = [], 0, 0
+    for rec in man["segments"] + [s["headers"] for s in man["segments"]] + man["pieces"]:
+        files += 1
+        got = tgt.size_crc(rec["path"])
+        if got is None:
+            damaged.append({"path": tgt.display(rec["path"]), "problem": "missing"})
+        elif got != (rec["bytes"], rec["crc32"]):
+            damaged.append({"path": tgt.display(rec["path"]),
+                            "problem": f"CRC-32 {got[1]:08x} over {got[0]:,} bytes where {rec['crc32']:08x} over "
+                                       f"{rec['bytes']:,} bytes was archived"})
+        else:
+            nbytes += got[0]
+    segs = man["segments"]
+    return CheckReport(url, man["instance"], files, nbytes, damaged, segs[0]["first_seqno"] if segs else 0,
+                       segs[-1]["last_seqno"] if segs else 0)
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MULTISITE_ARCHIVE_CACHE") or Path(tempfile.gettempdir()) / "multisite-archive-cache")
+
+
+def local_copy(url: str, nbytes: int, crc: int) -> str:
+    """A local path holding the archived file ``url`` (``s3://…``), fetched once and checked by CRC;
+    a local archive's file is its own path."""
+    if not url.startswith("s3://"):
+        return url
+    d = cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    dest = d / f"{crc:08x}-{nbytes}-{Path(url).name}"
+    if dest.exists() and dest.stat().st_size == nbytes:
+        return str(dest)
+    base, rel = url[len("s3://"):].split("/", 1)[0], url[len("s3://"):].split("/", 1)[1]
+    tgt = Target(f"s3://{base}")
+    data = tgt.read(rel)
+    if data is None or len(data) != nbytes or zlib.crc32(data) != crc:
+        problem = "missing" if data is None else f"CRC-32 {zlib.crc32(data):08x} over {len(data):,} bytes"
+        raise ArchiveCorrupt(f"archived file {url} is damaged: {problem} where {crc:08x} over {nbytes:,} bytes was "
+                             f"archived")
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)  # a cache: rebuilt from the archive if lost, so no fsync
+    return str(dest)
+
+
+def local_files(chunk):
+    """``chunk`` (of an archive) with its segment, or its piece, as local files (see ``local_copy``)."""
+    import dataclasses
+
+    if chunk.piece:
+        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc))
+    return dataclasses.replace(chunk, path=local_copy(chunk.path, chunk.file_bytes, chunk.file_crc))
+
+
+def manifest(url: str) -> dict:
+    man = Target(url).load_manifest()
+    if man is None:
+        raise ArchiveError(f"{url} is not a journal archive (no {MANIFEST}); archive an instance there with "
+                           f"multisite journal archive DIR --to {url}")
+    return man
+
+
+def file_url(url: str, rel: str) -> str:
+    """The URL (``s3://…``) or local path of an archived file, as the readers open it."""
+    tgt = Target(url)
+    return tgt.display(rel)
