@@ -59,6 +59,7 @@ HEADERS_DIR = "headers"
 INDEX_DIR = "index"
 BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a copy
 FOLLOW_INTERVAL_S = 1.0
+TAIL_BYTES = 4096  # a segment's last bytes whose CRC tells a copy from a rewrite (a rollback cuts and rewrites)
 
 
 def is_url(path: str) -> bool:
@@ -261,6 +262,17 @@ def _header_crc(path: Path) -> int:
         return zlib.crc32(f.read(SEGMENT_HEADER_SIZE))
 
 
+def _rewritten(path: Path, rec: dict) -> bool:
+    """Whether the sealed segment ``path`` differs in size or last bytes from its archived record (a
+    rollback cut it and new records were written there: same name, same header)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != rec["bytes"]:
+            return True
+        f.seek(max(0, size - TAIL_BYTES))
+        return "tail_crc" in rec and zlib.crc32(f.read()) != rec["tail_crc"]
+
+
 def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throttle, progress) -> None:
     man = tgt.load_manifest() or {"format": FORMAT, "instance": name, "segments": [], "pieces": []}
     if man["instance"] != name:
@@ -276,7 +288,8 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         seg_last = infos[i + 1].first_seqno - 1
         rec = done.get(info.path.name)
         if rec is not None:
-            if rec["first_seqno"] != info.first_seqno or rec["header_crc"] != _header_crc(info.path):
+            if (rec["first_seqno"] != info.first_seqno or rec["header_crc"] != _header_crc(info.path)
+                    or _rewritten(info.path, rec)):
                 raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
                                    f"(the instance was rolled back past what was archived and wrote it again): "
                                    f"archive this instance to a new URL")
@@ -326,6 +339,7 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
     man["segments"].append({"name": info.path.name, "index": info.index, "path": rel, "first_seqno": info.first_seqno,
                             "last_seqno": seg_last, "bytes": len(data), "crc32": crc,
                             "header_crc": zlib.crc32(data[:SEGMENT_HEADER_SIZE]), "archived": time.time(),
+                            "tail_crc": zlib.crc32(data[-TAIL_BYTES:]),
                             "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
