@@ -35,3 +35,11 @@ def test_archiver_refuses_a_sealed_segment_cut_by_a_rollback_and_rewritten(tmp_p
     with pytest.raises(ArchiveError, match="rolled back"):
         archive(str(a), str(dest))
 
+
+
+def test_prune_after_a_rollback_into_archived_seqnos_keeps_the_rewritten_segment(tmp_path):
+    a, dest, seg, cut = _archived_then_rolled_back_into(tmp_path)
+    assert archives.load_all(Layout.existing(a))[0].last_archived <= cut
+    journaled(a, 200, start=1000)
+    prune(a, 10**6)
+    assert seg.path.name in [s.path.name for s in list_segments(Layout.existing(a).journal)]
