@@ -257,20 +257,18 @@ def archive(instance: str, url: str, *, follow: bool = False, interval_s: float 
     return rep
 
 
-def _header_crc(path: Path) -> int:
-    with open(path, "rb") as f:
-        return zlib.crc32(f.read(SEGMENT_HEADER_SIZE))
-
-
-def _rewritten(path: Path, rec: dict) -> bool:
-    """Whether the sealed segment ``path`` differs in size or last bytes from its archived record (a
-    rollback cut it and new records were written there: same name, same header)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size != rec["bytes"]:
-            return True
-        f.seek(max(0, size - TAIL_BYTES))
-        return "tail_crc" in rec and zlib.crc32(f.read()) != rec["tail_crc"]
+def rewritten(path: Path, rec: dict) -> bool:
+    """Whether the sealed segment ``path`` differs in header, size or last bytes from its archived record
+    ``rec`` (a rollback cut it and new records were written there: same name, same header), or is gone."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != rec["bytes"] or zlib.crc32(f.read(SEGMENT_HEADER_SIZE)) != rec["header_crc"]:
+                return True
+            f.seek(max(0, size - TAIL_BYTES))
+            return "tail_crc" in rec and zlib.crc32(f.read()) != rec["tail_crc"]
+    except FileNotFoundError:
+        return True
 
 
 def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throttle, progress) -> None:
@@ -288,8 +286,7 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         seg_last = infos[i + 1].first_seqno - 1
         rec = done.get(info.path.name)
         if rec is not None:
-            if (rec["first_seqno"] != info.first_seqno or rec["header_crc"] != _header_crc(info.path)
-                    or _rewritten(info.path, rec)):
+            if rec["first_seqno"] != info.first_seqno or rewritten(info.path, rec):
                 raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
                                    f"(the instance was rolled back past what was archived and wrote it again): "
                                    f"archive this instance to a new URL")
