@@ -43,3 +43,4 @@ def test_prune_after_a_rollback_into_archived_seqnos_keeps_the_rewritten_segment
     journaled(a, 200, start=1000)
     prune(a, 10**6)
     assert seg.path.name in [s.path.name for s in list_segments(Layout.existing(a).journal)]
+

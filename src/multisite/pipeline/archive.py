@@ -176,7 +176,7 @@ class Target:
         """Remove temp files a local copy killed mid-write left (they never carry a final name)."""
         if not self.local:
             return
-        for sub in (SEGMENTS_DIR, INDEX_DIR, "."):
+        for sub in (SEGMENTS_DIR, HEADERS_DIR, INDEX_DIR, "."):
             d = Path(self.path(sub))
             for p in d.glob(".*.tmp-*") if d.is_dir() else []:
                 p.unlink(missing_ok=True)
