@@ -101,6 +101,7 @@ def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int, common
     archives.cap(lay, to_seqno)  # before the cut: a crash after it must not leave the old marks
     _undo_store(core, records, to_seqno)
     _cut_journal(core, to_seqno)
+    archives.cap(lay, to_seqno)  # again: an archiver may have recorded what it read before the cut
     _trim_info(core, to_seqno)
     marker.unlink(missing_ok=True)
     fsync_dir(lay.run)

@@ -341,6 +341,10 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
     archives.record(lay, tgt.url, seg_last)
+    if rewritten(info.path, man["segments"][-1]):  # a rollback cut it after it was read (its caps came first)
+        archives.record(lay, tgt.url, 0)
+        raise ArchiveError(f"segment {info.path} was cut by a rollback while it was archived to {tgt.url}: the "
+                           f"instance was rolled back past what was archived; archive it to a new URL")
 
 
 def _frame_headers(info) -> bytes:
