@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..errors import RollbackError
 from ..fsutil import atomic_write, fsync_dir, truncate_file
+from ..instance import archives
 from ..journal.lostfile import lost_file_path, write_lost_file
 from ..journal.reader import iter_records
 from ..journal.records import KILL, Record
@@ -97,8 +98,10 @@ def _rollback_locked(core: Core, to_seqno: int, reason: str, common: int, common
     if not lost.exists():
         write_lost_file(lay.lost, instance=core.name, group=core.info.group, records=records, common_seqno=common,
                         reason=reason, path=lost, si_streams=core.info.si_streams(), common_stream=common_stream)
+    archives.cap(lay, to_seqno)  # before the cut: a crash after it must not leave the old marks
     _undo_store(core, records, to_seqno)
     _cut_journal(core, to_seqno)
+    archives.cap(lay, to_seqno)  # again: an archiver may have recorded what it read before the cut
     _trim_info(core, to_seqno)
     marker.unlink(missing_ok=True)
     fsync_dir(lay.run)

@@ -67,3 +67,11 @@ def forget(layout: Layout, url: str) -> bool:
     p.unlink()
     fsync_dir(p.parent)
     return True
+
+
+def cap(layout: Layout, seqno: int) -> None:
+    """After a rollback to ``seqno``: what any archive holds past it was taken off the journal, so no
+    archive counts as holding more than ``seqno`` (``prune`` keeps the records written there again)."""
+    for mark in load_all(layout):
+        if mark.last_archived > seqno:
+            record(layout, mark.url, seqno)

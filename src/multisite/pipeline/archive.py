@@ -59,6 +59,7 @@ HEADERS_DIR = "headers"
 INDEX_DIR = "index"
 BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a copy
 FOLLOW_INTERVAL_S = 1.0
+TAIL_BYTES = 4096  # a segment's last bytes whose CRC tells a copy from a rewrite (a rollback cuts and rewrites)
 
 
 def is_url(path: str) -> bool:
@@ -175,7 +176,7 @@ class Target:
         """Remove temp files a local copy killed mid-write left (they never carry a final name)."""
         if not self.local:
             return
-        for sub in (SEGMENTS_DIR, INDEX_DIR, "."):
+        for sub in (SEGMENTS_DIR, HEADERS_DIR, INDEX_DIR, "."):
             d = Path(self.path(sub))
             for p in d.glob(".*.tmp-*") if d.is_dir() else []:
                 p.unlink(missing_ok=True)
@@ -256,9 +257,18 @@ def archive(instance: str, url: str, *, follow: bool = False, interval_s: float 
     return rep
 
 
-def _header_crc(path: Path) -> int:
-    with open(path, "rb") as f:
-        return zlib.crc32(f.read(SEGMENT_HEADER_SIZE))
+def rewritten(path: Path, rec: dict) -> bool:
+    """Whether the sealed segment ``path`` differs in header, size or last bytes from its archived record
+    ``rec`` (a rollback cut it and new records were written there: same name, same header), or is gone."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != rec["bytes"] or zlib.crc32(f.read(SEGMENT_HEADER_SIZE)) != rec["header_crc"]:
+                return True
+            f.seek(max(0, size - TAIL_BYTES))
+            return "tail_crc" in rec and zlib.crc32(f.read()) != rec["tail_crc"]
+    except FileNotFoundError:
+        return True
 
 
 def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throttle, progress) -> None:
@@ -276,7 +286,7 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         seg_last = infos[i + 1].first_seqno - 1
         rec = done.get(info.path.name)
         if rec is not None:
-            if rec["first_seqno"] != info.first_seqno or rec["header_crc"] != _header_crc(info.path):
+            if rec["first_seqno"] != info.first_seqno or rewritten(info.path, rec):
                 raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
                                    f"(the instance was rolled back past what was archived and wrote it again): "
                                    f"archive this instance to a new URL")
@@ -326,10 +336,15 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
     man["segments"].append({"name": info.path.name, "index": info.index, "path": rel, "first_seqno": info.first_seqno,
                             "last_seqno": seg_last, "bytes": len(data), "crc32": crc,
                             "header_crc": zlib.crc32(data[:SEGMENT_HEADER_SIZE]), "archived": time.time(),
+                            "tail_crc": zlib.crc32(data[-TAIL_BYTES:]),
                             "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
     archives.record(lay, tgt.url, seg_last)
+    if rewritten(info.path, man["segments"][-1]):  # a rollback cut it after it was read (its caps came first)
+        archives.record(lay, tgt.url, 0)
+        raise ArchiveError(f"segment {info.path} was cut by a rollback while it was archived to {tgt.url}: the "
+                           f"instance was rolled back past what was archived; archive it to a new URL")
 
 
 def _frame_headers(info) -> bytes:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, JournalGap
+from ..errors import ArchiveError, ConfigError, JournalGap
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..journal.records import FRAME_HEADER_SIZE, parse_header
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import list_sidecars
-from .archive import Target, archived_crcs, is_archive, is_url, local_copy, manifest
+from .archive import Target, archived_crcs, is_archive, is_url, local_copy, manifest, rewritten
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
 from .regions import store_regions  # noqa: F401  (re-exported: the jobs read regions through plan)
@@ -120,12 +120,30 @@ def archive_bounds(man: dict) -> tuple[int, int]:
     return (segs[0]["first_seqno"], segs[-1]["last_seqno"]) if segs else (1, 0)
 
 
+def check_seam(ref: InstanceRef, man: dict) -> None:
+    """An archive read with its instance's directory must be a prefix of the instance's journal: after a
+    rollback past the archive's end it holds records the instance took off (and lacks those written
+    again). So the archive's last segment, where the journal still holds its seqnos, must be the same
+    file (size, header and last bytes, as the archiver checks)."""
+    if not man["segments"]:
+        return
+    rec = man["segments"][-1]
+    journal = Layout.existing(ref.path).journal
+    if list_segments(journal)[0].first_seqno > rec["last_seqno"]:
+        return  # the journal was pruned past the archive's end: nothing to compare
+    if rewritten(journal / rec["name"], rec):
+        raise ArchiveError(f"the journal archive {ref.archive} ends with segment {rec['name']} (seqnos "
+                           f"{rec['first_seqno']}..{rec['last_seqno']}), which instance {ref.name} no longer holds as "
+                           f"archived: it was rolled back past what was archived; archive it to a new URL")
+
+
 def ref_bounds(ref: InstanceRef) -> tuple[int, int]:
     """``(first, last)`` of an instance read with its archive: the archive's first, the instance's last."""
     if not ref.archive:
         return journal_bounds(ref.path)
     first, last = archive_bounds(manifest(ref.archive))
     if ref.path:
+        check_seam(ref, manifest(ref.archive))
         f2, l2 = journal_bounds(ref.path)
         first, last = (min(first, f2) if last >= first else f2), max(last, l2)
     return first, last
@@ -156,6 +174,8 @@ def ref_crcs(ref: InstanceRef, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray
         return journal_crcs(ref.path, lo, hi)
     man = manifest(ref.archive)
     a_last = archive_bounds(man)[1]
+    if ref.path:
+        check_seam(ref, man)
     seqs, crcs = archived_crcs(ref.archive, man, lo, min(hi, a_last))
     if ref.path and hi > a_last:
         s2, c2 = journal_crcs(ref.path, max(lo, a_last + 1), hi)
@@ -248,6 +268,8 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
         if strict_start and lo < a_first and a_last >= a_first:
             raise JournalGap(f"seqno {lo} of instance {ref.name} is not in its journal archive {ref.archive} (it "
                              f"starts at {a_first})")
+        if ref.path:
+            check_seam(ref, man)
         out = archive_chunks(ref.name, ref.archive, man, lo, hi, chunk_bytes=chunk_bytes)
         if not ref.path or (hi is not None and hi <= a_last):
             return out

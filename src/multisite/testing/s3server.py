@@ -16,8 +16,8 @@ from moto.server import ThreadedMotoServer
 s = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 s.start()
 print(s.get_host_and_port()[1], flush=True)
-while True:
-    time.sleep(3600)
+sys.stdin.read()  # until the owner's end of the pipe closes: stop() or the owner's death, even by SIGKILL
+s.stop()
 """
 
 
@@ -36,7 +36,7 @@ class S3Server:
 
     def start(self, timeout_s: float = 60) -> "S3Server":
         self.proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout_s
         line = self.proc.stdout.readline()
         if not line.strip().isdigit() or time.monotonic() > deadline:
@@ -72,6 +72,8 @@ class S3Server:
             self.proc.wait(10)
         if self.proc is not None and self.proc.stdout:
             self.proc.stdout.close()
+        if self.proc is not None and self.proc.stdin:
+            self.proc.stdin.close()
 
 
 @contextlib.contextmanager
