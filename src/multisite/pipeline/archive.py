@@ -59,6 +59,8 @@ HEADERS_DIR = "headers"
 INDEX_DIR = "index"
 BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a copy
 FOLLOW_INTERVAL_S = 1.0
+MANIFEST_READ_ATTEMPTS = 4  # reads of a manifest that is not JSON before it is called corrupt (see load_manifest)
+MANIFEST_RETRY_S = 0.05  # the pause before the next read grows by this much each time
 TAIL_BYTES = 4096  # a segment's last bytes whose CRC tells a copy from a rewrite (a rollback cuts and rewrites)
 
 
@@ -182,14 +184,23 @@ class Target:
                 p.unlink(missing_ok=True)
 
     def load_manifest(self) -> dict | None:
-        raw = self.read(MANIFEST)
-        if raw is None:
-            return None
-        try:
-            man = json.loads(raw)
-        except ValueError as e:
-            raise ArchiveCorrupt(f"the manifest {self.display(MANIFEST)} of the journal archive is not JSON ({e})") \
-                from None
+        """The archive's manifest (None where there is none). An archiver replaces it while readers read
+        it, and an S3 read takes the object's size first and its bytes after: a read that met a
+        replacement in between is torn, so bytes that are not JSON are read again a few times before
+        the manifest is called corrupt."""
+        for attempt in range(MANIFEST_READ_ATTEMPTS):
+            raw = self.read(MANIFEST)
+            if raw is None:
+                return None
+            try:
+                man = json.loads(raw)
+                break
+            except ValueError as e:
+                err = e
+                time.sleep(MANIFEST_RETRY_S * (attempt + 1))
+        else:
+            raise ArchiveCorrupt(f"the manifest {self.display(MANIFEST)} of the journal archive is not JSON ({err}; "
+                                 f"read {MANIFEST_READ_ATTEMPTS} times)")
         if man.get("format") != FORMAT:
             raise ArchiveError(f"the journal archive {self.url} has format {man.get('format')!r}, this version reads "
                                f"{FORMAT}")
