@@ -64,9 +64,9 @@ def test_state_now_of_a_pruned_instance_whose_store_moved_past_the_journal_end_r
         for i in range(1, 61):
             db.set("r", ("k", i % 7), "x" * 200 + str(i))
     prune(a, 50)
-    first, last = seeding.journal_bounds(str(a))
+    first, last = seeding.ref_bounds(seeding.with_archive(str(a), None))
     assert first > 1 and last == 60
-    monkeypatch.setattr(seeding, "journal_bounds", lambda path: (first, last - 3))  # read before the flush
+    monkeypatch.setattr(seeding, "ref_bounds", lambda ref: (first, last - 3))  # read before the flush
     df, seqno = seeding.state_df(spark, str(a))
     assert seqno == 60
     assert {(r.key_text, r.value) for r in df.collect()} == {

@@ -76,6 +76,17 @@ def _instance(path: str) -> None:
     Layout.existing(path)
 
 
+def _instance_not_archive(path: str, why: str) -> None:
+    """A job that needs the instance directory itself: an archive given in its place is named as such."""
+    from ..errors import ConfigError
+    from ..pipeline.archive import is_archive
+
+    if is_archive(path):
+        raise ConfigError(f"{path} is a journal archive: {why}; give the instance directory, with the archive "
+                          f"as --archive {path}")
+    _instance(path)
+
+
 def _instance_or_snapshot(path: str) -> None:
     if not (Path(path) / "snapshot.json").exists():
         _instance_or_archive(path)
@@ -144,26 +155,33 @@ def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
 
 
 @pipeline.command("snapshot")
-@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.argument("instance")
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="New snapshot directory.")
 @click.option("--at", "at", type=click.IntRange(min=0), default=None,
               help="Seqno of the state (default: the journal's end).")
+@click.option("--archive", "archive", default=None,
+              help="The instance's journal archive (multisite journal archive): seqnos pruned from the "
+                   "instance are read from it.")
 @spark_options
-def snapshot_cmd(instance, to, at, master, confs, as_json):
+def snapshot_cmd(instance, to, at, archive, master, confs, as_json):
     """Write a consistent checkpoint of an instance's replicated state at a seqno as Parquet.
 
     Keys of unreplicated regions are local to the instance and are left out (their definitions are kept).
+    A state before the store's seqno is folded from the journal: give --archive when it was pruned.
 
-    Example: multisite pipeline snapshot /data/A --to /snap/A --at 1000000
+    Example: multisite pipeline snapshot /data/A --to /snap/A --at 1000000 --archive s3://lake/journals/A
     """
     from ..errors import InstanceExists
     from ..pipeline.seeding import snapshot
 
-    _instance(instance)
+    _instance_not_archive(instance, "a snapshot (to seed a replica from) carries the instance's history")
+    if archive:
+        _instance_or_archive(archive)
     dest = Path(to).absolute()
     if dest.exists() and any(dest.iterdir()):  # as snapshot() checks, before Spark starts
         raise InstanceExists(f"snapshot destination {dest} exists and is not empty; choose a new directory")
-    rep = _run(as_json, master, confs, lambda spark, p: snapshot(instance, to, at=at, spark=spark, progress=p))
+    rep = _run(as_json, master, confs, lambda spark, p: snapshot(instance, to, at=at, spark=spark, progress=p,
+                                                                 archive=archive))
     if as_json:
         print_json(rep.__dict__)
     else:
@@ -240,25 +258,33 @@ def verify_cmd(a, b, at, out, engine, master, confs, as_json):
 
 
 @pipeline.command("fold")
-@click.argument("instance", type=click.Path(exists=True, file_okay=False))
+@click.argument("instance")
 @click.option("--into", "into", required=True, type=click.Path(exists=True, file_okay=False),
               help="The far-behind replica (closed) to bring forward.")
 @click.option("--from", "from_seqno", type=click.IntRange(min=1), default=None,
               help="First seqno (default: the replica's + 1).")
 @click.option("--to", "to_seqno", type=click.IntRange(min=0), default=None,
               help="Last seqno (default: the source's end).")
+@click.option("--archive", "archive", default=None,
+              help="The source's journal archive (multisite journal archive): seqnos it holds are read from it.")
 @spark_options
-def fold_cmd(instance, into, from_seqno, to_seqno, master, confs, as_json):
+def fold_cmd(instance, into, from_seqno, to_seqno, archive, master, confs, as_json):
     """Fold a journal range into the final state per key and apply it to a far-behind replica in bulk.
 
-    Example: multisite pipeline fold /data/A --into /data/B --from 1000001 --to 9000000
+    INSTANCE is the source's directory (the replica adopts its history records); seqnos pruned from it
+    are read from its journal archive (--archive).
+
+    Example: multisite pipeline fold /data/A --into /data/B --from 1000001 --to 9000000 --archive s3://lake/journals/A
     """
     from ..pipeline.catchup import fold
 
-    _instance(instance)
+    _instance_not_archive(instance, "the replica adopts the source's history records, which its directory keeps")
     _instance(into)
+    if archive:
+        _instance_or_archive(archive)
     rep = _run(as_json, master, confs,
-               lambda spark, p: fold(instance, into, from_seqno, to_seqno, spark=spark, progress=p))
+               lambda spark, p: fold(instance, into, from_seqno, to_seqno, spark=spark, progress=p,
+                                     archive=archive))
     if as_json:
         print_json(rep.__dict__)
     else:

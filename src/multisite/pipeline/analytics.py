@@ -42,7 +42,7 @@ from . import columns as C
 from .change_files import write_changes
 from .folding import covered_by, final_state
 from .state_files import fold_state
-from .plan import InstanceRef, combine_refs, instance_ref, journal_crcs, ref_bounds, ref_crcs
+from .plan import InstanceRef, journal_crcs, ref_bounds, ref_crcs, with_archive
 
 FOLLOW_INTERVAL_S = 1.0
 STATE_PAYLOAD = ["key", "value", "value_size", "value_raw", "commit_time"]
@@ -154,10 +154,7 @@ def export(instance: str, to: str, *, follow: bool = False, interval_s: float = 
 
 def export_once(instance: str, to: str, *, spark, progress=None, archive: str | None = None) -> ExportReport:
     t0 = time.time()
-    refs = [instance_ref(instance)] + ([instance_ref(archive)] if archive else [])
-    ref = combine_refs(refs)[0]
-    if len(combine_refs(refs)) > 1:
-        raise ConfigError(f"the archive {archive} holds instance {refs[1].name}'s journal, not {refs[0].name}'s")
+    ref = with_archive(instance, archive)
     d = _Dirs(Path(to).absolute())
     d.meta.mkdir(parents=True, exist_ok=True)
     m = _load_manifest(d)

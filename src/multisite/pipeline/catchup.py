@@ -29,7 +29,7 @@ from ..journal.sidecars import drop_segments
 from ..replication.history import common_point, to_entries, to_records
 from . import columns as C
 from .folding import final_state
-from .plan import instance_ref, journal_bounds, store_regions
+from .plan import journal_bounds, load_paths, ref_bounds, store_regions, with_archive
 
 APPLY_BATCH_ROWS = 50_000
 
@@ -47,8 +47,12 @@ class FoldReport:
 
 
 def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int | None = None, *,
-         spark=None, progress=None) -> FoldReport:
+         spark=None, progress=None, archive: str | None = None) -> FoldReport:
     """Bring ``replica`` (closed, at seqno ``from_seqno - 1``) to ``to_seqno`` from ``source``'s journal.
+
+    ``archive`` is the source's journal archive: the seqnos it holds are read from it, the rest from the
+    source's directory (``plan.with_archive``, as ``export --archive``). The source must be a directory:
+    the replica adopts its history records, which only the instance keeps.
 
     Refused (``HistoryMismatch``) when the replica's transactions up to its seqno are not the source's,
     and (``ConfigError``) when ``to_seqno`` is below the replica's seqno; ``to_seqno`` equal to it does nothing."""
@@ -74,8 +78,13 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
             store.close()
             raise ConfigError(f"replica {rlay.root} is at seqno {r_seqno}: the fold must start at {r_seqno + 1}, "
                               f"not {lo}")
-        ref = instance_ref(source)
-        s_first, s_last = journal_bounds(ref.path)
+        ref = with_archive(source, archive)
+        if not ref.path:
+            store.close()
+            raise ConfigError(f"{source} is a journal archive: fold needs the source's instance directory (the "
+                              f"replica adopts its history records); give the directory, with the archive as "
+                              f"--archive {source}")
+        s_first, s_last = ref_bounds(ref)
         hi = s_last if to_seqno is None else to_seqno
         if hi < r_seqno:  # before any Spark read: fold only moves a replica forward
             store.close()
@@ -91,7 +100,8 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
             store.close()
             raise JournalGap(f"source {ref.name} holds seqnos {s_first}..{s_last}; cannot fold {lo}..{hi}")
         try:
-            _check_same_history(ref.name, Layout.existing(ref.path), s_first, s_last, rlay, first, r_seqno)
+            # against the directory's own journal (or, past it, the history records), not the archive
+            _check_same_history(ref.name, Layout.existing(ref.path), *journal_bounds(ref.path), rlay, first, r_seqno)
         except HistoryMismatch:
             store.close()
             raise
@@ -104,7 +114,7 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
         cols = {"seqno": "bigint", "ord": "int", "op": "string", "region": "string", "key_text": "string",
                 "key_bytes": "binary", "value_raw": "binary"}
         events = (spark.read.format("multisite").schema(C.ddl(cols)).option("from_seqno", lo)
-                  .option("to_seqno", hi).load(ref.path))
+                  .option("to_seqno", hi).load(load_paths(ref)))
         pts, kills = final_state(events, ["key_bytes", "value_raw"], has_base=False)
         kill_rows = events.where(F.col("op") == "kill").select("region", "key_bytes").distinct()
         n_updates = events.count()

@@ -95,6 +95,26 @@ def combine_refs(refs: list[InstanceRef]) -> list[InstanceRef]:
     return out
 
 
+def with_archive(instance: str, archive: str | None) -> InstanceRef:
+    """The instance ``instance`` read with its journal archive ``archive`` (``--archive URL``): one ref,
+    the archive's seqnos read from it, the rest from the directory; refused when the archive holds
+    another instance's journal."""
+    refs = [instance_ref(instance)] + ([instance_ref(archive)] if archive else [])
+    if archive and refs[0].archive:
+        raise ConfigError(f"{instance} is a journal archive too: give the instance directory with --archive {archive}")
+    out = combine_refs(refs)
+    if len(out) > 1:
+        raise ConfigError(f"the archive {archive} holds instance {refs[1].name}'s journal, not {refs[0].name}'s")
+    return out[0]
+
+
+def load_paths(ref: InstanceRef) -> str | list[str]:
+    """What ``spark.read.format("multisite").load`` takes to read ``ref`` (with its archive, if any)."""
+    if ref.archive and ref.path:
+        return [ref.archive, ref.path]
+    return ref.archive or ref.path
+
+
 def region_filter(options) -> frozenset | None:
     text = options.get("regions")
     if not text:

@@ -33,7 +33,7 @@ from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from . import columns as C
 from .folding import final_state
-from .plan import instance_ref, journal_bounds, store_regions
+from .plan import load_paths, ref_bounds, store_regions, with_archive
 
 STATE_PAYLOAD = ["key", "key_bytes", "value", "value_raw", "value_size"]
 
@@ -53,7 +53,7 @@ def _journal_ddl(names: list[str], fields: dict) -> str:
 
 
 def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool = True,
-             payload: list[str] | None = None):
+             payload: list[str] | None = None, archive: str | None = None):
     """``(DataFrame, seqno)``: the replicated state of ``instance`` at ``at`` (default: now, that is the
     later of its journal end and its store's seqno, read from one consistent copy of the store).
 
@@ -61,17 +61,20 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     store is flushed past ``at`` while this runs, a pruned journal makes it a ``PipelineError``.
 
     Keys of unreplicated regions are left out: they are local to the instance, and the journal, which
-    gives the state before the store's seqno, does not carry them (see the module's docstring)."""
+    gives the state before the store's seqno, does not carry them (see the module's docstring).
+
+    ``archive`` (the instance's journal archive) supplies the seqnos pruned from the directory's journal,
+    so that a state before the store's seqno is folded from seqno 1 of the archive."""
     from pyspark.sql import functions as F
 
-    ref = instance_ref(instance)
+    ref = with_archive(instance, archive)
     if not ref.path:  # a journal archive: no store, the state is the journal folded from seqno 1
         return _archived_state_df(spark, ref, at, with_fields=with_fields, payload=payload)
     lay = Layout.existing(ref.path)
     replicated = sorted(name for name, (repl, _) in store_regions(lay).items() if repl)
     fields = (C.merge_fields(sorted((r, s) for r, s in ref.region_schemas.items() if r in replicated))
               if with_fields else {})
-    first, last = journal_bounds(ref.path)
+    first, last = ref_bounds(ref)
     if at is not None and at > last:
         raise ConfigError(f"instance {ref.name} ends at seqno {last}; cannot take its state at {at}")
     from .state_source import _ro, consistent_store
@@ -88,7 +91,7 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     at = max(last, store_seqno) if at is None else at
     cols = ["region", "key_text", *(payload or STATE_PAYLOAD)] + (["fields"] if fields else [])
     jcols = ["seqno", "ord", "op", *cols]
-    journal = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(ref.path))
+    journal = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(load_paths(ref)))
     if at >= store_seqno:
         all_state = {**C.STATE_COLUMNS, **C.STATE_EXTRA_COLUMNS}
         base = (spark.read.format("multisite_state")
@@ -108,8 +111,8 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
         has_base = False
     else:
         raise PipelineError(f"the state of {ref.name} at seqno {at} is before its store's seqno {store_seqno} and "
-                            f"its journal was pruned (it starts at {first}); take the snapshot at {store_seqno} "
-                            f"or later")
+                            f"its journal was pruned (it starts at {first}); give its journal archive "
+                            f"(--archive URL), or take the snapshot at {store_seqno} or later")
     pts, _ = final_state(events, [c for c in cols if c not in ("region", "key_text")], has_base=has_base)
     return pts.where(F.col("op") == "set").select(*cols), at
 
@@ -117,8 +120,6 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
 def _archived_state_df(spark, ref, at: int | None, *, with_fields: bool, payload: list[str] | None):
     """``state_df`` of a journal archive: its journal ``[1, at]`` folded (the archive must start at 1)."""
     from pyspark.sql import functions as F
-
-    from .plan import ref_bounds
 
     first, last = ref_bounds(ref)
     at = last if at is None else at
@@ -137,8 +138,11 @@ def _archived_state_df(spark, ref, at: int | None, *, with_fields: bool, payload
     return pts.where(F.col("op") == "set").select(*cols), at
 
 
-def snapshot(instance: str, to: str, *, at: int | None = None, spark=None, progress=None) -> SnapshotReport:
-    """Write the state of ``instance`` at seqno ``at`` (default: now) to ``to`` as Parquet."""
+def snapshot(instance: str, to: str, *, at: int | None = None, spark=None, progress=None,
+             archive: str | None = None) -> SnapshotReport:
+    """Write the state of ``instance`` at seqno ``at`` (default: now) to ``to`` as Parquet.
+
+    ``archive`` is the instance's journal archive, read for the seqnos pruned from its directory."""
     from .env import session
 
     t0 = time.time()
@@ -146,13 +150,14 @@ def snapshot(instance: str, to: str, *, at: int | None = None, spark=None, progr
     dest = Path(to).absolute()
     if dest.exists() and any(dest.iterdir()):
         raise InstanceExists(f"snapshot destination {dest} exists and is not empty; choose a new directory")
-    ref = instance_ref(instance)
+    ref = with_archive(instance, archive)
     if not ref.path:
         raise ConfigError(f"{instance} is a journal archive: a snapshot (to seed a replica from) needs the instance "
-                          f"directory, whose history it carries")
+                          f"directory, whose history it carries; give the directory, with the archive as "
+                          f"--archive {instance}")
     lay = Layout.existing(ref.path)
     info = ifile.load(lay.instance_file)
-    df, seqno = state_df(spark, instance, at)
+    df, seqno = state_df(spark, instance, at, archive=archive)
     if progress:
         progress(f"writing the state of {ref.name} at seqno {seqno}")
     df.write.parquet(str(dest / "state"))
