@@ -83,8 +83,10 @@ def test_sqlite_write_through_and_a_refused_write(make, tmp_path):
         assert prim["loader"]["state"] == "ready" and prim["loader"]["state"] == "ready", prim["loader"]
         rep = control.call(g.root / st["partitions"][p]["sync"][0], "status")["shards"][str(p)]
         assert rep["loader_buffer"]["buffered"] == 0 and rep["loader_buffer"]["committed"] > 0, rep
+    # grid status learns the replicas' buffers from heartbeats: wait until they report the empty buffer too
     gst = g.wait("grid status with the loaders", lambda: (x := g.status()) and all(
-        (p["loader"]["primary"] or {}).get("applied", 0) > 0 for p in x["partitions"]) and x)
+        (p["loader"]["primary"] or {}).get("applied", 0) > 0 and p["loader"]["buffered"] == {p["sync"][0]: 0}
+        for p in x["partitions"]) and x)
     for p in gst["partitions"]:  # grid status: the primary's Loader state, the replicas' buffers
         assert p["loader"]["primary"]["state"] == "ready" and p["loader"]["primary"]["database"] == "up", p
         assert p["loader"]["buffered"] == {p["sync"][0]: 0}, p
