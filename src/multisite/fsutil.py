@@ -21,6 +21,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(path: Path) -> None:
+    """Create the directory ``path`` if missing, durably: its parent is fsynced so the new entry
+    survives a crash (a record written into it next is then reachable)."""
+    if not path.exists():
+        path.mkdir(exist_ok=True)
+        fsync_dir(path.parent)
+
+
 def truncate_file(path: Path | str, size: int) -> None:
     """Cut a file to ``size`` bytes and harden the cut (a journal's torn tail, a rollback, a repair);
     the caller fsyncs the directory once it is done with it."""

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fsutil import atomic_write, fsync_dir
+from ..fsutil import atomic_write, ensure_dir, fsync_dir
 from .layout import Layout
 
 SUFFIX = ".json"
@@ -41,9 +41,7 @@ def _file(layout: Layout, url: str) -> Path:
 def record(layout: Layout, url: str, last_archived: int) -> None:
     """Record that the archive at ``url`` holds every seqno of the journal up to ``last_archived``."""
     d = archives_dir(layout)
-    if not d.exists():
-        d.mkdir(exist_ok=True)
-        fsync_dir(layout.root)
+    ensure_dir(d)
     body = {"url": url, "last_archived": int(last_archived), "updated": time.time()}
     atomic_write(_file(layout, url), json.dumps(body).encode())
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..fsutil import atomic_write, fsync_dir
+from ..fsutil import atomic_write, ensure_dir, fsync_dir
 from .layout import Layout
 
 SUFFIX = ".pos"
@@ -44,9 +44,7 @@ def check_name(name: str) -> str:
 def record(layout: Layout, name: str, last_confirmed: int) -> None:
     """Record that consumer ``name`` has consumed every seqno up to ``last_confirmed``."""
     d = consumers_dir(layout)
-    if not d.exists():
-        d.mkdir(exist_ok=True)
-        fsync_dir(layout.root)
+    ensure_dir(d)
     body = {"name": check_name(name), "last_confirmed": int(last_confirmed), "updated": time.time()}
     atomic_write(d / f"{name}{SUFFIX}", json.dumps(body).encode())
 
