@@ -21,10 +21,12 @@ DRIVER = r"""
 import json, sys, time
 from multisite import pipeline
 master, conf, inst, lake, url = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+from multisite.testing.spark_cluster import SparkCluster
 spark = pipeline.session(master=master, conf=conf)
+out = {"executors": SparkCluster.wait_for_executors(spark, int(conf["spark.cores.max"]) // int(conf["spark.executor.cores"]))}
 t0 = time.perf_counter()
 rep = pipeline.export(inst, lake, spark=spark, archive=url or None)
-out = {**rep.to_dict(), "job_s": time.perf_counter() - t0}
+out.update(rep.to_dict(), job_s=time.perf_counter() - t0)
 spark.stop()
 print("RESULT " + json.dumps(out))
 """

@@ -21,10 +21,11 @@ from multisite.testing.spark_cluster import SparkCluster
 DRIVER = r"""
 import json, sys
 from multisite import pipeline
+from multisite.testing.spark_cluster import SparkCluster
 master, conf, url, inst, lake, sink, ckpt = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:]
 spark = pipeline.session(master=master, conf=conf)
 assert spark.sparkContext.master == master
-out = {"executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1}
+out = {"executors": SparkCluster.wait_for_executors(spark, 2)}  # they register after the session starts
 out["export"] = pipeline.export(inst, lake, spark=spark, archive=url).to_dict()
 v = pipeline.verify(url, inst, engine="spark", spark=spark)
 out["verify"] = {**v.to_dict(), "seconds": 0}

@@ -113,6 +113,17 @@ class SparkCluster:
                 "spark.executor.cores": str(self.worker_cores), "spark.driver.memory": "1g",
                 "spark.sql.shuffle.partitions": str(max(4, 2 * self.workers * self.worker_cores))}
 
+    @staticmethod
+    def wait_for_executors(spark, n: int, timeout_s: float = START_TIMEOUT_S) -> int:
+        """Wait until ``n`` executors have registered with ``spark``'s driver (they join after the session
+        starts, each worker launching its own JVM); returns how many there are when done or timed out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            have = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+            if have >= n or time.monotonic() > deadline:
+                return have
+            time.sleep(0.2)
+
     def _save(self) -> None:
         (self.folder / "cluster.json").write_text(json.dumps({"master_url": self.master_url, "pids": self.pids}))
 
