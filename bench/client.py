@@ -74,14 +74,26 @@ def worker(addr: str, conns: int, depth: int, seconds: float, total: int) -> Non
                     lats.append(time.perf_counter() - t0)
 
         one.n = 0  # type: ignore[attr-defined]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one() for _ in range(conns * depth)))
-        took = time.perf_counter() - t0
+        took, cpu = time.perf_counter() - t0, time.process_time() - c0
         for db in dbs:
             await db.close()
-        return {"commits": done, "seconds": took, "p50_ms": statistics.median(lats) * 1000 if lats else 0}
+        return {"commits": done, "seconds": took, "p50_ms": statistics.median(lats) * 1000 if lats else 0,
+                "cpu_us": cpu / max(1, done) * 1e6}
 
-    print(json.dumps(asyncio.run(main())))
+    print(json.dumps(run_client_loop(main())))
+
+
+def run_client_loop(coro):
+    """The client processes' event loop: uvloop when installed (as an application after speed would
+    run ``multisite.aconnect``: asyncio's own loop costs the Python client about twice the CPU per
+    commit, measured in issue 14's second pass), unless ``MULTISITE_BENCH_CLIENT_LOOP=asyncio``."""
+    if os.environ.get("MULTISITE_BENCH_CLIENT_LOOP", "uvloop") == "uvloop" and importlib.util.find_spec("uvloop"):
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 def clients(addr: str, procs: int, conns: int, depth: int, seconds: float, total: int = 0) -> list[dict]:

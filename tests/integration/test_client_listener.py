@@ -143,6 +143,7 @@ def test_reads_are_answered_while_a_group_waits_for_its_fdatasync(tmp_path, monk
 
     monkeypatch.setattr(db, "harden", held_harden)
     lis = _gathering_listener(db)
+    lis.inline_sync_max_s = -1.0  # never on the loop (a held fdatasync stands for a slow disk)
     a = socket.create_connection(("127.0.0.1", lis.port))
     b = socket.create_connection(("127.0.0.1", lis.port))
     try:

@@ -34,46 +34,76 @@ from .tls import parse_hostport
 UPDATE_OPS = {"set": SET, "kill": KILL, "zkill": ZKILL}
 
 
+class _Replies(asyncio.Protocol):
+    """The connection's bytes, on the loop's own callbacks: each reply read resolves its caller's future
+    right in ``data_received`` (no reader task woken per reply: one loop pass less per request)."""
+
+    def __init__(self) -> None:
+        self.db: AsyncRemoteDatabase | None = None
+        self.transport: asyncio.Transport | None = None
+        self.buf = FrameBuffer()
+        self.closed = asyncio.get_running_loop().create_future()
+        self.drained: asyncio.Future | None = None  # set while the transport's write buffer is over its limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        db = self.db
+        if db is None or db._broken is not None:
+            return
+        self.buf.feed(data)
+        try:
+            while (msg := self.buf.next()) is not None:
+                db._reply(msg)
+        except MultisiteError as e:
+            db._fail(e.message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.db is not None:
+            if isinstance(exc, OSError):
+                self.db._error = exc
+                self.db._fail(f"connection to {self.db.address} failed: {exc}")
+            else:
+                self.db._fail(f"instance server at {self.db.address} closed the connection")
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        if self.drained is None:
+            self.drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self.drained is not None:
+            if not self.drained.done():
+                self.drained.set_result(None)
+            self.drained = None
+
+
 class AsyncRemoteDatabase:
-    def __init__(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, address: str, transport: asyncio.Transport, protocol: _Replies):
         self.address = address
-        self._reader, self._writer = reader, writer
+        self._transport, self._protocol = transport, protocol
         self._ids = itertools.count(1)
         self._waiting: deque[tuple[int, str, asyncio.Future]] = deque()  # sent, in order
         self._broken: str | None = None
         self._error: BaseException | None = None  # what broke the connection (an ssl.SSLError: TLS refused)
         self.user: dict | None = None  # the server's answer to hello: user, role, by
-        self._reading = asyncio.get_running_loop().create_task(self._read())
+        protocol.db = self
 
-    async def _read(self) -> None:
-        buf = FrameBuffer()
-        why = "closed"
-        try:
-            while True:
-                data = await self._reader.read(1 << 20)
-                if not data:
-                    why = f"instance server at {self.address} closed the connection"
-                    break
-                buf.feed(data)
-                while (msg := buf.next()) is not None:
-                    if not (isinstance(msg, list) and len(msg) == 3):
-                        raise RemoteProtocolError(f"instance server at {self.address} answered with {msg!r:.80}")
-                    if msg[0] is None:  # the server could not read a request and closes the connection
-                        raise RemoteProtocolError(f"{msg[2][0]}: {msg[2][1]}")
-                    if not self._waiting or self._waiting[0][0] != msg[0]:
-                        raise RemoteProtocolError(f"instance server at {self.address} answered request {msg[0]!r}, "
-                                                  f"expected {self._waiting[0][0] if self._waiting else 'none'}")
-                    _rid, _op, fut = self._waiting.popleft()
-                    if not fut.done():
-                        fut.set_result(msg)
-        except MultisiteError as e:
-            why = e.message
-        except OSError as e:
-            self._error = e
-            why = f"connection to {self.address} failed: {e}"
-        except asyncio.CancelledError:
-            why = "closed by this client"
-        self._fail(why)
+    def _reply(self, msg: object) -> None:
+        """One reply read: it answers the oldest request in flight (RemoteProtocolError otherwise)."""
+        if not (isinstance(msg, list) and len(msg) == 3):
+            raise RemoteProtocolError(f"instance server at {self.address} answered with {msg!r:.80}")
+        if msg[0] is None:  # the server could not read a request and closes the connection
+            raise RemoteProtocolError(f"{msg[2][0]}: {msg[2][1]}")
+        if not self._waiting or self._waiting[0][0] != msg[0]:
+            raise RemoteProtocolError(f"instance server at {self.address} answered request {msg[0]!r}, "
+                                      f"expected {self._waiting[0][0] if self._waiting else 'none'}")
+        _rid, _op, fut = self._waiting.popleft()
+        if not fut.done():
+            fut.set_result(msg)
 
     def _fail(self, why: str) -> None:
         if self._broken is None:
@@ -82,7 +112,7 @@ class AsyncRemoteDatabase:
             _rid, op, fut = self._waiting.popleft()
             if not fut.done():
                 fut.set_exception(ConnectionLost(f"{why}; whether that {op!r} took effect is unknown"))
-        self._writer.close()
+        self._transport.close()
 
     async def _call(self, op: str, **args: Any) -> Any:
         if self._broken is not None:
@@ -94,9 +124,9 @@ class AsyncRemoteDatabase:
                                    f"limit of {MAX_CLIENT_FRAME_BYTES:,} bytes; split it into smaller ones")
         fut = asyncio.get_running_loop().create_future()
         self._waiting.append((rid, op, fut))
-        self._writer.write(frame)
-        if self._writer.transport.get_write_buffer_size() > (1 << 20):
-            await self._writer.drain()
+        self._transport.write(frame)
+        if self._protocol.drained is not None:  # over the write buffer's limit: wait until it drains
+            await self._protocol.drained
         return result_of(await fut)
 
     # -- the Database API, awaited -------------------------------------------------------------------
@@ -145,15 +175,8 @@ class AsyncRemoteDatabase:
         return AsyncTransaction(self)
 
     async def close(self) -> None:
-        self._reading.cancel()
-        try:
-            await self._reading
-        except asyncio.CancelledError:
-            pass
-        try:
-            await self._writer.wait_closed()
-        except OSError:
-            pass
+        self._fail("closed by this client")
+        await self._protocol.closed
 
     async def __aenter__(self) -> "AsyncRemoteDatabase":
         return self
@@ -226,13 +249,14 @@ async def connect(address: str, timeout: float = 30.0, *, user: str | None = Non
         raise ConfigError("aconnect: a password needs a user (user=NAME, password=SECRET)")
     tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None), timeout)
+        transport, protocol = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+            _Replies, host, port, ssl=tls, server_hostname=host if tls else None), timeout)
     except ssl.SSLError as e:
         raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
     except (OSError, TimeoutError) as e:
         raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
-    db = AsyncRemoteDatabase(address, reader, writer)
+    transport.set_write_buffer_limits(high=1 << 20)
+    db = AsyncRemoteDatabase(address, transport, protocol)
     if user is not None or tls_cert:
         try:
             db.user = await db._call("hello", user=user, password=password)

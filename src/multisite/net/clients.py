@@ -38,6 +38,13 @@ BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each f
 WRITE_BUFFER_BYTES = 1 << 20  # replies held for a client that does not read them; its reading pauses past it
 FLUSH_CHECK_S = 0.05  # how often the sync thread asks whether the store's periodic commit is due
 WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
+# A group's fdatasync runs on the loop itself (no hand-off to the sync thread and back) when nothing
+# else waits for the loop: no other connection has a request unanswered and no earlier group is
+# hardening; and only while recent fdatasyncs were this short (an EWMA of them), so that on a slow disk
+# a read arriving meanwhile never waits long. docs/decisions.md, "Client commits: the fdatasync on the
+# loop when nothing else waits" says what it saves.
+INLINE_SYNC_MAX_S = 0.002
+SYNC_EWMA_WEIGHT = 0.2  # weight of the newest fdatasync in the running estimate of their duration
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -183,7 +190,10 @@ class ClientListener:
         self.groups = 0  # fdatasyncs of gathered groups (status, benchmarks)
         self.batched = 0  # commits written in gathered batches
         self.batches = 0  # batches written
-        self.sync_s = 0.0  # seconds the sync thread spent hardening
+        self.sync_s = 0.0  # seconds spent hardening (the sync thread, and the loop's inline fdatasyncs)
+        self.inline = 0  # groups hardened on the loop itself (INLINE_SYNC_MAX_S)
+        self.inline_sync_max_s = INLINE_SYNC_MAX_S
+        self._sync_ewma_s: float | None = None  # recent fdatasync duration; None until one was measured
         self._flush_checked = 0.0  # perf_counter of the last flush_if_due
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
@@ -224,7 +234,7 @@ class ClientListener:
     def stats(self) -> dict:
         """Commits gathered: how many, in how many written batches and fdatasync'd groups."""
         return {"commits": self.batched, "batches": self.batches, "groups": self.groups,
-                "sync_s": round(self.sync_s, 3)}
+                "inline": self.inline, "sync_s": round(self.sync_s, 3)}
 
     def _opened(self, conn: _Connection, transport: asyncio.Transport) -> None:
         conn.transport = transport
@@ -438,11 +448,44 @@ class ClientListener:
         else:
             self.batched += len(reqs)
             self.batches += 1
-            self._gathering.wrote(reqs, prep.results, token)
-            if token is not None:
+            inline = token is not None and self._inline_ok(len(reqs))
+            self._gathering.wrote(reqs, prep.results, token, publish=not inline)
+            if inline:
+                self._harden_inline(token)
+            elif token is not None:
                 self._kick_sync()
         for session in {r.session for r in reqs}:
             self._after(session)
+
+    def _inline_ok(self, n: int) -> bool:
+        """Whether this batch of ``n`` commits is hardened on the loop (see INLINE_SYNC_MAX_S): nothing
+        else waits for it, and recent fdatasyncs were short."""
+        ewma = self._sync_ewma_s
+        if ewma is None or ewma > self.inline_sync_max_s or self._gathering.waiting_sync:
+            return False
+        unanswered = 0
+        for c in self._conns:
+            unanswered += c.session.in_flight
+        return unanswered <= n
+
+    def _harden_inline(self, token: object) -> None:
+        """fdatasync the batch just written, here on the loop, and answer it (as ``_synced``)."""
+        t0 = time.perf_counter()
+        err: BaseException | None = None
+        try:
+            self._db.harden(token)
+        except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
+            err = e
+        self._timed_sync(time.perf_counter() - t0)
+        self.inline += 1
+        self._synced(self._gathering.written_total, err, inline=True)
+
+    def _timed_sync(self, took_s: float) -> None:
+        """Account one fdatasync (either thread: a float store is atomic, and a lost update to the
+        estimate only delays the choice by one group)."""
+        self.sync_s += took_s
+        ewma = self._sync_ewma_s
+        self._sync_ewma_s = took_s if ewma is None else ewma + SYNC_EWMA_WEIGHT * (took_s - ewma)
 
     def _sync_loop(self) -> None:
         """The sync thread: one fdatasync after another while commits are written, each for every
@@ -467,7 +510,7 @@ class ClientListener:
                     self._db.harden(token)
                 except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
                     err = e
-                self.sync_s += time.perf_counter() - t0
+                self._timed_sync(time.perf_counter() - t0)
                 hard = upto
                 try:
                     self._loop.call_soon_threadsafe(self._synced, upto, err)
@@ -486,9 +529,9 @@ class ClientListener:
         with self._sync_cond:
             self._sync_cond.notify()
 
-    def _synced(self, upto: int, err: BaseException | None) -> None:
+    def _synced(self, upto: int, err: BaseException | None, inline: bool = False) -> None:
         if err is not None:
-            self._log.error("fdatasync of client commits failed: %s", err)
+            self._log.error("fdatasync of client commits failed%s: %s", " (on the loop)" if inline else "", err)
         self.groups += 1
         answered = self._gathering.synced(upto, err)
         if self._observer is not None:

@@ -230,10 +230,17 @@ class Gathering:
         batch, self._gathered = self._gathered, []
         return batch
 
-    def wrote(self, batch: list[Request], results: list, token: object) -> list[Request]:
+    @property
+    def written_total(self) -> int:
+        """Commits ever written that wait or waited for an fdatasync (``synced`` takes a count of them)."""
+        return self._total
+
+    def wrote(self, batch: list[Request], results: list, token: object, publish: bool = True) -> list[Request]:
         """A batch was journaled (``token``: what hardens it, None if nothing needs it). Requests that
         failed alone, and all of them when there is nothing to harden, are answered now; the others
-        wait for an fdatasync. Returns the requests answered."""
+        wait for an fdatasync. Returns the requests answered. ``publish=False``: the caller hardens
+        this batch itself and calls ``synced(written_total)`` (the hardening thread is not offered it;
+        a later published token covers it too, which is harmless)."""
         answered = []
         for req, res in zip(batch, results):
             req.session.written(req)
@@ -246,7 +253,7 @@ class Gathering:
             else:
                 self._written.append((req, res))
                 self._total += 1
-        if token is not None:
+        if token is not None and publish:
             self.latest = (token, self._total)  # one assignment: another thread reads it whole
         return answered
 
