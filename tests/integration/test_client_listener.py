@@ -178,6 +178,44 @@ def _read_reply(s: socket.socket):
     return msgspec.msgpack.decode(s.recv(n, socket.MSG_WAITALL))
 
 
+def test_a_lone_connections_commits_are_hardened_on_the_loop_and_answered_only_once_durable(tmp_path, monkeypatch):
+    """With nothing else waiting for the loop and fdatasyncs short, a group's fdatasync runs on the
+    loop itself (no hand-off to the sync thread and back), and still no commit is answered before
+    the fdatasync covering it returned. The first group goes to the sync thread: until one was
+    timed, how long an fdatasync takes is unknown."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    journal = db._core.journal
+    hardened: list[tuple[str, int]] = []  # (thread, seqno durable after it)
+    real = db.harden
+
+    def harden(token):
+        real(token)
+        hardened.append((threading.current_thread().name, journal.durable_seqno))
+
+    monkeypatch.setattr(db, "harden", harden)
+    lis = _gathering_listener(db)
+    lis.inline_sync_max_s = 60.0  # a shared test machine's disk may take milliseconds: short enough here
+    try:
+        with multisite.connect(f"127.0.0.1:{lis.port}") as c:
+            for i in range(20):
+                seqno = c.set("r", (i,), i)
+                assert hardened and hardened[-1][1] >= seqno  # answered after an fdatasync covering it
+            st = lis.stats()
+            assert st["commits"] == 20 and st["groups"] == 20
+            assert hardened[0][0] == "clients-sync" and st["inline"] == 19
+            assert {name for name, _ in hardened[1:]} == {"clients-loop"}
+            lis.inline_sync_max_s = 0.0  # fdatasyncs now count as slow (a slow disk): back to the sync thread
+            del hardened[:]
+            for i in range(5):
+                assert c.set("r", ("slow", i), i) <= hardened[-1][1]
+            assert {name for name, _ in hardened} == {"clients-sync"} and lis.stats()["inline"] == 19
+    finally:
+        lis.close()
+        db.close()
+
+
 def test_sixteen_connections_committing_at_once_share_fdatasyncs(tmp_path):
     root = multisite.create(tmp_path / "A", name="A", durability="group")
     db = multisite.open(root)
