@@ -121,7 +121,9 @@ def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float
         clients(addr, 1, 1, 16, 1.0)  # warm-up
         before = control.call(root, "status")["client_commits"]
         load = os.getloadavg()[0]
+        cpu0 = process_cpu_s(info["pid"])
         out = clients(addr, procs, conns, 1, seconds)
+        cpu1 = process_cpu_s(info["pid"])
         after = control.call(root, "status")["client_commits"]
     finally:
         stop_server(root)
@@ -130,7 +132,72 @@ def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float
     n = sum(o["commits"] for o in out)
     return {"rate": n / max(o["seconds"] for o in out), "load": load,
             "per_fsync": (after["commits"] - before["commits"]) / groups if groups else 0,
+            "inline": (after.get("inline", 0) - before.get("inline", 0)) / groups if groups else 0,
+            "server_cpu_us": (cpu1 - cpu0) / max(1, n) * 1e6,
+            "client_cpu_us": statistics.median(o["cpu_us"] for o in out),
             "p50_ms": statistics.median(o["p50_ms"] for o in out)}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, every thread (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- the floors: what the disk and the network take, with no database around them ---------------------
+def fsync_floor(work: Path, n: int = 2000) -> dict:
+    """The fdatasync floor on the file system the instances live on: a loop of a 100-byte ``pwrite``
+    and an ``fdatasync`` into a preallocated file, as the journal does per group. Its Python overhead
+    (two calls, about 1 us) is noise beside the syscalls, so this is the C loop's speed: no commit
+    through any server waits less, and 2 clients that alternate commit at most at 1 / p50."""
+    path = work / "fsync-floor.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.pwrite(fd, bytes(n * 100), 0)
+        os.fsync(fd)
+        ts = []
+        for i in range(n):
+            t0 = time.perf_counter_ns()
+            os.pwrite(fd, b"x" * 100, i * 100)
+            os.fdatasync(fd)
+            ts.append(time.perf_counter_ns() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    ts.sort()
+    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000, "load": os.getloadavg()[0]}
+
+
+def tcp_floor(n: int = 5000) -> dict:
+    """Round trip of a 60-byte message between two processes over loopback TCP (TCP_NODELAY, blocking
+    sockets): the network's share of a commit's latency."""
+    import socket
+
+    lsock = socket.create_server(("127.0.0.1", 0))
+    pid = os.fork()
+    if pid == 0:  # the echoing process
+        try:
+            conn, _ = lsock.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(4096):
+                conn.sendall(data)
+        finally:
+            os._exit(0)
+    s = socket.create_connection(lsock.getsockname())
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        s.sendall(b"x" * 60)
+        got = 0
+        while got < 60:
+            got += len(s.recv(4096))
+        ts.append(time.perf_counter_ns() - t0)
+    s.close()
+    lsock.close()
+    os.waitpid(pid, 0)
+    ts.sort()
+    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000}
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
@@ -230,14 +297,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="short runs, print only")
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--e2e", type=int, default=100_000, help="transactions of each end-to-end run")
+    ap.add_argument("--e2e", type=int, default=100_000, help="transactions of each end-to-end run (0: none)")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         addr, conns, depth, seconds, total = a.worker
         worker(addr, int(conns), int(depth), float(seconds), int(total))
         return
-    seconds, rounds, e2e = (4.0, 1, 20_000) if a.quick else (a.seconds, a.rounds, a.e2e)
+    seconds, rounds, e2e = (4.0, 1, min(a.e2e, 20_000)) if a.quick else (a.seconds, a.rounds, a.e2e)
     work = Path(tempfile.mkdtemp(prefix="bench-client-", dir="/var/tmp"))
     os.chmod(work, 0o755)
     configs = [(name, n) for n in (2, 16) for name in MULTISITE + ("PostgreSQL",)]
@@ -245,8 +312,14 @@ def main() -> None:
     e2e_runs: dict[str, list[dict]] = {"clients": [], "serve": []}
     pg = Postgres(work)
     loads = [os.getloadavg()]
+    floors: list[dict] = []
     try:
         for r in range(rounds):
+            floors.append({"fsync": fsync_floor(work), "tcp": tcp_floor()})
+            f = floors[-1]
+            print(f"round {r + 1}: floors: write+fdatasync p50 {f['fsync']['p50_us']:.0f} us (mean "
+                  f"{f['fsync']['mean_us']:.0f}), TCP round trip p50 {f['tcp']['p50_us']:.0f} us "
+                  f"(load {f['fsync']['load']:.2f})", flush=True)
             order = configs if r % 2 == 0 else configs[::-1]
             for name, n in order:
                 if name == "PostgreSQL":
@@ -254,10 +327,13 @@ def main() -> None:
                 else:
                     res = multisite_rate(work, name.split()[1], 2, n // 2, seconds, "0" if "cpus" in name else None)
                 runs[(name, n)].append(res)
-                print(f"round {r + 1}: {name} {n} clients: {res['rate']:,.0f} commits/s (load {res['load']:.2f})",
-                      flush=True)
+                extra = (f", server CPU {res['server_cpu_us']:.0f} us/commit, client {res['client_cpu_us']:.0f}, "
+                         f"{res['per_fsync']:.2f} commits/fdatasync, {res['inline']:.0%} on the loop"
+                         if "server_cpu_us" in res else "")
+                print(f"round {r + 1}: {name} {n} clients: {res['rate']:,.0f} commits/s, p50 {res['p50_ms']:.2f} ms"
+                      f"{extra} (load {res['load']:.2f})", flush=True)
         pg.close()
-        for r in range(rounds):
+        for r in range(rounds if e2e else 0):  # --e2e 0: the commit rates only
             for how in ("clients", "serve"):
                 res = end_to_end(work, how, e2e)
                 e2e_runs[how].append(res)
@@ -267,7 +343,7 @@ def main() -> None:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
     loads.append(os.getloadavg())
-    text = report(runs, e2e_runs, pg.settings, seconds, rounds, e2e, loads)
+    text = report(runs, e2e_runs, pg.settings, seconds, rounds, e2e, loads, floors)
     print(text)
     if not a.quick:
         from results import write_section
@@ -278,7 +354,7 @@ def med(rs: list[dict], k: str = "rate") -> float:
     return statistics.median(r[k] for r in rs)
 
 
-def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads) -> str:
+def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads, floors) -> str:
     from results import git_state, markers
 
     begin, end = markers("client.py")
@@ -300,13 +376,27 @@ def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads) -> str:
         lines.append(f"| {who} | " + " | ".join(f"{med(rs):,.0f}" for rs in ms) + f" | {med(p):,.0f} | "
                      + " | ".join(f"{med(rs) / med(p):.2f}" for rs in ms)
                      + f" | {med(ms[0], 'per_fsync'):.1f} | {ld} |")
+    fs, tcp = [f["fsync"] for f in floors], [f["tcp"] for f in floors]
     lines += ["", "Latency (median of the client processes' medians, ms): "
               + "; ".join(f"{name} {n}: {med(runs[(name, n)], 'p50_ms'):.2f}" for name, n in runs), "",
+              "CPU per commit (us; server: the server process's every thread from /proc, client: one client "
+              "process), commits per fdatasync, share of groups hardened on the loop: "
+              + "; ".join(f"{name} {n}: server {med(runs[(name, n)], 'server_cpu_us'):.0f}, client "
+                          f"{med(runs[(name, n)], 'client_cpu_us'):.0f}, {med(runs[(name, n)], 'per_fsync'):.2f}/fdatasync, "
+                          f"{med(runs[(name, n)], 'inline'):.0%} on the loop" for name, n in runs if name != "PostgreSQL"),
+              "",
+              f"Floors (same run, medians of {len(floors)}): write+fdatasync on this file system p50 "
+              f"{med(fs, 'p50_us'):.0f} us (mean {med(fs, 'mean_us'):.0f} us): one fdatasync per commit, back to "
+              f"back, allows {1e6 / med(fs, 'p50_us'):,.0f} commits/s; loopback TCP round trip p50 "
+              f"{med(tcp, 'p50_us'):.0f} us.", "",
               f"| end to end, committed on A and applied on B ({e2e:,} single-update tx) | tx/s applied "
               f"| tx/s committed | target | load avg |", "|---|---:|---:|---:|---|"]
     for how, what in (("clients", "through clients (2 processes x 8 connections, 16 pipelined each)"),
                       ("serve", "through `multisite.serve`'s handle (32 threads on `srv.db`)")):
         rs = e2e_runs[how]
+        if not rs:
+            lines.append(f"| {what} | not run (--e2e 0) | | 20,000 | |")
+            continue
         lines.append(f"| {what} | {med(rs):,.0f} | {med(rs, 'committed_rate'):,.0f} | 20,000 | "
                      + "/".join(f"{r['load']:.1f}" for r in rs) + " |")
     lines += ["", end]
