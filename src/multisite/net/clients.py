@@ -8,8 +8,12 @@ writes the commits ready in one pass as one batch (``Database.prepare`` then ``P
 journal write, the commit lock held only while it runs); a thread of its own (``clients-sync``)
 runs one fdatasync after another (``Database.harden``) while batches are written, each covering all
 that was written when it started, so the next batches are written while the last syncs and are
-answered together after the next one. Reads (get/items/info) run on the loop at once and never wait
-behind an fsync. A connection may pipeline; its replies go out in order (``ClientSession``).
+answered together after the next one. When nothing else waits for the loop (no other connection has a
+request unanswered, no group is hardening) and recent fdatasyncs were short (``INLINE_SYNC_MAX_S``),
+the loop runs the group's fdatasync itself and answers at once: at 2 connections that spares each
+commit two thread wake-ups (loop to sync thread, and back), the cost the issue's second pass
+measured. Reads (get/items/info) run on the loop at once; they never wait behind an fdatasync but
+such a short one. A connection may pipeline; its replies go out in order (``ClientSession``).
 Anything else (create_region, a commit on a secondary, where the engine's own path decides) runs in
 a small worker pool, one request of a connection at a time. docs/decisions.md says what was measured.
 """
@@ -470,22 +474,25 @@ class ClientListener:
 
     def _harden_inline(self, token: object) -> None:
         """fdatasync the batch just written, here on the loop, and answer it (as ``_synced``)."""
+        err = self._harden(token)
+        self.inline += 1
+        self._synced(self._gathering.written_total, err, inline=True)
+
+    def _harden(self, token: object) -> BaseException | None:
+        """One timed fdatasync (either thread); the error the commits it covers are answered with, or
+        None. The running estimate of their duration is updated without a lock: a float store is
+        atomic, and an update lost to the other thread only delays the choice by one group."""
         t0 = time.perf_counter()
         err: BaseException | None = None
         try:
             self._db.harden(token)
         except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
             err = e
-        self._timed_sync(time.perf_counter() - t0)
-        self.inline += 1
-        self._synced(self._gathering.written_total, err, inline=True)
-
-    def _timed_sync(self, took_s: float) -> None:
-        """Account one fdatasync (either thread: a float store is atomic, and a lost update to the
-        estimate only delays the choice by one group)."""
+        took_s = time.perf_counter() - t0
         self.sync_s += took_s
         ewma = self._sync_ewma_s
         self._sync_ewma_s = took_s if ewma is None else ewma + SYNC_EWMA_WEIGHT * (took_s - ewma)
+        return err
 
     def _sync_loop(self) -> None:
         """The sync thread: one fdatasync after another while commits are written, each for every
@@ -504,13 +511,7 @@ class ClientListener:
                     self._sync_cond.wait(FLUSH_CHECK_S)
             if nxt is not None:
                 token, upto = nxt
-                t0 = time.perf_counter()
-                err: BaseException | None = None
-                try:
-                    self._db.harden(token)
-                except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
-                    err = e
-                self._timed_sync(time.perf_counter() - t0)
+                err = self._harden(token)
                 hard = upto
                 try:
                     self._loop.call_soon_threadsafe(self._synced, upto, err)
