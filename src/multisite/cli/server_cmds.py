@@ -84,8 +84,10 @@ def status_cmd(dir: str, as_json: bool) -> None:
             st.get("clients", 0) if st.get("client_port") else "-")])
     cc = st.get("client_commits")
     if cc and cc["commits"]:  # issue 14: the listener's group commits
-        table("client commits (gathered)", ["commits", "batches written", "fdatasyncs", "commits per fdatasync"],
-              [(cc["commits"], cc["batches"], cc["groups"], f"{cc['commits'] / max(1, cc['groups']):.1f}")])
+        table("client commits (gathered)", ["commits", "batches written", "fdatasyncs", "commits per fdatasync",
+                                            "fdatasyncs on the loop"],
+              [(cc["commits"], cc["batches"], cc["groups"], f"{cc['commits'] / max(1, cc['groups']):.1f}",
+                cc.get("inline", 0))])
     if st.get("client_auth"):
         ca = st["client_auth"]
         table("client port", ["authentication", "users", "TLS", "refused"],
