@@ -44,10 +44,12 @@ FLUSH_CHECK_S = 0.05  # how often the sync thread asks whether the store's perio
 WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
 # A group's fdatasync runs on the loop itself (no hand-off to the sync thread and back) when nothing
 # else waits for the loop: no other connection has a request unanswered and no earlier group is
-# hardening; and only while recent fdatasyncs were this short (an EWMA of them), so that on a slow disk
-# a read arriving meanwhile never waits long. docs/decisions.md, "Client commits: the fdatasync on the
-# loop when nothing else waits" says what it saves.
-INLINE_SYNC_MAX_S = 0.002
+# hardening; and only while recent fdatasyncs were this short (an EWMA of them). On a quick disk the
+# two hand-offs are the cost (measured: 1.41x the rate at 2 connections); on a slow one the overlap of
+# the next batch's write with the fdatasync matters more (measured: 0.75x with fdatasyncs of 0.6-2 ms),
+# and a read arriving meanwhile must not wait long. docs/decisions.md, "The client commit path, second
+# pass" has the figures.
+INLINE_SYNC_MAX_S = 0.0005
 SYNC_EWMA_WEIGHT = 0.2  # weight of the newest fdatasync in the running estimate of their duration
 
 
