@@ -46,6 +46,16 @@ def _close_logs(log: logging.Logger) -> None:
                 h.close()
 
 
+def _stop(server: InstanceServer, thread: threading.Thread, timeout_s: float) -> None:
+    """Stop a served instance's server (if it runs) and close its log files."""
+    loop = getattr(server, "loop", None)
+    if thread.is_alive() and loop is not None:
+        server._stop_timeout_s = timeout_s
+        loop.call_soon_threadsafe(server._stop.set)
+        thread.join()
+    _close_logs(server.log)
+
+
 class Served:
     """An instance served in this process: ``db``, ``address`` (None without ``listen``), ``close()``."""
 
@@ -67,12 +77,7 @@ class Served:
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the replication components (sources send what is pending within ``timeout_s``), the
         client listener (transactions in flight end first) and close the instance."""
-        loop = getattr(self._server, "loop", None)
-        if self._thread.is_alive() and loop is not None:
-            self._server._stop_timeout_s = timeout_s
-            loop.call_soon_threadsafe(self._server._stop.set)
-            self._thread.join()
-        _close_logs(self._server.log)
+        _stop(self._server, self._thread, timeout_s)
 
     def __enter__(self) -> "Served":
         return self
@@ -119,6 +124,9 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     th = threading.Thread(target=run, name=f"multisite-serve-{root.name}", daemon=True)
     th.start()
     if not server.ready.wait(START_TIMEOUT_S):
+        # The caller is told it failed: the server, once up, must not go on serving the instance unseen.
+        threading.Thread(target=lambda: server.ready.wait() and _stop(server, th, 5.0),
+                         name=f"multisite-serve-abandon-{root.name}", daemon=True).start()
         raise ServerError(f"the instance server for {root} did not start within {START_TIMEOUT_S:.0f} s")
     if failed or not th.is_alive():
         th.join()
