@@ -51,7 +51,10 @@ def _stop(server: InstanceServer, thread: threading.Thread, timeout_s: float) ->
     loop = getattr(server, "loop", None)
     if thread.is_alive() and loop is not None:
         server._stop_timeout_s = timeout_s
-        loop.call_soon_threadsafe(server._stop.set)
+        try:
+            loop.call_soon_threadsafe(server._stop.set)
+        except RuntimeError:  # its loop already closed: the server stopped (it failed), its thread ends
+            pass
         thread.join()
     _close_logs(server.log)
 
