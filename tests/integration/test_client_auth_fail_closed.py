@@ -10,7 +10,9 @@ import pytest
 
 import multisite
 from multisite.instance.users import add_user, users_path
+from multisite.net import client_auth
 from multisite.protocol.client import LEN, encode
+from multisite.testing.checks import wait_until
 
 LOOPS = ["asyncio", "uvloop"]
 
@@ -54,3 +56,19 @@ def test_a_users_file_turned_unreadable_keeps_the_last_good_users_for_new_connec
         assert isinstance(got, list) and got[:2] == [1, False] and got[2][0] == "AUTHENTICATION_REQUIRED", got
         assert "intruder" not in srv.db.regions()
     assert "cannot be read" in (inst / "log" / "server.log").read_text()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_connection_whose_gate_cannot_be_made_is_closed_and_serves_nothing(inst, monkeypatch, loop):
+    """Whatever fails while a connection's gate is made (here a fault injected into ClientAuth.gate),
+    the listener ran the connection's requests without a gate, that is without authentication."""
+    monkeypatch.setenv("MULTISITE_CLIENT_LOOP", loop)
+
+    def broken(self, addr, cert_name):
+        raise RuntimeError("injected fault")
+
+    with multisite.serve(inst, listen="127.0.0.1:0") as srv:
+        monkeypatch.setattr(client_auth.ClientAuth, "gate", broken)
+        assert _ask_unauthenticated(srv.address, [1, "create_region", {"name": "intruder"}]) == "closed"
+        assert "intruder" not in srv.db.regions()
+        wait_until(lambda: srv.clients == 0, timeout_s=5, what="the connection slot given back")
