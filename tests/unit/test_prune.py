@@ -43,3 +43,28 @@ def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
     assert 11 < rep.kept_from_seqno <= 301
     assert consumers.forget(lay, "stream1")
     assert consumers.load_all(lay) == []
+
+
+def test_prune_refuses_when_an_archive_mark_is_unreadable(tmp_path):
+    # An archive mark (instance/archives/*.json) that cannot be read was skipped: with it the only
+    # mark, prune saw "no archive recorded", required no archiving and removed segments no archive held.
+    from multisite.errors import ConfigError
+    from multisite.instance import archives
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+    with multisite.open(root) as db:
+        db.create_region("r")
+        for i in range(400):
+            db.set("r", ("k", i), "x" * 50)
+    lay = Layout.existing(root)
+    archives.record(lay, "/mnt/archive/A", 10)
+    mark = next(archives.archives_dir(lay).glob("*.json"))
+    mark.write_text('{"url": "/mnt/archive/A", "last_archi')  # damaged (a disk error, a hand edit)
+    before = sorted(p.name for p in lay.journal.glob("*.msj"))
+    try:
+        rep = prune(root, before=400)
+    except ConfigError as e:
+        assert str(mark) in str(e)
+    else:
+        raise AssertionError(f"prune removed {rep.removed} past an unreadable archive mark")
+    assert sorted(p.name for p in lay.journal.glob("*.msj")) == before
