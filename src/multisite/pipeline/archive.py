@@ -464,10 +464,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MULTISITE_ARCHIVE_CACHE") or Path(tempfile.gettempdir()) / "multisite-archive-cache")
 
 
-def local_copy(url: str, nbytes: int, crc: int) -> str:
+def local_copy(url: str, nbytes: int, crc: int, *, verify: bool = False) -> str:
     """A local path holding the archived file ``url`` (``s3://…``), fetched once and checked by CRC;
-    a local archive's file is its own path."""
+    a local archive's file is its own path (checked by CRC with ``verify``: an index piece has no
+    checksums of its own, a segment's frames have)."""
     if not url.startswith("s3://"):
+        if verify:
+            p = Path(url)
+            data = p.read_bytes() if p.is_file() else None
+            _check_fetched(url, data, nbytes, crc)
         return url
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -477,14 +482,18 @@ def local_copy(url: str, nbytes: int, crc: int) -> str:
     base, rel = url[len("s3://"):].split("/", 1)[0], url[len("s3://"):].split("/", 1)[1]
     tgt = Target(f"s3://{base}")
     data = tgt.read(rel)
-    if data is None or len(data) != nbytes or zlib.crc32(data) != crc:
-        problem = "missing" if data is None else f"CRC-32 {zlib.crc32(data):08x} over {len(data):,} bytes"
-        raise ArchiveCorrupt(f"archived file {url} is damaged: {problem} where {crc:08x} over {nbytes:,} bytes was "
-                             f"archived")
+    _check_fetched(url, data, nbytes, crc)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, dest)  # a cache: rebuilt from the archive if lost, so no fsync
     return str(dest)
+
+
+def _check_fetched(url: str, data: bytes | None, nbytes: int, crc: int) -> None:
+    if data is None or len(data) != nbytes or zlib.crc32(data) != crc:
+        problem = "missing" if data is None else f"CRC-32 {zlib.crc32(data):08x} over {len(data):,} bytes"
+        raise ArchiveCorrupt(f"archived file {url} is damaged: {problem} where {crc:08x} over {nbytes:,} bytes was "
+                             f"archived")
 
 
 def local_files(chunk):
@@ -492,7 +501,8 @@ def local_files(chunk):
     import dataclasses
 
     if chunk.piece:
-        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc))
+        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc,
+                                                           verify=True))
     return dataclasses.replace(chunk, path=local_copy(chunk.path, chunk.file_bytes, chunk.file_crc))
 
 
