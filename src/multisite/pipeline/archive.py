@@ -376,7 +376,8 @@ def archived_crcs(url: str, man: dict, lo: int, hi: int):
         if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
             continue
         h = rec["headers"]
-        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"]), dtype="<i8").reshape(-1, 2)
+        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"], verify=True),
+                        dtype="<i8").reshape(-1, 2)
         a = a[(a[:, 0] >= lo) & (a[:, 0] <= hi)]
         seqs.append(a[:, 0])
         crcs.append(a[:, 1])
