@@ -68,3 +68,24 @@ def test_damaged_frame_headers_of_a_local_archive_are_named_not_compared(tmp_pat
     heads.write_bytes(bytes(data))
     with pytest.raises(ArchiveCorrupt, match=str(heads)):
         ref_crcs(ref, 1, rep.last_archived)
+
+
+def test_an_archive_cache_another_user_owns_is_refused(tmp_path, monkeypatch):
+    # Objects fetched from S3 are cached under /tmp/multisite-archive-cache, and a cached file of the
+    # right size is read without a check. Another local user who made that directory first chose what
+    # every later read took for the archive's bytes (file names follow from the manifest).
+    import os
+
+    from multisite.errors import ArchiveError
+    from multisite.pipeline.archive import local_copy
+
+    if os.getuid() != 0:
+        pytest.skip("making a directory owned by another user needs root")
+    planted = tmp_path / "cache"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)
+    planted.chmod(0o777)
+    (planted / "0000abcd-5-00000001.msj").write_bytes(b"EVIL!")
+    monkeypatch.setenv("MULTISITE_ARCHIVE_CACHE", str(planted))
+    with pytest.raises(ArchiveError, match=str(planted)):
+        local_copy("s3://lake/A/segments/00000001.msj", 5, 0xABCD)

@@ -476,7 +476,12 @@ def local_copy(url: str, nbytes: int, crc: int, *, verify: bool = False) -> str:
             _check_fetched(url, data, nbytes, crc)
         return url
     d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:  # a cached file is taken for the archive's bytes
+        raise ArchiveError(f"the journal archive cache {d} is not this user's own (owner uid {st.st_uid}, mode "
+                           f"{st.st_mode & 0o777:o}): another user could plant files a read would take for archived "
+                           f"ones; set MULTISITE_ARCHIVE_CACHE to a directory only you can write")
     dest = d / f"{crc:08x}-{nbytes}-{Path(url).name}"
     if dest.exists() and dest.stat().st_size == nbytes:
         return str(dest)
