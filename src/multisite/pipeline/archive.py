@@ -107,6 +107,9 @@ class Target:
                 raise ConfigError(f"archive URL {url} names no bucket: use s3://BUCKET/PREFIX")
             self.fs, self.base, self.local = s3_filesystem(), (u.netloc + u.path).rstrip("/"), False
         elif u.scheme in ("", "file"):
+            if u.netloc not in ("", "localhost"):
+                raise ConfigError(f"archive URL {url} names host {u.netloc!r}: a local path is file:///PATH "
+                                  f"(three slashes)")
             self.fs, self.local = fs.LocalFileSystem(), True
             self.base = str(Path(u.path if u.scheme else self.url).absolute())
         else:
