@@ -356,7 +356,7 @@ def archive_chunks(name: str, url: str, man: dict, lo: int, hi: int | None, *, c
             if seq <= rec["last_seqno"]:
                 out.append(Chunk(name, seg_url, pos, seq, rec["last_seqno"], nbytes=rec["bytes"] - pos, **common))
             continue
-        local = Path(local_copy(seg_url, rec["bytes"], rec["crc32"]))
+        local = Path(local_copy(seg_url, rec["bytes"], rec["crc32"], verify=True))  # its walk plans the chunks
         info = SegmentInfo(local, read_header(local))
         with SegmentView(info) as view:
             cs = _segment_chunks(name, info, view, True, lo, hi, [], chunk_bytes=chunk_bytes, write=False, min_bytes=0)
