@@ -465,3 +465,14 @@ def test_journal_archive_drop_forgets_an_archive_so_prune_no_longer_waits_for_it
     assert prune(root, 200).limit_seqno == 200
     nourl = CliRunner().invoke(cli, ["journal", "archive", str(root)])
     assert nourl.exit_code != 0 and "--to URL" in nourl.output
+
+
+@pytest.mark.parametrize("option", ["--interval", "--rate-bytes-per-s"])
+def test_journal_archive_refuses_a_negative_interval_or_rate_before_copying(tmp_path, option):
+    # --interval -1 copied everything, then died on time.sleep(-1) with a traceback; a negative rate was
+    # taken for no limit.
+    root = filled_instance(tmp_path / "A", 10)
+    res = CliRunner().invoke(cli, ["journal", "archive", str(root), "--to", str(tmp_path / "arch"), "--follow",
+                                   option, "-1"])
+    assert res.exit_code == 2 and option in res.output, res.output
+    assert not (tmp_path / "arch").exists()

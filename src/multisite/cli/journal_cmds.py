@@ -176,9 +176,11 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
               help="Archive location: a path, file://… or s3://BUCKET/PREFIX (endpoint and keys from the "
                    "environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
 @click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted.")
-@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True,
               help="Seconds between --follow passes.")
-@click.option("--rate-bytes-per-s", type=float, default=None, help="Copy at most this many bytes per second.")
+@click.option("--rate-bytes-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Copy at most this many bytes per second.")
 @click.option("--check", "check_only", is_flag=True,
               help="Copy nothing: re-read every archived file and name those whose CRC differs (exit 1).")
 @click.option("--drop", "drop_url", default=None, metavar="URL",
