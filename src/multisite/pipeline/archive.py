@@ -301,6 +301,8 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         rec = done.get(info.path.name)
         if rec is not None:
             if rec["first_seqno"] != info.first_seqno or rewritten(info.path, rec):
+                if list_segments(lay.journal)[0].first_seqno > rec["last_seqno"]:
+                    continue  # pruned since the listing (a rollback keeps the oldest segment)
                 raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
                                    f"(the instance was rolled back past what was archived and wrote it again): "
                                    f"archive this instance to a new URL")

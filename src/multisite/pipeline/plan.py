@@ -152,6 +152,8 @@ def check_seam(ref: InstanceRef, man: dict) -> None:
     if list_segments(journal)[0].first_seqno > rec["last_seqno"]:
         return  # the journal was pruned past the archive's end: nothing to compare
     if rewritten(journal / rec["name"], rec):
+        if list_segments(journal)[0].first_seqno > rec["last_seqno"]:
+            return  # pruned since the listing above
         raise ArchiveError(f"the journal archive {ref.archive} ends with segment {rec['name']} (seqnos "
                            f"{rec['first_seqno']}..{rec['last_seqno']}), which instance {ref.name} no longer holds as "
                            f"archived: it was rolled back past what was archived; archive it to a new URL")
