@@ -23,7 +23,7 @@ from ..instance.layout import Layout
 from ..journal.records import FRAME_HEADER_SIZE, parse_header
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import list_sidecars
-from .archive import Target, archived_crcs, is_archive, is_url, local_copy, manifest, rewritten
+from .archive import MANIFEST, Target, archived_crcs, is_archive, is_url, local_copy, manifest, rewritten
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
 from .regions import store_regions  # noqa: F401  (re-exported: the jobs read regions through plan)
@@ -102,6 +102,9 @@ def with_archive(instance: str, archive: str | None) -> InstanceRef:
     refs = [instance_ref(instance)] + ([instance_ref(archive)] if archive else [])
     if archive and refs[0].archive:
         raise ConfigError(f"{instance} is a journal archive too: give the instance directory with --archive {archive}")
+    if archive and not refs[1].archive:
+        raise ConfigError(f"{archive} is not a journal archive (no {MANIFEST}): --archive takes what multisite "
+                          f"journal archive {instance} --to URL made")
     out = combine_refs(refs)
     if len(out) > 1:
         raise ConfigError(f"the archive {archive} holds instance {refs[1].name}'s journal, not {refs[0].name}'s")
