@@ -17,12 +17,28 @@ from multisite.pipeline.plan import chunks, instance_ref
 from multisite.pipeline.segment_index import chunk_batches, journal_schema
 
 
-def test_a_damaged_piece_of_a_local_archive_is_named_not_read(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=64 * 1024)
+def journaled(path):
+    """An instance with several sealed segments of 64 KiB."""
+    root = multisite.create(path, name="A", durability="none", segment_bytes=64 * 1024)
     with multisite.open(root) as db:
         db.create_region("r")
         for i in range(120):
             db.set("r", ("k", i), "p" * 2000)
+    return root
+
+
+def cut_last_frame(seg) -> None:
+    """Cut an archived segment at the start of its last frame (a copy that stopped short)."""
+    from multisite.journal.segments import SegmentInfo, SegmentView, read_header
+
+    with SegmentView(SegmentInfo(seg, read_header(seg))) as view:
+        last_frame = [off for off, _ in view.frames(tail=False)][-1]
+    with open(seg, "r+b") as f:
+        f.truncate(last_frame)
+
+
+def test_a_damaged_piece_of_a_local_archive_is_named_not_read(tmp_path):
+    root = journaled(tmp_path / "A")
     index_journal(str(root), jobs=1)
     dest = tmp_path / "arch"
     archive(str(root), str(dest))
@@ -52,11 +68,7 @@ def test_damaged_frame_headers_of_a_local_archive_are_named_not_compared(tmp_pat
     # (the export retracts what follows) or wrong CRCs recorded for the next comparison.
     from multisite.pipeline.plan import journal_crcs, ref_crcs
 
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=64 * 1024)
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for i in range(120):
-            db.set("r", ("k", i), "p" * 2000)
+    root = journaled(tmp_path / "A")
     dest = tmp_path / "arch"
     rep = archive(str(root), str(dest))
     ref = instance_ref(str(dest))
@@ -94,23 +106,15 @@ def test_an_archive_cache_another_user_owns_is_refused(tmp_path, monkeypatch):
 def test_a_truncated_segment_of_a_local_archive_is_named_by_a_local_state(tmp_path):
     # state_at (pipeline verify without Spark) walked an archived segment's frames to its end: cut at a
     # frame boundary (a copy that stopped short), its last records were left out of the state silently.
-    from multisite.journal.segments import SegmentInfo, SegmentView, read_header
     from multisite.pipeline.local_state import state_at
 
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=64 * 1024)
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for i in range(120):
-            db.set("r", ("k", i), "p" * 2000)
+    root = journaled(tmp_path / "A")
     dest = tmp_path / "arch"
     rep = archive(str(root), str(dest))
     state, at = state_at(str(dest))
     assert at == rep.last_archived and len(state) == rep.last_archived
     seg = dest / json.loads((dest / "archive.json").read_text())["segments"][0]["path"]
-    with SegmentView(SegmentInfo(seg, read_header(seg))) as view:
-        last_frame = [off for off, _ in view.frames(tail=False)][-1]
-    with open(seg, "r+b") as f:
-        f.truncate(last_frame)
+    cut_last_frame(seg)
     with pytest.raises(ArchiveCorrupt, match=str(seg)):
         state_at(str(dest))
 
@@ -118,21 +122,12 @@ def test_a_truncated_segment_of_a_local_archive_is_named_by_a_local_state(tmp_pa
 def test_a_truncated_segment_of_a_local_archive_is_named_by_a_read_starting_inside_it(tmp_path):
     # A read starting inside an archived segment walks its frame headers to plan chunks: cut at a frame
     # boundary, the walk ended early and the segment's last records were left out without a word.
-    from multisite.journal.segments import SegmentInfo, SegmentView, read_header
-
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=64 * 1024)
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for i in range(120):
-            db.set("r", ("k", i), "p" * 2000)
+    root = journaled(tmp_path / "A")
     dest = tmp_path / "arch"
     archive(str(root), str(dest))
     rec = json.loads((dest / "archive.json").read_text())["segments"][0]
     seg = dest / rec["path"]
-    with SegmentView(SegmentInfo(seg, read_header(seg))) as view:
-        last_frame = [off for off, _ in view.frames(tail=False)][-1]
-    with open(seg, "r+b") as f:
-        f.truncate(last_frame)
+    cut_last_frame(seg)
     ref = instance_ref(str(dest))
     with pytest.raises(ArchiveCorrupt, match=str(seg)):
         cs = chunks(ref, 2, rec["last_seqno"])

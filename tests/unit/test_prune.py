@@ -27,12 +27,18 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
     assert "rollback" not in prune(root, 90).reason  # finished: no longer held
 
 
-def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+def segmented(path):
+    """An instance of 400 transactions in segments of 4 KiB."""
+    root = multisite.create(path, name="A", durability="none", segment_bytes=4096)
     with multisite.open(root) as db:
         db.create_region("r")
         for i in range(400):
             db.set("r", ("k", i), "x" * 50)
+    return root
+
+
+def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
+    root = segmented(tmp_path / "A")
     lay = Layout.existing(root)
     consumers.record(lay, "stream1", 10)
     rep = prune(root, before=400)
@@ -51,11 +57,7 @@ def test_prune_refuses_when_an_archive_mark_is_unreadable(tmp_path):
     from multisite.errors import ConfigError
     from multisite.instance import archives
 
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
-    with multisite.open(root) as db:
-        db.create_region("r")
-        for i in range(400):
-            db.set("r", ("k", i), "x" * 50)
+    root = segmented(tmp_path / "A")
     lay = Layout.existing(root)
     archives.record(lay, "/mnt/archive/A", 10)
     mark = next(archives.archives_dir(lay).glob("*.json"))
