@@ -259,6 +259,9 @@ def archive(instance: str, url: str, *, follow: bool = False, interval_s: float 
     lay = Layout.existing(instance)
     name = ifile.load(lay.instance_file).name
     tgt = Target(url)
+    if tgt.local and Path(tgt.base).resolve().is_relative_to(lay.root.resolve()):
+        raise ConfigError(f"archive location {url} is inside the instance directory {lay.root}: an archive is a "
+                          f"copy kept elsewhere (and pipeline reads would take the directory for the archive)")
     rep = ArchiveReport(name, url)
     throttle = Throttle(rate_bytes_per_s)
     tgt.sweep_temp()
