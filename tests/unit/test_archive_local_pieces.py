@@ -132,3 +132,19 @@ def test_a_truncated_segment_of_a_local_archive_is_named_by_a_read_starting_insi
     with pytest.raises(ArchiveCorrupt, match=str(seg)):
         cs = chunks(ref, 2, rec["last_seqno"])
         assert max(c.last_seqno for c in cs) == rec["last_seqno"]
+
+
+def test_the_directories_a_local_archive_creates_are_made_durable(tmp_path, monkeypatch):
+    # The archive's directories were made with mkdir(parents=True) and their parents never fsynced:
+    # after a power loss the archive could be gone while the instance's mark (fsynced) still let prune
+    # remove the segments it held. (A power loss cannot be staged here: the fsyncs are what is checked.)
+    import multisite.fsutil as fsutil
+
+    root = journaled(tmp_path / "A")
+    synced = []
+    real = fsutil.fsync_dir
+    monkeypatch.setattr(fsutil, "fsync_dir", lambda d: (synced.append(str(d)), real(d))[1])
+    dest = tmp_path / "mnt" / "archives" / "A"
+    archive(str(root), str(dest))
+    for d in (tmp_path, tmp_path / "mnt", tmp_path / "mnt" / "archives", dest):
+        assert str(d) in synced, f"{d} not fsynced after an entry was made in it"

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArchiveCorrupt, ArchiveError, ConfigError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, ensure_dir
 from ..instance import archives, instance_file as ifile
 from ..instance.layout import Layout
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
@@ -163,7 +163,8 @@ class Target:
         try:
             if self.local:
                 dest = Path(self.path(rel))
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                for d in reversed([d for d in (dest.parent, *dest.parent.parents) if not d.exists()]):
+                    ensure_dir(d)  # its parent fsynced: the archive survives a power loss as the mark does
                 if throttle:
                     for off in range(0, len(data), BLOCK_BYTES):
                         throttle(min(BLOCK_BYTES, len(data) - off))
