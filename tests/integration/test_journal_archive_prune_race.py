@@ -55,3 +55,20 @@ def test_a_read_with_the_archive_is_not_refused_for_a_rollback_when_prune_ran_me
     monkeypatch.setattr(plan, "list_segments", list_then_prune)
     assert plan.ref_bounds(ref) == (1, 240)
     assert calls and calls[0].removed
+
+
+def test_an_archive_run_with_nothing_new_records_a_mark_that_was_dropped(tmp_path):
+    # The mark was written only when a segment was copied: after `journal archive --drop URL` (or an
+    # unreadable mark removed) a run found nothing new and left none, so prune required nothing and could
+    # remove a segment sealed next before the archiver copied it.
+    from multisite.instance import archives
+    from multisite.instance.layout import Layout
+
+    a = journaled(tmp_path / "A", 120)
+    dest = tmp_path / "arch"
+    first = archive(str(a), str(dest))
+    lay = Layout.existing(a)
+    assert archives.forget(lay, str(dest))
+    again = archive(str(a), str(dest))
+    assert again.segments_copied == []
+    assert [(m.url, m.last_archived) for m in archives.load_all(lay)] == [(str(dest), first.last_archived)]

@@ -328,6 +328,8 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
     if man["segments"]:
         rep.first_archived = man["segments"][0]["first_seqno"]
         rep.last_archived = man["segments"][-1]["last_seqno"]
+        if not any(m.url == tgt.url for m in archives.load_all(lay, skip_unreadable=True)):
+            _mark(lay, tgt, lay.journal / man["segments"][-1]["name"], man["segments"][-1])  # dropped or lost
 
 
 def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: ArchiveReport, throttle,
@@ -360,10 +362,16 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
                             "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
-    archives.record(lay, tgt.url, seg_last)
-    if rewritten(info.path, man["segments"][-1]):  # a rollback cut it after it was read (its caps came first)
+    _mark(lay, tgt, info.path, man["segments"][-1])
+
+
+def _mark(lay: Layout, tgt: Target, path: Path, rec: dict) -> None:
+    """Record that the archive holds seqnos up to the end of ``rec`` (the archived copy of ``path``)."""
+    archives.record(lay, tgt.url, rec["last_seqno"])
+    if rewritten(path, rec) and list_segments(lay.journal)[0].first_seqno <= rec["last_seqno"]:
+        # a rollback cut it after it was read (its caps came first); a pruned segment is just gone
         archives.record(lay, tgt.url, 0)
-        raise ArchiveError(f"segment {info.path} was cut by a rollback while it was archived to {tgt.url}: the "
+        raise ArchiveError(f"segment {path} was cut by a rollback while it was archived to {tgt.url}: the "
                            f"instance was rolled back past what was archived; archive it to a new URL")
 
 
