@@ -184,7 +184,8 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
 @click.option("--check", "check_only", is_flag=True,
               help="Copy nothing: re-read every archived file and name those whose CRC differs (exit 1).")
 @click.option("--drop", "drop_url", default=None, metavar="URL",
-              help="Forget the archive at URL (given up): prune no longer keeps segments for it.")
+              help="Forget the archive at URL (given up; stop its archiver first): prune no longer keeps segments "
+                   "for it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape).")
 def archive_cmd(dir: str, url: str | None, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
                 check_only: bool, drop_url: str | None, as_json: bool) -> None:
