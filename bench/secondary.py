@@ -15,8 +15,8 @@ much less moved by the machine's other load than a rate. Modes (``--modes``):
 - ``stream``: clients (``multisite.connect``, 16 paced threads in this process) offer
   ``--rate`` single-update transactions/s to P for ``--seconds``; S streams them as they commit
   (a few transactions a batch, the issue's case). Nothing polls S meanwhile.
-- ``replay``: P holds ``--n`` single-update transactions (built once, cached like
-  bench/catchup.py's primary); its source starts with ``max_batch_bytes`` ``--batch-bytes`` (about
+- ``replay``: P holds ``--n`` single-update transactions (bench/catchup.py's primary, built once
+  and cached); its source starts with ``max_batch_bytes`` ``--batch-bytes`` (about
   four transactions a batch, as in streaming) and S catches up from its journal files: S's receive
   path at streaming's batch size without any client on the machine.
 
@@ -39,13 +39,12 @@ from pathlib import Path
 import multisite
 from multisite.net import control
 from multisite.net.process import start_server, stop_server
+from catchup import build_primary
 from replication import CPUS, P_CPU, S_CPU, threads_commit
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "secondary"
-CACHE = HERE / "out" / "catchup-cache"
 LAG_THREADS = 16
-PAD = 32
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -57,25 +56,6 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 def note(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
-
-
-def build_primary(n: int) -> Path:
-    """P's directory (cached): ``n`` single-update transactions in region ``acct``."""
-    path = CACHE / f"secondary-primary-{n}"
-    stamp = path / "BENCH_PARAMS.json"
-    if stamp.exists() and json.loads(stamp.read_text()).get("n") == n:
-        return path
-    shutil.rmtree(path, ignore_errors=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    note(f"building P: {n:,} single-update transactions (cached in {path}) ...")
-    multisite.create(path, name="P", durability="none")
-    with multisite.open(path) as db:
-        db.create_region("acct")
-        pad = "x" * PAD
-        for i in range(n):
-            db.set("acct", (i,), {"n": i, "pad": pad})
-    stamp.write_text(json.dumps({"n": n}))
-    return path
 
 
 def start_s(root: Path, tree: Path, profile: Path | None) -> int:
@@ -108,7 +88,7 @@ def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
     started: list[Path] = []
     try:
         if mode == "replay":
-            shutil.copytree(build_primary(args.n), p_root)
+            shutil.copytree(build_primary(args.n)[0], p_root)
         else:
             multisite.create(p_root, name="P", durability="group")
         multisite.create(s_root, name="S", durability="group")
