@@ -257,7 +257,8 @@ class InstanceServer:
                                tls: dict | None = None, heartbeat_interval_s: float = 1.0,
                                heartbeat_timeout_s: float = 5.0, stats_interval_s: float = 5.0,
                                filter: str | None = None, filter_format: str = "json",
-                               filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S) -> dict:
+                               filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S,
+                               max_batch_bytes: int = SourceConfig.max_batch_bytes) -> dict:
         if secondary in self.sources and self.sources[secondary].state != "stopped":
             raise ServerError(f"a source server for {secondary!r} is already running")
         if secondary == self.db.name:
@@ -268,7 +269,10 @@ class InstanceServer:
         cfg = SourceConfig(secondary, host, port, passive=passive, compress_level=compress,
                            tls=TLSConfig(**tls) if tls else None, heartbeat_interval_s=heartbeat_interval_s,
                            heartbeat_timeout_s=heartbeat_timeout_s, stats_interval_s=stats_interval_s,
-                           filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
+                           filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None,
+                           max_batch_bytes=max_batch_bytes)
+        if max_batch_bytes < 1:
+            raise ConfigError(f"max_batch_bytes must be at least 1, got {max_batch_bytes}")
         if cfg.tls:
             cfg.tls.client_context()  # fail now on unreadable files
         fname = f"source-{secondary}.log"
