@@ -446,3 +446,33 @@ def test_damage_in_the_newest_segment_says_how_to_repair_it_everywhere(filled, t
     res = run(*[a.format(root=filled, copy=tmp_path / "copy") for a in args], ok=False)
     assert res.exit_code == 1 and "JOURNAL_CORRUPT" in res.output, res.output
     assert f"multisite journal repair {filled}" in res.output, res.output
+
+
+def test_journal_archive_drop_forgets_an_archive_so_prune_no_longer_waits_for_it(tmp_path):
+    # An archive given up kept its mark for ever: prune then kept every segment past what it held,
+    # and no command removed the mark.
+    from multisite.instance import archives
+    from multisite.instance.layout import Layout
+
+    root = filled_instance(tmp_path / "A", 300)
+    lay = Layout.existing(root)
+    archives.record(lay, "s3://gone/A", 5)
+    assert prune(root, 200).limit_seqno == 6
+    refused = CliRunner().invoke(cli, ["journal", "archive", str(root), "--drop", "s3://other/A"])
+    assert refused.exit_code != 0 and "s3://gone/A" in refused.output
+    run("journal", "archive", root, "--drop", "s3://gone/A")
+    assert archives.load_all(lay) == []
+    assert prune(root, 200).limit_seqno == 200
+    nourl = CliRunner().invoke(cli, ["journal", "archive", str(root)])
+    assert nourl.exit_code != 0 and "--to URL" in nourl.output
+
+
+@pytest.mark.parametrize("option", ["--interval", "--rate-bytes-per-s"])
+def test_journal_archive_refuses_a_negative_interval_or_rate_before_copying(tmp_path, option):
+    # --interval -1 copied everything, then died on time.sleep(-1) with a traceback; a negative rate was
+    # taken for no limit.
+    root = filled_instance(tmp_path / "A", 10)
+    res = CliRunner().invoke(cli, ["journal", "archive", str(root), "--to", str(tmp_path / "arch"), "--follow",
+                                   option, "-1"])
+    assert res.exit_code == 2 and option in res.output, res.output
+    assert not (tmp_path / "arch").exists()

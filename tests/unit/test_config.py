@@ -145,3 +145,12 @@ def test_line_of_finds_quoted_keys_in_dotted_tables():
     assert config.line_of(lines, "source.C", "connect") == 4
     assert config.line_of(lines, "source.C") == 3
     assert config.line_of(lines, "server", "connect") is None
+
+
+def test_a_source_table_refuses_a_secondary_key_naming_another(tmp_path):
+    # [source.B] with secondary = "C" started a Source Server for C with B's settings.
+    f = tmp_path / "a.toml"
+    f.write_text('[source.B]\nconnect = "127.0.0.1:1"\nsecondary = "C"\n')
+    (tmp_path / "A").mkdir()
+    with pytest.raises(ConfigError, match=r"a.toml:3: .*\[source.B\] names its secondary"):
+        parse(command(("source", "start")), [str(tmp_path / "A"), "--config", str(f)])

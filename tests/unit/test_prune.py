@@ -27,12 +27,18 @@ def test_prune_keeps_what_an_interrupted_rollback_needs(tmp_path):
     assert "rollback" not in prune(root, 90).reason  # finished: no longer held
 
 
-def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
-    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=4096)
+def segmented(path):
+    """An instance of 400 transactions in segments of 4 KiB."""
+    root = multisite.create(path, name="A", durability="none", segment_bytes=4096)
     with multisite.open(root) as db:
         db.create_region("r")
         for i in range(400):
             db.set("r", ("k", i), "x" * 50)
+    return root
+
+
+def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
+    root = segmented(tmp_path / "A")
     lay = Layout.existing(root)
     consumers.record(lay, "stream1", 10)
     rep = prune(root, before=400)
@@ -43,3 +49,24 @@ def test_prune_keeps_segments_a_consumer_has_not_consumed(tmp_path):
     assert 11 < rep.kept_from_seqno <= 301
     assert consumers.forget(lay, "stream1")
     assert consumers.load_all(lay) == []
+
+
+def test_prune_refuses_when_an_archive_mark_is_unreadable(tmp_path):
+    # An archive mark (instance/archives/*.json) that cannot be read was skipped: with it the only
+    # mark, prune saw "no archive recorded", required no archiving and removed segments no archive held.
+    from multisite.errors import ConfigError
+    from multisite.instance import archives
+
+    root = segmented(tmp_path / "A")
+    lay = Layout.existing(root)
+    archives.record(lay, "/mnt/archive/A", 10)
+    mark = next(archives.archives_dir(lay).glob("*.json"))
+    mark.write_text('{"url": "/mnt/archive/A", "last_archi')  # damaged (a disk error, a hand edit)
+    before = sorted(p.name for p in lay.journal.glob("*.msj"))
+    try:
+        rep = prune(root, before=400)
+    except ConfigError as e:
+        assert str(mark) in str(e)
+    else:
+        raise AssertionError(f"prune removed {rep.removed} past an unreadable archive mark")
+    assert sorted(p.name for p in lay.journal.glob("*.msj")) == before

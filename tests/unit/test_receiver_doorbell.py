@@ -51,3 +51,35 @@ def test_the_run_after_the_last_ring_sees_what_was_done_before_it():
         assert state["seen"] == 5000
     finally:
         loop.close()
+
+
+# -- confirming applied batches: at once, or one answer per interval ---------------------------------
+
+def test_an_apply_long_after_the_last_confirmation_is_confirmed_at_once():
+    from multisite.replication.session import ConfirmPacer
+
+    p = ConfirmPacer(0.002)
+    assert p.due(100.0) == 0.0  # the first one: no wait, no timer
+    p.sent(100.0)
+    assert p.due(100.5) == 0.0
+    p.sent(100.5)
+
+
+def test_applies_close_together_share_one_confirmation_at_the_interval():
+    from multisite.replication.session import ConfirmPacer
+
+    p = ConfirmPacer(0.002)
+    assert p.due(10.0) == 0.0
+    p.sent(10.0)
+    assert abs(p.due(10.0005) - 0.0015) < 1e-9  # scheduled 2 ms after the last one went out
+    assert p.due(10.001) is None  # already due: the scheduled answer carries this apply too
+    assert p.due(10.0019) is None
+    p.sent(10.002)
+    assert p.due(10.0021) > 0  # again inside the interval: scheduled, not sent
+
+
+def test_a_read_is_idle_only_after_the_whole_timeout():
+    from multisite.replication.session import idle_for
+
+    assert not idle_for(129.9, 100.0, 30.0)
+    assert idle_for(130.0, 100.0, 30.0)

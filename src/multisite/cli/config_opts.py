@@ -97,6 +97,9 @@ class ConfigMixin:
             if p is None:
                 raise ConfigError(f"{cfg.where(section or '', key)}: unknown key {key!r} in [{section}] for "
                                   f"`{ctx.command_path}`; its keys are {', '.join(sorted(keys))}")
+            if p.name == "secondary" and out.get("secondary", value) != value:
+                raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] names its secondary; "
+                                  f"secondary = {value!r:.60} contradicts it")
             if getattr(p, "multiple", False) or (isinstance(p, click.Argument) and p.nargs == -1):
                 if not isinstance(value, list):
                     value = [value]

@@ -172,18 +172,23 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
 
 @journal.command("archive")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--to", "url", required=True,
+@click.option("--to", "url", default=None,
               help="Archive location: a path, file://… or s3://BUCKET/PREFIX (endpoint and keys from the "
                    "environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
 @click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted.")
-@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True,
               help="Seconds between --follow passes.")
-@click.option("--rate-bytes-per-s", type=float, default=None, help="Copy at most this many bytes per second.")
+@click.option("--rate-bytes-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Copy at most this many bytes per second.")
 @click.option("--check", "check_only", is_flag=True,
               help="Copy nothing: re-read every archived file and name those whose CRC differs (exit 1).")
+@click.option("--drop", "drop_url", default=None, metavar="URL",
+              help="Forget the archive at URL (given up; stop its archiver first): prune no longer keeps segments "
+                   "for it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape).")
-def archive_cmd(dir: str, url: str, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
-                check_only: bool, as_json: bool) -> None:
+def archive_cmd(dir: str, url: str | None, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
+                check_only: bool, drop_url: str | None, as_json: bool) -> None:
     """Copy sealed journal segments and their index pieces to shared storage, each checked by CRC.
 
     Resumes where a stopped run left off; records what is archived, so that `journal prune` keeps
@@ -194,7 +199,17 @@ def archive_cmd(dir: str, url: str, follow: bool, interval_s: float, rate_bytes_
     from ..pipeline.archive import archive, check
     from .output import print_json
 
-    Layout.existing(dir)
+    lay = Layout.existing(dir)
+    if drop_url is not None:
+        from ..instance import archives
+
+        if not archives.forget(lay, drop_url):
+            raise ConfigError(f"no journal archive {drop_url!r} is recorded for {dir}; recorded: "
+                              f"{', '.join(m.url for m in archives.load_all(lay)) or 'none'}")
+        console.print(f"forgot the journal archive {drop_url}: prune no longer keeps segments for it")
+        return
+    if url is None:
+        raise ConfigError("give the archive location: --to URL (or --drop URL to forget one)")
     if check_only:
         rep = check(url)
         if as_json:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..fsutil import atomic_write, ensure_dir, fsync_dir
 from .layout import Layout
 
@@ -46,15 +47,20 @@ def record(layout: Layout, url: str, last_archived: int) -> None:
     atomic_write(_file(layout, url), json.dumps(body).encode())
 
 
-def load_all(layout: Layout) -> list[ArchiveMark]:
+def load_all(layout: Layout, *, skip_unreadable: bool = False) -> list[ArchiveMark]:
+    """Every mark; an unreadable one is a ConfigError (prune must not take it for "no archive"),
+    or skipped with ``skip_unreadable`` (``cap``: a rollback cannot cap what it cannot read)."""
     d = archives_dir(layout)
     out = []
     for p in sorted(d.glob(f"*{SUFFIX}")) if d.exists() else []:
         try:
             body = json.loads(p.read_text())
             out.append(ArchiveMark(str(body["url"]), int(body["last_archived"]), float(body.get("updated", 0))))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a torn file cannot exist (atomic replace); anything else is not ours
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            if skip_unreadable:
+                continue
+            raise ConfigError(f"journal archive mark {p} is unreadable ({e}): prune cannot tell what that archive "
+                              f"holds; fix or remove it") from None
     return out
 
 
@@ -70,6 +76,6 @@ def forget(layout: Layout, url: str) -> bool:
 def cap(layout: Layout, seqno: int) -> None:
     """After a rollback to ``seqno``: what any archive holds past it was taken off the journal, so no
     archive counts as holding more than ``seqno`` (``prune`` keeps the records written there again)."""
-    for mark in load_all(layout):
+    for mark in load_all(layout, skip_unreadable=True):
         if mark.last_archived > seqno:
             record(layout, mark.url, seqno)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, InstanceExists, JournalCorrupt, MultisiteError
-from ..fsutil import fsync_dir
+from ..fsutil import atomic_write, fsync_dir
 from ..journal.reader import iter_frames
 from ..journal.recovery import JournalState, recover_journal
 from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, SegmentView, list_segments, read_header
@@ -132,9 +132,7 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     ifile.save(out.instance_file, inst)
     synced = [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost)]
     if users_path(lay.root).exists():  # the client port's users (instance.users): a restored copy keeps them
-        shutil.copyfile(users_path(lay.root), users_path(out.root))
-        os.chmod(users_path(out.root), 0o600)
-        synced.append(users_path(out.root))
+        atomic_write(users_path(out.root), users_path(lay.root).read_bytes(), mode=0o600)  # 0600 from its first byte
     for p in synced + ([out.store_file] if out.store_file.exists() else []):
         with open(p, "rb+") as fh:
             os.fsync(fh.fileno())

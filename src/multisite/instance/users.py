@@ -124,6 +124,9 @@ def load_users(root: str | os.PathLike) -> UserTable:
         raw = path.read_bytes()
     except FileNotFoundError:
         return UserTable({})
+    except OSError as e:  # EACCES (written by another user), EISDIR, EIO: named, as a damaged file is
+        raise InstanceFileCorrupt(f"the users file {path} cannot be read: {e.strerror or e}; the server must be "
+                                  f"able to read it (its owner and mode 0600)") from None
     return _parse(raw, path)
 
 

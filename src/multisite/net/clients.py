@@ -272,7 +272,13 @@ class ClientListener:
                 self._admit(conn, None)
 
     def _admit(self, conn: _Connection, cert_name: str | None) -> None:
-        gate = conn.gate = self._auth.gate(conn.addr, cert_name)
+        try:
+            gate = conn.gate = self._auth.gate(conn.addr, cert_name)
+        except Exception:  # noqa: BLE001 - fail closed: a connection without its gate is never served
+            self._log.exception("client connection from %s closed: its authentication could not be set up", conn.peer)
+            conn.ending = True
+            conn.transport.abort()
+            return
         conn.session.frames.max_frame_bytes = gate.max_frame_bytes  # small until authenticated
         if not gate.authenticated:  # closed if not authenticated within client_auth.AUTHENTICATE_WITHIN_S
             timer = self._loop.call_later(client_auth.AUTHENTICATE_WITHIN_S, self._unauthenticated, conn)
@@ -376,6 +382,8 @@ class ClientListener:
     def _start(self, conn: _Connection) -> None:
         """Start what the connection's order allows, then send what is answered."""
         s = conn.session
+        if conn.gate is None and self._auth is not None:  # its gate could not be made (_admit): serve nothing
+            return
         while (req := s.next_runnable(self._db is not None and self._db.role == "primary")) is not None:
             if conn.gate is not None:  # authentication and rights first
                 if conn.gate.blocks(req.op):  # a hello verifies a password hash: in a worker

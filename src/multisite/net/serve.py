@@ -21,6 +21,7 @@ waits for the server's process to exit: here that is the application's.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
@@ -33,6 +34,29 @@ from .server import LOG_FORMAT, InstanceServer
 from .tls import TLSConfig, parse_hostport
 
 START_TIMEOUT_S = 60.0  # recovery on open runs first; a large journal takes a while
+_served = itertools.count(1)  # numbers the loggers of instances served in this process
+
+
+def _close_logs(log: logging.Logger) -> None:
+    """Close the log files of a served instance: its server.log and its components' (update.log...)."""
+    for name, lg in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(lg, logging.Logger) and (name == log.name or name.startswith(log.name + ".")):
+            for h in list(lg.handlers):
+                lg.removeHandler(h)
+                h.close()
+
+
+def _stop(server: InstanceServer, thread: threading.Thread, timeout_s: float) -> None:
+    """Stop a served instance's server (if it runs) and close its log files."""
+    loop = getattr(server, "loop", None)
+    if thread.is_alive() and loop is not None:
+        server._stop_timeout_s = timeout_s
+        try:
+            loop.call_soon_threadsafe(server._stop.set)
+        except RuntimeError:  # its loop already closed: the server stopped (it failed), its thread ends
+            pass
+        thread.join()
+    _close_logs(server.log)
 
 
 class Served:
@@ -56,13 +80,7 @@ class Served:
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the replication components (sources send what is pending within ``timeout_s``), the
         client listener (transactions in flight end first) and close the instance."""
-        loop = getattr(self._server, "loop", None)
-        if self._thread.is_alive() and loop is not None:
-            self._server._stop_timeout_s = timeout_s
-            loop.call_soon_threadsafe(self._server._stop.set)
-            self._thread.join()
-        logging.getLogger("multisite").removeHandler(self._handler)
-        self._handler.close()
+        _stop(self._server, self._thread, timeout_s)
 
     def __enter__(self) -> "Served":
         return self
@@ -84,11 +102,13 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     check_keepalive(keepalive_s)
     handler = logging.FileHandler(root / "log" / "server.log")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    log = logging.getLogger("multisite")
+    # A logger of its own (and its components' below it): two instances served in one process must
+    # not write into each other's logs, as they did through the one "multisite" logger.
+    log = logging.getLogger(f"multisite.serve.{next(_served)}")
     log.addHandler(handler)
-    if log.level == logging.NOTSET or log.level > logging.INFO:
-        log.setLevel(logging.INFO)
+    log.setLevel(logging.INFO)
     server = InstanceServer(root, listen, keepalive_s, tls, insecure)
+    server.log = log
     server.in_process = True  # `server stop` then waits for the server, not for this process to exit
     failed: list[BaseException] = []
 
@@ -107,11 +127,13 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     th = threading.Thread(target=run, name=f"multisite-serve-{root.name}", daemon=True)
     th.start()
     if not server.ready.wait(START_TIMEOUT_S):
+        # The caller is told it failed: the server, once up, must not go on serving the instance unseen.
+        threading.Thread(target=lambda: server.ready.wait() and _stop(server, th, 5.0),
+                         name=f"multisite-serve-abandon-{root.name}", daemon=True).start()
         raise ServerError(f"the instance server for {root} did not start within {START_TIMEOUT_S:.0f} s")
     if failed or not th.is_alive():
-        log.removeHandler(handler)
-        handler.close()
         th.join()
+        _close_logs(log)
         if failed:
             raise failed[0]
         raise ServerError(f"the instance server for {root} stopped at start; see {root / 'log' / 'server.log'}")

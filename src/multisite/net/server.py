@@ -52,8 +52,8 @@ from .tls import TLSConfig, parse_hostport
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def component_logger(root: Path, name: str, filename: str) -> logging.Logger:
-    log = logging.getLogger(f"multisite.{name}")
+def component_logger(root: Path, name: str, filename: str, parent: str = "multisite") -> logging.Logger:
+    log = logging.getLogger(f"{parent}.{name}")  # parent: the server's logger (one per instance served)
     if not any(getattr(h, "_ms_file", None) == filename for h in log.handlers):
         h = logging.FileHandler(root / "log" / filename)
         h.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -96,7 +96,7 @@ class InstanceServer:
         db.commit_listeners.append(self.pool.extend)
         db.rollback_listeners.append(self.pool.reset)
         self.receive_pool = ReceivePool(64 * 1024 * 1024, 16 * 1024 * 1024)
-        self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log"))
+        self.update = UpdateProcess(db, self.receive_pool, component_logger(self.root, "update", "update.log", self.log.name))
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
         if self.metrics_listen:  # before the client listener: it wraps the client operation
@@ -257,7 +257,8 @@ class InstanceServer:
                                tls: dict | None = None, heartbeat_interval_s: float = 1.0,
                                heartbeat_timeout_s: float = 5.0, stats_interval_s: float = 5.0,
                                filter: str | None = None, filter_format: str = "json",
-                               filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S) -> dict:
+                               filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S,
+                               max_batch_bytes: int = SourceConfig.max_batch_bytes) -> dict:
         if secondary in self.sources and self.sources[secondary].state != "stopped":
             raise ServerError(f"a source server for {secondary!r} is already running")
         if secondary == self.db.name:
@@ -268,11 +269,14 @@ class InstanceServer:
         cfg = SourceConfig(secondary, host, port, passive=passive, compress_level=compress,
                            tls=TLSConfig(**tls) if tls else None, heartbeat_interval_s=heartbeat_interval_s,
                            heartbeat_timeout_s=heartbeat_timeout_s, stats_interval_s=stats_interval_s,
-                           filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
+                           filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None,
+                           max_batch_bytes=max_batch_bytes)
+        if max_batch_bytes < 1:
+            raise ConfigError(f"max_batch_bytes must be at least 1, got {max_batch_bytes}")
         if cfg.tls:
             cfg.tls.client_context()  # fail now on unreadable files
         fname = f"source-{secondary}.log"
-        src = SourceServer(self, cfg, component_logger(self.root, f"source.{secondary}", fname))
+        src = SourceServer(self, cfg, component_logger(self.root, f"source.{secondary}", fname, self.log.name))
         if src.filter is not None:  # fail now on a filter that cannot start
             await asyncio.get_running_loop().run_in_executor(None, src.filter.check)
         self.sources[secondary] = src
@@ -321,7 +325,7 @@ class InstanceServer:
                              progress_interval_s=progress_interval_s, filter=FilterSpec.parse(filter, filter_format, filter_timeout_s) if filter else None)
         self.receive_pool.high_bytes, self.receive_pool.low_bytes = cfg.receive_pool_high_bytes, cfg.receive_pool_low_bytes
         self.update.stats_interval_s = stats_interval_s
-        rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log"), self.update,
+        rcv = ReceiverServer(self, cfg, component_logger(self.root, "receiver", "receiver.log", self.log.name), self.update,
                              self.receive_pool)
         if rcv.filter is not None:  # fail now on a filter that cannot start
             await asyncio.get_running_loop().run_in_executor(None, rcv.filter.check)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArchiveCorrupt, ArchiveError, ConfigError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, ensure_dir
 from ..instance import archives, instance_file as ifile
 from ..instance.layout import Layout
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentView, list_segments
@@ -107,6 +107,9 @@ class Target:
                 raise ConfigError(f"archive URL {url} names no bucket: use s3://BUCKET/PREFIX")
             self.fs, self.base, self.local = s3_filesystem(), (u.netloc + u.path).rstrip("/"), False
         elif u.scheme in ("", "file"):
+            if u.netloc not in ("", "localhost"):
+                raise ConfigError(f"archive URL {url} names host {u.netloc!r}: a local path is file:///PATH "
+                                  f"(three slashes)")
             self.fs, self.local = fs.LocalFileSystem(), True
             self.base = str(Path(u.path if u.scheme else self.url).absolute())
         else:
@@ -160,7 +163,8 @@ class Target:
         try:
             if self.local:
                 dest = Path(self.path(rel))
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                for d in reversed([d for d in (dest.parent, *dest.parent.parents) if not d.exists()]):
+                    ensure_dir(d)  # its parent fsynced: the archive survives a power loss as the mark does
                 if throttle:
                     for off in range(0, len(data), BLOCK_BYTES):
                         throttle(min(BLOCK_BYTES, len(data) - off))
@@ -256,6 +260,9 @@ def archive(instance: str, url: str, *, follow: bool = False, interval_s: float 
     lay = Layout.existing(instance)
     name = ifile.load(lay.instance_file).name
     tgt = Target(url)
+    if tgt.local and Path(tgt.base).resolve().is_relative_to(lay.root.resolve()):
+        raise ConfigError(f"archive location {url} is inside the instance directory {lay.root}: an archive is a "
+                          f"copy kept elsewhere (and pipeline reads would take the directory for the archive)")
     rep = ArchiveReport(name, url)
     throttle = Throttle(rate_bytes_per_s)
     tgt.sweep_temp()
@@ -298,6 +305,8 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         rec = done.get(info.path.name)
         if rec is not None:
             if rec["first_seqno"] != info.first_seqno or rewritten(info.path, rec):
+                if list_segments(lay.journal)[0].first_seqno > rec["last_seqno"]:
+                    continue  # pruned since the listing (a rollback keeps the oldest segment)
                 raise ArchiveError(f"segment {info.path} differs from its archived copy {tgt.display(rec['path'])} "
                                    f"(the instance was rolled back past what was archived and wrote it again): "
                                    f"archive this instance to a new URL")
@@ -319,6 +328,8 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
     if man["segments"]:
         rep.first_archived = man["segments"][0]["first_seqno"]
         rep.last_archived = man["segments"][-1]["last_seqno"]
+        if not any(m.url == tgt.url for m in archives.load_all(lay, skip_unreadable=True)):
+            _mark(lay, tgt, lay.journal / man["segments"][-1]["name"], man["segments"][-1])  # dropped or lost
 
 
 def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: ArchiveReport, throttle,
@@ -351,10 +362,16 @@ def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: Arch
                             "headers": {"path": hrel, "bytes": len(heads), "crc32": zlib.crc32(heads)}})
     _archive_pieces(lay, {info.index}, tgt, man, rep, throttle)
     tgt.save_manifest(man)  # the segment is archived from here on
-    archives.record(lay, tgt.url, seg_last)
-    if rewritten(info.path, man["segments"][-1]):  # a rollback cut it after it was read (its caps came first)
+    _mark(lay, tgt, info.path, man["segments"][-1])
+
+
+def _mark(lay: Layout, tgt: Target, path: Path, rec: dict) -> None:
+    """Record that the archive holds seqnos up to the end of ``rec`` (the archived copy of ``path``)."""
+    archives.record(lay, tgt.url, rec["last_seqno"])
+    if rewritten(path, rec) and list_segments(lay.journal)[0].first_seqno <= rec["last_seqno"]:
+        # a rollback cut it after it was read (its caps came first); a pruned segment is just gone
         archives.record(lay, tgt.url, 0)
-        raise ArchiveError(f"segment {info.path} was cut by a rollback while it was archived to {tgt.url}: the "
+        raise ArchiveError(f"segment {path} was cut by a rollback while it was archived to {tgt.url}: the "
                            f"instance was rolled back past what was archived; archive it to a new URL")
 
 
@@ -376,7 +393,8 @@ def archived_crcs(url: str, man: dict, lo: int, hi: int):
         if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
             continue
         h = rec["headers"]
-        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"]), dtype="<i8").reshape(-1, 2)
+        a = np.fromfile(local_copy(tgt.display(h["path"]), h["bytes"], h["crc32"], verify=True),
+                        dtype="<i8").reshape(-1, 2)
         a = a[(a[:, 0] >= lo) & (a[:, 0] <= hi)]
         seqs.append(a[:, 0])
         crcs.append(a[:, 1])
@@ -464,27 +482,41 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MULTISITE_ARCHIVE_CACHE") or Path(tempfile.gettempdir()) / "multisite-archive-cache")
 
 
-def local_copy(url: str, nbytes: int, crc: int) -> str:
+def local_copy(url: str, nbytes: int, crc: int, *, verify: bool = False) -> str:
     """A local path holding the archived file ``url`` (``s3://…``), fetched once and checked by CRC;
-    a local archive's file is its own path."""
+    a local archive's file is its own path (checked by CRC with ``verify``: an index piece has no
+    checksums of its own, a segment's frames have)."""
     if not url.startswith("s3://"):
+        if verify:
+            p = Path(url)
+            data = p.read_bytes() if p.is_file() else None
+            _check_fetched(url, data, nbytes, crc)
         return url
     d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = d.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:  # a cached file is taken for the archive's bytes
+        raise ArchiveError(f"the journal archive cache {d} is not this user's own (owner uid {st.st_uid}, mode "
+                           f"{st.st_mode & 0o777:o}): another user could plant files a read would take for archived "
+                           f"ones; set MULTISITE_ARCHIVE_CACHE to a directory only you can write")
     dest = d / f"{crc:08x}-{nbytes}-{Path(url).name}"
     if dest.exists() and dest.stat().st_size == nbytes:
         return str(dest)
     base, rel = url[len("s3://"):].split("/", 1)[0], url[len("s3://"):].split("/", 1)[1]
     tgt = Target(f"s3://{base}")
     data = tgt.read(rel)
-    if data is None or len(data) != nbytes or zlib.crc32(data) != crc:
-        problem = "missing" if data is None else f"CRC-32 {zlib.crc32(data):08x} over {len(data):,} bytes"
-        raise ArchiveCorrupt(f"archived file {url} is damaged: {problem} where {crc:08x} over {nbytes:,} bytes was "
-                             f"archived")
+    _check_fetched(url, data, nbytes, crc)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, dest)  # a cache: rebuilt from the archive if lost, so no fsync
     return str(dest)
+
+
+def _check_fetched(url: str, data: bytes | None, nbytes: int, crc: int) -> None:
+    if data is None or len(data) != nbytes or zlib.crc32(data) != crc:
+        problem = "missing" if data is None else f"CRC-32 {zlib.crc32(data):08x} over {len(data):,} bytes"
+        raise ArchiveCorrupt(f"archived file {url} is damaged: {problem} where {crc:08x} over {nbytes:,} bytes was "
+                             f"archived")
 
 
 def local_files(chunk):
@@ -492,7 +524,8 @@ def local_files(chunk):
     import dataclasses
 
     if chunk.piece:
-        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc))
+        return dataclasses.replace(chunk, piece=local_copy(chunk.piece, chunk.piece_bytes, chunk.piece_crc,
+                                                           verify=True))
     return dataclasses.replace(chunk, path=local_copy(chunk.path, chunk.file_bytes, chunk.file_crc))
 
 

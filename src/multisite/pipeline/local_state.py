@@ -128,7 +128,7 @@ def _archived_records(url: str, lo: int, hi: int):
     for rec in manifest(url)["segments"]:
         if rec["last_seqno"] < lo or rec["first_seqno"] > hi:
             continue
-        local = Path(local_copy(tgt.display(rec["path"]), rec["bytes"], rec["crc32"]))
+        local = Path(local_copy(tgt.display(rec["path"]), rec["bytes"], rec["crc32"], verify=True))
         with SegmentView(SegmentInfo(local, read_header(local))) as view:
             for off, hdr in view.frames(tail=False):
                 if lo <= hdr.seqno <= hi:

@@ -23,7 +23,7 @@ from ..instance.layout import Layout
 from ..journal.records import FRAME_HEADER_SIZE, parse_header
 from ..journal.segments import SEGMENT_HEADER_SIZE, SegmentInfo, SegmentView, list_segments, read_header
 from ..journal.sidecars import list_sidecars
-from .archive import Target, archived_crcs, is_archive, is_url, local_copy, manifest, rewritten
+from .archive import MANIFEST, Target, archived_crcs, is_archive, is_url, local_copy, manifest, rewritten
 from .columns import merge_fields, parse_region_schema
 from .decode import Chunk
 from .regions import store_regions  # noqa: F401  (re-exported: the jobs read regions through plan)
@@ -102,6 +102,9 @@ def with_archive(instance: str, archive: str | None) -> InstanceRef:
     refs = [instance_ref(instance)] + ([instance_ref(archive)] if archive else [])
     if archive and refs[0].archive:
         raise ConfigError(f"{instance} is a journal archive too: give the instance directory with --archive {archive}")
+    if archive and not refs[1].archive:
+        raise ConfigError(f"{archive} is not a journal archive (no {MANIFEST}): --archive takes what multisite "
+                          f"journal archive {instance} --to URL made")
     out = combine_refs(refs)
     if len(out) > 1:
         raise ConfigError(f"the archive {archive} holds instance {refs[1].name}'s journal, not {refs[0].name}'s")
@@ -152,6 +155,8 @@ def check_seam(ref: InstanceRef, man: dict) -> None:
     if list_segments(journal)[0].first_seqno > rec["last_seqno"]:
         return  # the journal was pruned past the archive's end: nothing to compare
     if rewritten(journal / rec["name"], rec):
+        if list_segments(journal)[0].first_seqno > rec["last_seqno"]:
+            return  # pruned since the listing above
         raise ArchiveError(f"the journal archive {ref.archive} ends with segment {rec['name']} (seqnos "
                            f"{rec['first_seqno']}..{rec['last_seqno']}), which instance {ref.name} no longer holds as "
                            f"archived: it was rolled back past what was archived; archive it to a new URL")
@@ -356,7 +361,7 @@ def archive_chunks(name: str, url: str, man: dict, lo: int, hi: int | None, *, c
             if seq <= rec["last_seqno"]:
                 out.append(Chunk(name, seg_url, pos, seq, rec["last_seqno"], nbytes=rec["bytes"] - pos, **common))
             continue
-        local = Path(local_copy(seg_url, rec["bytes"], rec["crc32"]))
+        local = Path(local_copy(seg_url, rec["bytes"], rec["crc32"], verify=True))  # its walk plans the chunks
         info = SegmentInfo(local, read_header(local))
         with SegmentView(info) as view:
             cs = _segment_chunks(name, info, view, True, lo, hi, [], chunk_bytes=chunk_bytes, write=False, min_bytes=0)

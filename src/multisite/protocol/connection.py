@@ -48,6 +48,9 @@ STREAM_INPUT_SLICE_BYTES = 1024
 # are what it resembles, and the per-connection context is smaller. 5% fewer bytes at 4 transactions
 # a batch (docs/decisions.md).
 STREAM_TUNING_BYTES = 256 * 1024
+# The largest zstd window a streamed peer may declare (zstd's own default limit is 128 MiB, allocated
+# per connection on a few bytes' say-so); ours stream with a 256 KiB one (STREAM_TUNING_BYTES).
+MAX_STREAM_WINDOW_BYTES = 8 * 1024 * 1024
 
 
 class State(Enum):
@@ -217,7 +220,7 @@ class Connection:
                                                                      source_size=STREAM_TUNING_BYTES)
             self._cstream = zstandard.ZstdCompressor(compression_params=params).compressobj()
         elif self.role is Role.RECEIVER:
-            self._dstream = self._decompressor.decompressobj()
+            self._dstream = zstandard.ZstdDecompressor(max_window_size=MAX_STREAM_WINDOW_BYTES).decompressobj()
 
     @property
     def streamed_compression(self) -> bool:
@@ -241,7 +244,9 @@ class Connection:
                     self._fail(f"stream-compressed body decompresses past the {size} bytes it declares")
                 out.append(piece)
         except zstandard.ZstdError as e:
-            self._fail(f"stream-compressed body does not decompress: {e}")
+            limit_hit = "memory" in str(e) or "window" in str(e).lower()
+            self._fail(f"stream-compressed body does not decompress: {e}" + (
+                f" (its zstd window is larger than the {MAX_STREAM_WINDOW_BYTES} bytes allowed)" if limit_hit else ""))
         if got != size:
             self._fail(f"stream-compressed body decompresses to {got} bytes, not the {size} it declares "
                        f"(truncated or damaged)")

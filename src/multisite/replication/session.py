@@ -231,6 +231,36 @@ class FlowControl:
         return False
 
 
+class ConfirmPacer:
+    """When to confirm applied batches to the source (an unsolicited heartbeat answer): at once if
+    the last confirmation went out at least ``interval_s`` ago, else ``interval_s`` after it, one
+    answer for everything applied meanwhile. At streaming rates (a batch every few milliseconds)
+    each apply is confirmed at once without a timer and a second wakeup of the event loop; a burst of
+    applies still costs one answer per ``interval_s``. The caller gives the time (seconds of a
+    monotonic clock)."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.last_sent = float("-inf")
+        self.pending = False  # a confirmation is due (sent now or scheduled) and not yet sent
+
+    def due(self, now: float) -> float | None:
+        """After an apply: the delay before confirming (0.0: now), or None if one is already due."""
+        if self.pending:
+            return None
+        self.pending = True
+        return max(0.0, self.last_sent + self.interval_s - now)
+
+    def sent(self, now: float) -> None:
+        self.pending = False
+        self.last_sent = now
+
+
+def idle_for(now: float, last_byte_at: float, timeout_s: float) -> bool:
+    """Nothing from the source for ``timeout_s`` (the source or the network is gone)."""
+    return now - last_byte_at >= timeout_s
+
+
 # -- source: reconnecting and heartbeats ---------------------------------------------------------------
 
 class SessionEnd(Enum):

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS kv (r INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT N
 
 
 _MAX_ROWS = 256  # rows per multi-row INSERT (768 parameters)
+_EXACT_ROWS = 32  # up to this many rows go in one INSERT of their count (32 texts more in the statement cache)
 
 
 @functools.lru_cache(maxsize=None)
@@ -293,6 +294,9 @@ class Store:
         """Write rows given as ``[rid, key, value, rid, key, value, ...]`` (one row per key) with
         multi-row statements: a third less time per row than executemany, which steps once per row."""
         i, left = 0, len(flat) // 3
+        if 0 < left <= _EXACT_ROWS:  # a streamed batch's few rows: one statement (a text per count, cached)
+            self.conn.execute(_insert_sql(left), flat)
+            return
         while left:  # chunks of power-of-two sizes (100 = 64 + 32 + 4): few SQL texts, all cached
             n = min(_MAX_ROWS, 1 << (left.bit_length() - 1))
             self.conn.execute(_insert_sql(n), flat[i : i + 3 * n])

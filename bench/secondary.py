@@ -1,0 +1,195 @@
+"""The secondary's CPU per applied transaction (issue 14: "the secondary keeps up with less CPU").
+
+    .venv/bin/python bench/secondary.py                                  # this tree, both modes
+    .venv/bin/python bench/secondary.py --quick                          # 1 run, shorter
+    .venv/bin/python bench/secondary.py --tree before=/tmp/old/src --tree after=src
+    .venv/bin/python bench/secondary.py --profile OUTDIR --modes replay  # cProfile of S, per thread
+
+Every configuration runs a primary P (this tree) and a secondary S (``--tree``: the code under test,
+its server process started with that ``PYTHONPATH``), each a ``multisite server`` process of its own,
+group durability, P on the first CPU this script may use and S on the second. The figure is S's
+server process's CPU time (user + system, /proc/PID/stat: the receiver, the Update Process and
+everything else the process does) over the window, divided by the transactions S applied in it:
+much less moved by the machine's other load than a rate. Modes (``--modes``):
+
+- ``stream``: clients (``multisite.connect``, 16 paced threads in this process) offer
+  ``--rate`` single-update transactions/s to P for ``--seconds``; S streams them as they commit
+  (a few transactions a batch, the issue's case). Nothing polls S meanwhile.
+- ``replay``: P holds ``--n`` single-update transactions (bench/catchup.py's primary, built once
+  and cached); its source starts with ``max_batch_bytes`` ``--batch-bytes`` (about
+  four transactions a batch, as in streaming) and S catches up from its journal files: S's receive
+  path at streaming's batch size without any client on the machine.
+
+Trees alternate run by run; the table gives medians and the ratio to the first tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import multisite
+from multisite.net import control
+from multisite.net.process import start_server, stop_server
+from catchup import build_primary
+from replication import CPUS, P_CPU, S_CPU, threads_commit
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out" / "secondary"
+LAG_THREADS = 16
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds process ``pid`` has used so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
+
+
+def note(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def start_s(root: Path, tree: Path, profile: Path | None) -> int:
+    """S's server from ``tree`` (optionally under ``profiled_server.py``); its pid."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if profile is None:
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(tree)
+        try:
+            return start_server(root, "127.0.0.1:0", S_CPU)["pid"]
+        finally:
+            os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
+    profile.mkdir(parents=True, exist_ok=True)
+    env["PYTHONPATH"] = f"{tree}{os.pathsep}{HERE}"
+    cmd = ["taskset", "-c", S_CPU, sys.executable, str(HERE / "profiled_server.py"), str(profile), str(root),
+           "--listen", "127.0.0.1:0"]
+    proc = subprocess.Popen(cmd, env=env, stdout=open(root / "log" / "server.out", "ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not control.is_running(root):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the profiled server for {root} did not start")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
+    run = work / f"run-{time.monotonic_ns()}"
+    p_root, s_root = run / "P", run / "S"
+    started: list[Path] = []
+    try:
+        if mode == "replay":
+            shutil.copytree(build_primary(args.n)[0], p_root)
+        else:
+            multisite.create(p_root, name="P", durability="group")
+        multisite.create(s_root, name="S", durability="group")
+        s_pid = start_s(s_root, tree, profile)
+        started.append(s_root)
+        listen = control.call(s_root, "receiver.start", listen="127.0.0.1:0")["listen"]
+        p_addr = f"127.0.0.1:{start_server(p_root, '127.0.0.1:0', P_CPU)['client_port']}"
+        started.append(p_root)
+        seqno = lambda root: control.call(root, "status")["seqno"]  # noqa: E731
+        if mode == "replay":
+            target = seqno(p_root)
+            cpu0, s0, t0 = cpu_seconds(s_pid), seqno(s_root), time.perf_counter()
+            control.call(p_root, "source.start", secondary="S", connect=listen, max_batch_bytes=args.batch_bytes)
+            while seqno(s_root) < target:
+                if time.perf_counter() - t0 > args.timeout:
+                    raise RuntimeError(f"S at seqno {seqno(s_root):,} of {target:,} after {args.timeout:.0f} s")
+                time.sleep(0.05)
+            dt, cpu1 = time.perf_counter() - t0, cpu_seconds(s_pid)
+            st = control.call(p_root, "source.status", secondary="S")
+            applied = target - s0
+        else:
+            with multisite.connect(p_addr) as db:
+                db.create_region("acct")
+            control.call(p_root, "source.start", secondary="S", connect=listen)
+            while control.call(p_root, "source.status", secondary="S")["state"] != "streaming":
+                time.sleep(0.05)
+            box: dict = {}
+
+            def during(end: float) -> None:
+                box["cpu0"], box["s0"], box["st0"] = cpu_seconds(s_pid), seqno(s_root), \
+                    control.call(p_root, "source.status", secondary="S")
+                time.sleep(max(0.0, end - time.perf_counter()))
+                box["cpu1"], box["s1"] = cpu_seconds(s_pid), seqno(s_root)
+
+            got, dt, _ = threads_commit(lambda: multisite.connect(p_addr), LAG_THREADS, args.seconds,
+                                        pace_s=LAG_THREADS / args.rate, during=during)
+            cpu0, cpu1, applied = box["cpu0"], box["cpu1"], box["s1"] - box["s0"]
+            st1 = control.call(p_root, "source.status", secondary="S")
+            st = {k: st1[k] - box["st0"][k] for k in ("sent_records", "sent_batches")}
+        per_tx = 1e6 / max(1, applied)
+        user, sys_ = (cpu1[0] - cpu0[0]) * per_tx, (cpu1[1] - cpu0[1]) * per_tx
+        return {"cpu_us_per_tx": user + sys_, "user_us_per_tx": user, "sys_us_per_tx": sys_, "applied": applied,
+                "applied_s": applied / dt, "tx_per_batch": st["sent_records"] / max(1, st["sent_batches"])}
+    finally:
+        for root in reversed(started):
+            try:
+                stop_server(root, 30)
+            except Exception as e:
+                note(f"stopping {root}: {e}")
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH/src",
+                    help="S's code tree (repeatable; default this one)")
+    ap.add_argument("--modes", default="stream,replay", help="comma-separated: stream, replay")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=15.0, help="stream: measured seconds")
+    ap.add_argument("--rate", type=float, default=3000.0, help="stream: offered transactions/s")
+    ap.add_argument("--n", type=int, default=200_000, help="replay: transactions behind")
+    ap.add_argument("--batch-bytes", type=int, default=512, help="replay: the source's max_batch_bytes")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--quick", action="store_true", help="1 run, 5 s streaming, 50,000 replayed")
+    ap.add_argument("--profile", metavar="DIR", help="run S under cProfile; per-thread .prof files in DIR")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.seconds, args.n = 1, 5.0, 50_000
+    trees = [(lbl, Path(p).resolve()) for lbl, p in (t.split("=", 1) for t in args.tree)] or \
+        [("this", Path(multisite.__file__).resolve().parent.parent)]
+    modes = [m for m in args.modes.split(",") if m]
+    if len(CPUS) < 2:
+        note("warning: one CPU: P and S share it")
+    load0 = os.getloadavg()
+    note(f"load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    res: dict = {m: {lbl: [] for lbl, _ in trees} for m in modes}
+    for r in range(args.runs):
+        for mode in modes:
+            for lbl, tree in (trees if r % 2 == 0 else trees[::-1]):
+                prof = Path(args.profile) / f"{mode}-{lbl}-{r}" if args.profile else None
+                x = one(mode, tree, args, OUT, prof)
+                res[mode][lbl].append(x)
+                note(f"run {r} {mode:6} {lbl:8} {x['cpu_us_per_tx']:7.1f} µs CPU/tx ({x['user_us_per_tx']:.0f} user, {x['sys_us_per_tx']:.0f} sys) {x['applied_s']:9,.0f} tx/s "
+                     f"applied  {x['tx_per_batch']:6.1f} tx/batch")
+    load1 = os.getloadavg()
+    note(f"load average after {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f}")
+    summary = {"load_before": load0, "load_after": load1, "args": vars(args), "runs": res, "median": {}}
+    for mode in modes:
+        base = None
+        for lbl, _ in trees:
+            med = {k: statistics.median(x[k] for x in res[mode][lbl]) for k in res[mode][lbl][0]}
+            summary["median"].setdefault(mode, {})[lbl] = med
+            base = base or med["cpu_us_per_tx"]
+            print(f"{mode:6} {lbl:8} S CPU {med['cpu_us_per_tx']:7.1f} µs/tx (x{med['cpu_us_per_tx'] / base:.2f}; "
+                  f"user {med['user_us_per_tx']:.1f}, sys {med['sys_us_per_tx']:.1f})  "
+                  f"applied {med['applied_s']:9,.0f} tx/s  {med['tx_per_batch']:.1f} tx/batch")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
