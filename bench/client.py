@@ -110,6 +110,7 @@ def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float
     import multisite
     from multisite.net import control
     from multisite.net.process import start_server, stop_server
+    from results import process_cpu_s
 
     root = multisite.create(work / f"M-{time.monotonic_ns()}", name="M", durability="group")
     os.environ["MULTISITE_CLIENT_LOOP"] = loop
@@ -136,12 +137,6 @@ def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float
             "server_cpu_us": (cpu1 - cpu0) / max(1, n) * 1e6,
             "client_cpu_us": statistics.median(o["cpu_us"] for o in out),
             "p50_ms": statistics.median(o["p50_ms"] for o in out)}
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, every thread (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the floors: what the disk and the network take, with no database around them ---------------------

@@ -39,3 +39,11 @@ def write_section(script: str, text: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + text
     RESULTS.write_text(new)
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (``/proc/PID/stat``)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
