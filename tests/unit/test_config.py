@@ -182,3 +182,35 @@ def test_relative_paths_on_the_command_line_stay_relative_to_the_current_directo
     monkeypatch.chdir(tmp_path)
     got = parse(command(("server", "start")), ["B", "--config", str(f), "--tls-cert", "b.pem"])
     assert got["dir"] == "B" and got["tls_cert"] == "b.pem"
+
+
+@pytest.mark.parametrize("path, key, off", [
+    (("server", "start"), "insecure", "--no-insecure"),
+    (("receiver", "start"), "autorollback", "--no-autorollback"),
+    (("receiver", "start"), "no-update", "--update"),
+    (("receiver", "start"), "noresync", "--resync"),
+    (("source", "start"), "passive", "--no-passive"),
+])
+def test_a_flag_the_file_sets_is_turned_off_on_the_command_line(tmp_path, path, key, off):
+    # A flag set true in the file could not be turned off: the command line had no --no-... form.
+    (tmp_path / "A").mkdir()
+    section = "source.B" if path[0] == "source" else path[0]
+    f = tmp_path / "a.toml"
+    extra = {"source": 'connect = "127.0.0.1:1"\n', "receiver": 'listen = "127.0.0.1:0"\n'}.get(path[0], "")
+    f.write_text(f'[{section}]\n{key} = true\n{extra}')
+    cmd = command(path)
+    name = key.replace("-", "_")
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f)])[name] is True
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f), off])[name] is False
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f), off, "--" + key])[name] is True  # the last wins
+
+
+def test_every_flag_of_a_start_command_has_an_off_form():
+    for path in STARTS:
+        try:
+            cmd = command(path)
+        except KeyError:
+            continue
+        for key, p in option_keys(cmd).items():
+            if getattr(p, "is_flag", False):
+                assert p.secondary_opts, f"{' '.join(path)} --{key} has no off form"

@@ -145,6 +145,21 @@ class ConfigMixin:
         return rv
 
 
+OFF_FORMS = {"--noresync": "--resync"}  # a flag already named as a negation: its off form, spelled plainly
+
+
+def add_off_form(p: click.Parameter) -> None:
+    """Give a boolean flag its ``--no-FLAG`` form (``--no-X`` gets ``--X``): a flag the file sets true
+    can then be turned off on the command line, which still wins."""
+    if not (isinstance(p, click.Option) and p.is_bool_flag) or p.secondary_opts:
+        return
+    long = next((o for o in p.opts if o.startswith("--")), None)
+    if long is None:
+        return
+    off = OFF_FORMS.get(long) or ("--" + long[5:] if long.startswith("--no-") else "--no-" + long[2:])
+    p.secondary_opts = [off]
+
+
 def enable(cmd: click.Command, section: str, after=None) -> click.Command:
     """Give ``cmd`` a ``--config FILE.toml`` option reading table ``section``."""
     if isinstance(cmd, ConfigMixin):
@@ -154,6 +169,8 @@ def enable(cmd: click.Command, section: str, after=None) -> click.Command:
                                    help=f"Take settings from the [{section}{'.NAME' if section in config.NAMED_SECTIONS else ''}] "
                                         "table of this TOML file (same names as the options; options given "
                                         "here win)."))
+    for p in cmd.params:
+        add_off_form(p)
     cmd.__class__ = type(f"Config{type(cmd).__name__}", (ConfigMixin, type(cmd)), {})
     cmd.config_section = section  # type: ignore[attr-defined]
     if after is not None:
