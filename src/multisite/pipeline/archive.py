@@ -379,7 +379,16 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
             raise ArchiveError(f"the archive {tgt.url} ends at seqno {last} but the next sealed segment {info.path} "
                                f"starts at {info.first_seqno}: seqnos {last + 1}..{info.first_seqno - 1} were pruned "
                                f"before they were archived")
-        _archive_segment(lay, info, seg_last, tgt, man, rep, throttle, progress)
+        try:
+            _archive_segment(lay, info, seg_last, tgt, man, rep, throttle, progress)
+        except FileNotFoundError:
+            if not pruned(lay, info):
+                raise
+            if last is not None:
+                raise ArchiveError(f"the archive {tgt.url} ends at seqno {last} but its next segment {info.path} was "
+                                   f"pruned while it was being archived: seqnos {last + 1}..{seg_last} are in "
+                                   f"neither") from None
+            continue  # pruned meanwhile, before a first segment was archived: the archive starts later
         last = seg_last
         dirty = False
     done = {s["index"] for s in man["segments"]}
@@ -390,6 +399,13 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         rep.last_archived = man["segments"][-1]["last_seqno"]
         if not any(m.url == tgt.url for m in archives.load_all(lay, skip_unreadable=True)):
             _mark(lay, tgt, lay.journal / man["segments"][-1]["name"], man["segments"][-1])  # dropped or lost
+
+
+def pruned(lay: Layout, info) -> bool:
+    """Whether segment ``info``, listed a moment ago, was removed by ``journal prune`` since: gone from the
+    front of the journal (a rollback removes from the end, and keeps the oldest segment)."""
+    infos = list_segments(lay.journal)
+    return not info.path.exists() and (not infos or infos[0].first_seqno > info.first_seqno)
 
 
 def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: ArchiveReport, throttle,
@@ -475,8 +491,13 @@ def _archive_pieces(lay: Layout, segments: set, tgt: Target, man: dict, rep: Arc
         info = paths.get(sc.segment)
         if info is None:
             continue
-        with SegmentView(info) as view:
-            end = sc.matches(view.buf, view.size)
+        try:
+            with SegmentView(info) as view:
+                end = sc.matches(view.buf, view.size)
+        except FileNotFoundError:
+            if pruned(lay, info):
+                continue  # pruned meanwhile (the archive holds it): its pieces are a cache, not needed
+            raise
         if end is None:
             continue  # stale: a cache entry the next read replaces
         try:
