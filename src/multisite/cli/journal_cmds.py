@@ -175,7 +175,8 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
 @click.option("--to", "url", default=None,
               help="Archive location: a path, file://… or s3://BUCKET/PREFIX (endpoint and keys from the "
                    "environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
-@click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted.")
+@click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted; an unreachable "
+                                            "store is logged and tried again (backoff up to 30 s).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True,
               help="Seconds between --follow passes.")
