@@ -18,6 +18,11 @@ under their names (``dir``)::
 
     [catalog]  [container]  [docserver]  [delivery-agent]  [dashboard]
 
+A relative path in the file (``dir``, ``tls-cert``, ``tls-key``, ``tls-ca``, any file or directory
+option) is relative to the file's own directory, not to where the command runs, so that a restart from
+the recorded file in another directory reads the same files (``--filter`` is a command, not resolved).
+A flag the file sets true is turned off on the command line by its ``--no-...`` form.
+
 This module only reads and checks (no click here): ``load`` parses and checks the top-level tables,
 ``line_of`` finds where a key is written so that an error names the file and line.
 """

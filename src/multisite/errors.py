@@ -374,3 +374,9 @@ class PermissionDenied(MultisiteError):
     """The authenticated user's role does not allow the operation (a read-only user committing, say)."""
 
     code = "PERMISSION_DENIED"
+
+
+class ArchiveUnreachable(ArchiveError):
+    """A journal archive's storage did not answer (network, a 5xx, throttling): ``--follow`` retries."""
+
+    code = "ARCHIVE_UNREACHABLE"

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from multisite import config
-from multisite.cli.config_opts import STARTS, option_keys
+from multisite.cli.config_opts import STARTS, is_path, option_keys
 from multisite.cli.main import cli
 from multisite.errors import ConfigError
 
@@ -25,10 +25,12 @@ def command(path: tuple[str, ...]) -> click.Command:
 CANDIDATES = ["127.0.0.1:7000", "B", 3, 2.5, 1024, "0"]
 
 
-def sample(cmd: click.Command, p: click.Parameter, tmp: Path):
-    """A value the parameter accepts, as TOML holds it."""
+def sample(cmd: click.Command, key: str, p: click.Parameter, tmp: Path):
+    """A value the parameter accepts, as TOML holds it (an absolute path for a path: the same from anywhere)."""
     if getattr(p, "is_flag", False):
         return True
+    if is_path(key, p) and not isinstance(p.type, click.Path):
+        return str(tmp / "f.toml")
     if isinstance(p.type, click.Choice):
         return p.type.choices[-1]
     if isinstance(p.type, click.Path):
@@ -71,7 +73,7 @@ def test_every_option_round_trips_through_a_file(path, tmp_path):
         if key == "secondary":  # named by the table
             argv[:0] = ["--secondary", "B"]
             continue
-        v = sample(cmd, p, tmp_path)
+        v = sample(cmd, key, p, tmp_path)
         lines.append(f"{key} = {toml_value(v)}" if not p.multiple else f"{key} = [{toml_value(v)}]")
         if isinstance(p, click.Argument):
             argv.append(str(v))
@@ -154,3 +156,61 @@ def test_a_source_table_refuses_a_secondary_key_naming_another(tmp_path):
     (tmp_path / "A").mkdir()
     with pytest.raises(ConfigError, match=r"a.toml:3: .*\[source.B\] names its secondary"):
         parse(command(("source", "start")), [str(tmp_path / "A"), "--config", str(f)])
+
+
+def test_relative_paths_in_the_file_resolve_against_its_directory(tmp_path, monkeypatch):
+    # They resolved against the current directory: a restart from the recorded file elsewhere read other files.
+    site = tmp_path / "etc"
+    (site / "A").mkdir(parents=True)
+    f = site / "site.toml"
+    f.write_text('[server]\ndir = "A"\ntls-cert = "certs/a.pem"\ntls-key = "/abs/a.key"\ntls-ca = "../ca.pem"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    got = parse(command(("server", "start")), ["--config", "../etc/site.toml"])
+    assert Path(got["dir"]).resolve() == site / "A"
+    assert Path(got["tls_cert"]).resolve() == site / "certs" / "a.pem"
+    assert got["tls_key"] == "/abs/a.key"
+    assert Path(got["tls_ca"]).resolve() == tmp_path / "ca.pem"
+
+
+def test_relative_paths_on_the_command_line_stay_relative_to_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "etc" / "A").mkdir(parents=True)
+    (tmp_path / "B").mkdir()
+    f = tmp_path / "etc" / "site.toml"
+    f.write_text('[server]\ndir = "A"\ntls-cert = "a.pem"\n')
+    monkeypatch.chdir(tmp_path)
+    got = parse(command(("server", "start")), ["B", "--config", str(f), "--tls-cert", "b.pem"])
+    assert got["dir"] == "B" and got["tls_cert"] == "b.pem"
+
+
+@pytest.mark.parametrize("path, key, off", [
+    (("server", "start"), "insecure", "--no-insecure"),
+    (("receiver", "start"), "autorollback", "--no-autorollback"),
+    (("receiver", "start"), "no-update", "--update"),
+    (("receiver", "start"), "noresync", "--resync"),
+    (("source", "start"), "passive", "--no-passive"),
+])
+def test_a_flag_the_file_sets_is_turned_off_on_the_command_line(tmp_path, path, key, off):
+    # A flag set true in the file could not be turned off: the command line had no --no-... form.
+    (tmp_path / "A").mkdir()
+    section = "source.B" if path[0] == "source" else path[0]
+    f = tmp_path / "a.toml"
+    extra = {"source": 'connect = "127.0.0.1:1"\n', "receiver": 'listen = "127.0.0.1:0"\n'}.get(path[0], "")
+    f.write_text(f'[{section}]\n{key} = true\n{extra}')
+    cmd = command(path)
+    name = key.replace("-", "_")
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f)])[name] is True
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f), off])[name] is False
+    assert parse(cmd, [str(tmp_path / "A"), "--config", str(f), off, "--" + key])[name] is True  # the last wins
+
+
+def test_every_flag_of_a_start_command_has_an_off_form():
+    for path in STARTS:
+        try:
+            cmd = command(path)
+        except KeyError:
+            continue
+        for key, p in option_keys(cmd).items():
+            if getattr(p, "is_flag", False):
+                assert p.secondary_opts, f"{' '.join(path)} --{key} has no off form"

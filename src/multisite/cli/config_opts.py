@@ -40,6 +40,23 @@ def option_keys(cmd: click.Command) -> dict[str, click.Parameter]:
     return keys
 
 
+def is_path(key: str, p: click.Parameter) -> bool:
+    """Whether an option names a file or directory: a ``click.Path``, or a TLS file (``tls-cert``...)."""
+    return isinstance(p.type, click.Path) or (key.startswith("tls-") and not getattr(p, "is_flag", False))
+
+
+def resolve_paths(cfg: config.ConfigFile, key: str, p: click.Parameter, value: Any) -> Any:
+    """A relative path in the file is relative to the FILE's directory, not the current one: the same
+    file read from another directory (a restart through ``run/config-file``) names the same files."""
+    if not is_path(key, p):
+        return value
+    base = cfg.path.absolute().parent
+
+    def one(v: Any) -> Any:
+        return str(base / Path(v).expanduser()) if isinstance(v, str) and v else v
+    return [one(v) for v in value] if isinstance(value, list) else one(value)
+
+
 def _peek(args: list[str], opt: str) -> str | None:
     for i, a in enumerate(args):
         if a == opt and i + 1 < len(args):
@@ -111,6 +128,7 @@ class ConfigMixin:
                 raise ConfigError(f"{cfg.where(section or '', key)}: [{section}] {key} = {value!r:.60}: one "
                                   f"{'whole number' if isinstance(p.type, click.types.IntParamType) else 'value'} "
                                   f"expected, as on the command line")
+            value = resolve_paths(cfg, key, p, value)
             try:
                 p.type_cast_value(ctx, value)
             except (click.BadParameter, ConfigError) as e:  # the project's own types raise ConfigError
@@ -127,6 +145,21 @@ class ConfigMixin:
         return rv
 
 
+OFF_FORMS = {"--noresync": "--resync"}  # a flag already named as a negation: its off form, spelled plainly
+
+
+def add_off_form(p: click.Parameter) -> None:
+    """Give a boolean flag its ``--no-FLAG`` form (``--no-X`` gets ``--X``): a flag the file sets true
+    can then be turned off on the command line, which still wins."""
+    if not (isinstance(p, click.Option) and p.is_bool_flag) or p.secondary_opts:
+        return
+    long = next((o for o in p.opts if o.startswith("--")), None)
+    if long is None:
+        return
+    off = OFF_FORMS.get(long) or ("--" + long[5:] if long.startswith("--no-") else "--no-" + long[2:])
+    p.secondary_opts = [off]
+
+
 def enable(cmd: click.Command, section: str, after=None) -> click.Command:
     """Give ``cmd`` a ``--config FILE.toml`` option reading table ``section``."""
     if isinstance(cmd, ConfigMixin):
@@ -136,6 +169,8 @@ def enable(cmd: click.Command, section: str, after=None) -> click.Command:
                                    help=f"Take settings from the [{section}{'.NAME' if section in config.NAMED_SECTIONS else ''}] "
                                         "table of this TOML file (same names as the options; options given "
                                         "here win)."))
+    for p in cmd.params:
+        add_off_form(p)
     cmd.__class__ = type(f"Config{type(cmd).__name__}", (ConfigMixin, type(cmd)), {})
     cmd.config_section = section  # type: ignore[attr-defined]
     if after is not None:

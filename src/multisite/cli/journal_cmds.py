@@ -171,11 +171,12 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
 
 
 @journal.command("archive")
-@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("dir", required=False, metavar="[DIR]")
 @click.option("--to", "url", default=None,
               help="Archive location: a path, file://… or s3://BUCKET/PREFIX (endpoint and keys from the "
                    "environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).")
-@click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted.")
+@click.option("--follow", is_flag=True, help="Keep archiving segments as they are sealed, until interrupted; an unreachable "
+                                            "store is logged and tried again (backoff up to 30 s).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True,
               help="Seconds between --follow passes.")
@@ -187,18 +188,30 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
               help="Forget the archive at URL (given up; stop its archiver first): prune no longer keeps segments "
                    "for it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape).")
-def archive_cmd(dir: str, url: str | None, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
+def archive_cmd(dir: str | None, url: str | None, follow: bool, interval_s: float, rate_bytes_per_s: float | None,
                 check_only: bool, drop_url: str | None, as_json: bool) -> None:
     """Copy sealed journal segments and their index pieces to shared storage, each checked by CRC.
 
     Resumes where a stopped run left off; records what is archived, so that `journal prune` keeps
     every segment no archive holds yet. Spark jobs read the archive by its URL.
+    `--check` reads only the archive: `multisite journal archive --check --to URL` (or `--check URL`)
+    needs no instance directory.
     Example: multisite journal archive /data/A --to s3://lake/journals/A --follow
     """
-    from ..errors import ArchiveCorrupt
-    from ..pipeline.archive import archive, check
+    from ..pipeline.archive import archive
     from .output import print_json
 
+    if check_only:
+        if url is None and dir is not None:
+            url, dir = dir, None  # --check URL: the archive is all it reads
+        if dir is not None:
+            Layout.existing(dir)  # given: still checked, so a typo is not silently ignored
+        if url is None:
+            raise ConfigError("give the archive to check: --check --to URL (no instance directory needed)")
+        _check_archive(url, as_json)
+        return
+    if dir is None:
+        raise ConfigError("give the instance directory: multisite journal archive DIR --to URL")
     lay = Layout.existing(dir)
     if drop_url is not None:
         from ..instance import archives
@@ -210,19 +223,6 @@ def archive_cmd(dir: str, url: str | None, follow: bool, interval_s: float, rate
         return
     if url is None:
         raise ConfigError("give the archive location: --to URL (or --drop URL to forget one)")
-    if check_only:
-        rep = check(url)
-        if as_json:
-            print_json(rep.to_dict())
-        else:
-            if rep.damaged:
-                table(f"damaged files in {url}", ["file", "problem"], [[d["path"], d["problem"]] for d in rep.damaged])
-            console.print(f"checked {rep.files} archived file(s) of {rep.instance} (seqnos {rep.first_archived}.."
-                          f"{rep.last_archived}): {len(rep.damaged)} damaged")
-        if rep.damaged:
-            raise ArchiveCorrupt(f"{len(rep.damaged)} archived file(s) damaged: "
-                                 + ", ".join(d["path"] for d in rep.damaged))
-        return
     progress = None if as_json else (lambda msg: console.log(msg))
     try:
         rep = archive(dir, url, follow=follow, interval_s=interval_s, rate_bytes_per_s=rate_bytes_per_s,
@@ -235,3 +235,22 @@ def archive_cmd(dir: str, url: str | None, follow: bool, interval_s: float, rate
         console.print(f"archived {len(rep.segments_copied)} segment(s) ({rep.bytes_copied:,} bytes, "
                       f"{rep.pieces_copied} index piece(s)) of {rep.instance} to {url}; it holds seqnos "
                       f"{rep.first_archived}..{rep.last_archived}")
+
+
+def _check_archive(url: str, as_json: bool) -> None:
+    """``journal archive --check``: re-read every archived file; exit 1 (ArchiveCorrupt) if one differs."""
+    from ..errors import ArchiveCorrupt
+    from ..pipeline.archive import check
+    from .output import print_json
+
+    rep = check(url)
+    if as_json:
+        print_json(rep.to_dict())
+    else:
+        if rep.damaged:
+            table(f"damaged files in {url}", ["file", "problem"], [[d["path"], d["problem"]] for d in rep.damaged])
+        console.print(f"checked {rep.files} archived file(s) of {rep.instance} (seqnos {rep.first_archived}.."
+                      f"{rep.last_archived}): {len(rep.damaged)} damaged")
+    if rep.damaged:
+        raise ArchiveCorrupt(f"{len(rep.damaged)} archived file(s) damaged: "
+                             + ", ".join(d["path"] for d in rep.damaged))

@@ -29,6 +29,12 @@ archive refuses a gap (segments pruned before they were archived) or a segment t
 back and rewrote after it was archived. ``check`` re-reads every archived file and names each one
 whose CRC differs from the manifest's.
 
+With ``follow``, an object store that does not answer (network, a 5xx, throttling: ``transient``) does
+not stop the archiver: the pass is logged (the URL, never credentials) and tried again after a pause
+doubling from ``interval_s`` up to ``RETRY_MAX_S``; what stays until someone acts (no such bucket,
+access denied, a rollback, a gap) still stops it with its error. An upload that fails mid-way leaves no
+object (``Target._abandon``: pyarrow has no abort for its S3 stream, so a partial object is deleted).
+
 Readers (``plan``, ``decode``) take an archive URL wherever they take an instance directory: objects
 are fetched once into a local cache (``MULTISITE_ARCHIVE_CACHE``, default under the temp dir), checked
 against the manifest's CRC, and read from there; a local archive is read in place.
@@ -37,7 +43,9 @@ against the manifest's CRC, and read from there; a local archive is read in plac
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import tempfile
 import time
 import urllib.parse
@@ -45,7 +53,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ArchiveCorrupt, ArchiveError, ConfigError
+from ..errors import ArchiveCorrupt, ArchiveError, ArchiveUnreachable, ConfigError
 from ..fsutil import atomic_write, ensure_dir
 from ..instance import archives, instance_file as ifile
 from ..instance.layout import Layout
@@ -61,7 +69,26 @@ BLOCK_BYTES = 4 * 1024 * 1024  # bytes per write (and per throttle step) of a co
 FOLLOW_INTERVAL_S = 1.0
 MANIFEST_READ_ATTEMPTS = 4  # reads of a manifest that is not JSON before it is called corrupt (see load_manifest)
 MANIFEST_RETRY_S = 0.05  # the pause before the next read grows by this much each time
+RETRY_MAX_S = 30.0  # the longest pause of --follow before it tries an unreachable archive again (doubling)
+TRANSIENT = ("NETWORK_CONNECTION", "curlCode", "could not connect", "connection refused", "connection reset",
+             "timed out", "timeout", "HTTP status 0", "HTTP status 5", "SERVICE_UNAVAILABLE", "SLOW_DOWN",
+             "INTERNAL_FAILURE", "THROTTLING", "REQUEST_TIME")  # an object store's errors worth trying again
 TAIL_BYTES = 4096  # a segment's last bytes whose CRC tells a copy from a rewrite (a rollback cuts and rewrites)
+
+
+log = logging.getLogger(__name__)
+
+
+def transient(message: str) -> bool:
+    """Whether an object store's error is one that passes (the network, a 5xx, throttling), as opposed to
+    one that stays until someone acts (no such bucket, access denied, a bad key)."""
+    m = message.lower()
+    return any(t.lower() in m for t in TRANSIENT)
+
+
+def redact(message: str) -> str:
+    """``message`` without the credentials a URL in it may carry (``scheme://user:secret@host``)."""
+    return re.sub(r"(\w+://)[^/@\s]+@", r"\1", message)
 
 
 def is_url(path: str) -> bool:
@@ -122,7 +149,8 @@ class Target:
         return self.path(rel) if self.local else f"s3://{self.path(rel)}"
 
     def _err(self, what: str, e: Exception) -> ArchiveError:
-        return ArchiveError(f"journal archive {self.url}: cannot {what} ({e})")
+        cls = ArchiveUnreachable if not self.local and transient(str(e)) else ArchiveError
+        return cls(redact(f"journal archive {self.url}: cannot {what} ({e})"))
 
     def size(self, rel: str) -> int | None:
         from pyarrow import fs
@@ -170,13 +198,37 @@ class Target:
                         throttle(min(BLOCK_BYTES, len(data) - off))
                 atomic_write(dest, data)
                 return
-            with self.fs.open_output_stream(self.path(rel)) as out:  # the object appears at close
+            out = self.fs.open_output_stream(self.path(rel))  # the object appears at close
+            try:
                 for off in range(0, len(data), BLOCK_BYTES):
                     if throttle:
                         throttle(min(BLOCK_BYTES, len(data) - off))
                     out.write(data[off:off + BLOCK_BYTES])
+            except BaseException:
+                self._abandon(out, rel, data)
+                raise
+            out.close()
         except OSError as e:
             raise self._err(f"write {rel}", e) from None
+
+    def _abandon(self, out, rel: str, data: bytes) -> None:
+        """Give up an upload that failed or was interrupted mid-way. pyarrow (26) has no abort for its S3
+        output stream: after a failed part the stream's close fails and the multipart upload stays
+        incomplete (invisible; the bucket's lifecycle rule ``AbortIncompleteMultipartUpload`` removes
+        it), but after an interruption (Ctrl-C in a throttle pause) close -- which Arrow also runs on
+        destruction -- completes it with the bytes written so far. Such a partial object is deleted
+        (no manifest names it, and a run compares size and CRC before taking a copy); a partial
+        manifest is written again whole (it was about to be replaced by ``data``)."""
+        try:
+            out.close()
+            if self.fs.get_file_info(self.path(rel)).size not in (None, len(data)):
+                if rel == MANIFEST:
+                    with self.fs.open_output_stream(self.path(rel)) as again:
+                        again.write(data)
+                else:
+                    self.fs.delete_file(self.path(rel))
+        except OSError:
+            pass
 
     def sweep_temp(self) -> None:
         """Remove temp files a local copy killed mid-write left (they never carry a final name)."""
@@ -266,11 +318,19 @@ def archive(instance: str, url: str, *, follow: bool = False, interval_s: float 
     rep = ArchiveReport(name, url)
     throttle = Throttle(rate_bytes_per_s)
     tgt.sweep_temp()
+    retry_s = 0.0
     while True:
-        _archive_once(lay, name, tgt, rep, throttle, progress)
+        try:
+            _archive_once(lay, name, tgt, rep, throttle, progress)
+            retry_s = 0.0
+        except ArchiveUnreachable as e:
+            if not follow:
+                raise
+            retry_s = min(RETRY_MAX_S, max(interval_s, retry_s * 2))
+            (progress or log.warning)(f"{e.message}; trying again in {retry_s:g} s")
         if not follow or (should_stop is not None and should_stop()):
             break
-        time.sleep(interval_s)
+        time.sleep(retry_s or interval_s)
     rep.seconds = time.time() - t0
     return rep
 
@@ -319,7 +379,16 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
             raise ArchiveError(f"the archive {tgt.url} ends at seqno {last} but the next sealed segment {info.path} "
                                f"starts at {info.first_seqno}: seqnos {last + 1}..{info.first_seqno - 1} were pruned "
                                f"before they were archived")
-        _archive_segment(lay, info, seg_last, tgt, man, rep, throttle, progress)
+        try:
+            _archive_segment(lay, info, seg_last, tgt, man, rep, throttle, progress)
+        except FileNotFoundError:
+            if not pruned(lay, info):
+                raise
+            if last is not None:
+                raise ArchiveError(f"the archive {tgt.url} ends at seqno {last} but its next segment {info.path} was "
+                                   f"pruned while it was being archived: seqnos {last + 1}..{seg_last} are in "
+                                   f"neither") from None
+            continue  # pruned meanwhile, before a first segment was archived: the archive starts later
         last = seg_last
         dirty = False
     done = {s["index"] for s in man["segments"]}
@@ -330,6 +399,13 @@ def _archive_once(lay: Layout, name: str, tgt: Target, rep: ArchiveReport, throt
         rep.last_archived = man["segments"][-1]["last_seqno"]
         if not any(m.url == tgt.url for m in archives.load_all(lay, skip_unreadable=True)):
             _mark(lay, tgt, lay.journal / man["segments"][-1]["name"], man["segments"][-1])  # dropped or lost
+
+
+def pruned(lay: Layout, info) -> bool:
+    """Whether segment ``info``, listed a moment ago, was removed by ``journal prune`` since: gone from the
+    front of the journal (a rollback removes from the end, and keeps the oldest segment)."""
+    infos = list_segments(lay.journal)
+    return not info.path.exists() and (not infos or infos[0].first_seqno > info.first_seqno)
 
 
 def _archive_segment(lay, info, seg_last: int, tgt: Target, man: dict, rep: ArchiveReport, throttle,
@@ -415,8 +491,13 @@ def _archive_pieces(lay: Layout, segments: set, tgt: Target, man: dict, rep: Arc
         info = paths.get(sc.segment)
         if info is None:
             continue
-        with SegmentView(info) as view:
-            end = sc.matches(view.buf, view.size)
+        try:
+            with SegmentView(info) as view:
+                end = sc.matches(view.buf, view.size)
+        except FileNotFoundError:
+            if pruned(lay, info):
+                continue  # pruned meanwhile (the archive holds it): its pieces are a cache, not needed
+            raise
         if end is None:
             continue  # stale: a cache entry the next read replaces
         try:

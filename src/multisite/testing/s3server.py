@@ -15,9 +15,18 @@ import sys, time
 from moto.server import ThreadedMotoServer
 s = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 s.start()
-print(s.get_host_and_port()[1], flush=True)
-sys.stdin.read()  # until the owner's end of the pipe closes: stop() or the owner's death, even by SIGKILL
-s.stop()
+port = s.get_host_and_port()[1]
+print(port, flush=True)
+for line in sys.stdin:  # until the owner's end of the pipe closes: stop() or the owner's death, even by SIGKILL
+    if line.strip() == "down" and s is not None:
+        s.stop()  # the port closes; the stored buckets stay in this process
+        s = None
+    elif line.strip() == "up" and s is None:
+        s = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        s.start()
+    print("ok", flush=True)
+if s is not None:
+    s.stop()
 """
 
 
@@ -65,6 +74,21 @@ class S3Server:
                              allow_bucket_creation=True)
         s3.create_dir(name)
         return f"s3://{name}"
+
+    def _command(self, word: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "ok":
+            raise RuntimeError(f"the moto S3 server did not answer {word!r}")
+
+    def down(self) -> None:
+        """Stop serving (the port is closed: clients see connection errors); what it stores is kept."""
+        self._command("down")
+
+    def up(self) -> None:
+        """Serve again on the same port, with what it stored before ``down``."""
+        self._command("up")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
