@@ -7,10 +7,10 @@ the time of one /metrics scrape with 100 links.
 1. Commit rate, with and without. A ``group``-durability primary A replicating to B (both real server
    processes, a real link), 16 client threads of this process committing single-update transactions
    through ``multisite.connect``. "Without": servers started without ``--metrics``, no dashboard.
-   "With": both servers with ``--metrics``, a scraper in this process GETting both ``/metrics`` every
-   ``SCRAPE_S`` (Prometheus' default is 15 s: this is harsher), and a ``multisite dashboard`` process
-   polling A and B every second while a page-like poller GETs its ``/api/state`` and ``/api/series``
-   every second. A third configuration splits the cost: "metrics only", both servers with ``--metrics``
+   "With": both servers with ``--metrics``, a scraper GETting both ``/metrics`` every ``SCRAPE_S``
+   (Prometheus' default is 15 s: this is harsher), and a ``multisite dashboard`` process polling A and B
+   every second while a page-like poller GETs its ``/api/state`` and ``/api/series`` every second; the
+   scraper and the page poller run in a process of their own (``--poll``), as Prometheus and a browser do. A third configuration splits the cost: "metrics only", both servers with ``--metrics``
    and nothing scraped or polled (what the per-commit path costs alone). Many short rounds on fresh
    instances; each round runs every configuration once, back to back, in an order rotated round by
    round (drift in the machine's load falls on each alike). Reported per configuration: the median and
@@ -28,6 +28,7 @@ the time of one /metrics scrape with 100 links.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -94,33 +95,34 @@ def commit_round(work: Path, config: str, seconds: float) -> tuple[int, float, i
         control.call(a, "source.start", secondary="B", connect=rcv["listen"])
         addr = f"127.0.0.1:{ia['client_port']}"
         multisite.connect(addr).create_region("acct")
-        pollers = []
+        poller = None
         if with_ops:
             dash = subprocess.Popen([sys.executable, "-c", "from multisite.cli.main import main; main()", "dashboard",
                                      "--listen", "127.0.0.1:0", str(a), str(b)], stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, text=True)
             durl = dash.stdout.readline().split()[-1].rstrip("/")
             urls = [f"http://127.0.0.1:{ia['metrics_port']}/metrics", f"http://127.0.0.1:{ib['metrics_port']}/metrics"]
-
-            def scraper(targets: list[str], every: float) -> None:
-                while not stop.is_set():
-                    t0 = time.monotonic()
-                    for u in targets:
-                        get(u)
-                        side[0] += 1
-                    stop.wait(max(0.0, every - (time.monotonic() - t0)))
-            pollers = [threading.Thread(target=scraper, args=(urls, SCRAPE_S)),
-                       threading.Thread(target=scraper, args=([durl + "/api/state", durl + "/api/series"], 1.0))]
+            # Prometheus and the page's browser are processes of their own: so is this stand-in for them (in
+            # this process its HTTP would take the GIL from the client threads, a cost no server pays).
+            poller = subprocess.Popen([sys.executable, __file__, "--poll",
+                                       json.dumps([[urls, SCRAPE_S], [[durl + "/api/state", durl + "/api/series"], 1.0]])],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert poller.stdout.readline().strip() == "polling"
 
         marks: list[tuple[float, float]] = []
 
         def mark() -> None:
             marks.append((cpu_s(ia["pid"]), cpu_s(dash.pid) if dash is not None else 0.0))
-        n, dt = commit_load(addr, seconds, CLIENTS, pollers, stop, mark)
+        n, dt = commit_load(addr, seconds, CLIENTS, (), stop, mark)
+        if poller is not None:
+            side[0] = int(poller.communicate("", timeout=30)[0])  # its stdin closed: it stops, says how many
         cc = control.call(a, "status")["client_commits"]
         return n, dt, side[0], marks[1][0] - marks[0][0], marks[1][1] - marks[0][1], cc["commits"] / max(1, cc["batches"])
     finally:
         stop.set()
+        if poller is not None and poller.poll() is None:
+            poller.kill()
+            poller.wait()
         if dash is not None:
             dash.terminate()
             dash.wait(10)
@@ -219,6 +221,29 @@ def timed(fn, n: int) -> dict:
             "max_ms": ts[-1] * 1e3}
 
 
+def poll_main(spec: str) -> None:
+    """``--poll``: GET each list of URLs every so many seconds (``[[urls, every_s], ...]`` in JSON) until stdin
+    closes, then print how many GETs were done."""
+    stop, done = threading.Event(), [0]
+
+    def scraper(targets: list[str], every: float) -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            for u in targets:
+                get(u)
+                done[0] += 1
+            stop.wait(max(0.0, every - (time.monotonic() - t0)))
+    ths = [threading.Thread(target=scraper, args=(urls, every)) for urls, every in json.loads(spec)]
+    for th in ths:
+        th.start()
+    print("polling", flush=True)
+    sys.stdin.read()
+    stop.set()
+    for th in ths:
+        th.join()
+    print(done[0], flush=True)
+
+
 def rotated(r: int) -> tuple[str, ...]:
     """Round ``r``'s order of the configurations: each one goes first, second and last equally often."""
     k = r % len(CONFIGS)
@@ -264,7 +289,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds; prints only")
     ap.add_argument("--rounds", type=int, help=f"rounds (each runs every configuration once; default {ROUNDS})")
     ap.add_argument("--seconds", type=float, help=f"measured seconds of a configuration in a round (default {ROUND_S:g})")
+    ap.add_argument("--poll", help=argparse.SUPPRESS)  # the scraper and page poller of a round, as a process
     a = ap.parse_args()
+    if a.poll:
+        return poll_main(a.poll)
     rounds, seconds, scrapes = (3, 2.0, 50) if a.quick else (ROUNDS, ROUND_S, SCRAPES)
     rounds, seconds = a.rounds or rounds, a.seconds or seconds
     work = HERE / "out" / "ops"
@@ -345,8 +373,9 @@ shared with other engineers' work (2 cores): the rates carry their noise; per-ro
 single-update transactions; {rounds} rounds of {seconds:g} s per configuration, fresh instances each time; each
 round runs the three configurations back to back in a rotated order). "With": both servers `--metrics`, each
 `/metrics` scraped every {SCRAPE_S:g} s, a `multisite dashboard` process polling both every second and its
-`/api/state` + `/api/series` fetched every second ({side_total} scrapes and polls in all). "--metrics, not
-scraped": the per-commit path's share alone. The paired ratio is each round's configuration over the same
+`/api/state` + `/api/series` fetched every second ({side_total} scrapes and polls in all; the scraper and the page
+poller are a process of their own, as Prometheus and a browser are, not threads of the clients' process).
+"--metrics, not scraped": the per-commit path's share alone. The paired ratio is each round's configuration over the same
 round's "without" (neighbours in time), its median over the rounds.
 
 | configuration | median commits/s | mean commits/s | ratio of medians | ratio of means | median paired ratio | primary CPU µs/commit, median | over all rounds | CPU ratio, median paired |
