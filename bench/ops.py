@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -293,6 +294,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.poll:
         return poll_main(a.poll)
+    # SIGTERM (a timeout, a person) ends the run through the rounds' cleanup: no servers or dashboards left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rounds, seconds, scrapes = (3, 2.0, 50) if a.quick else (ROUNDS, ROUND_S, SCRAPES)
     rounds, seconds = a.rounds or rounds, a.seconds or seconds
     work = HERE / "out" / "ops"
