@@ -14,9 +14,7 @@ from multisite.multimaster import docdb
 from multisite.testing.checks import wait_until
 from multisite.testing.docservers import DocCluster
 
-from .test_dashboard import browser, start_dashboard, stop  # noqa: F401 - browser is a fixture
-
-__all__ = ["browser"]
+from .test_dashboard import browser, start_dashboard, stop  # noqa: F401 - browser: the fixture, used by name
 
 
 @pytest.fixture
