@@ -81,3 +81,19 @@ multisite_source_lag_seconds{secondary="B"} 0.25
                                    for s in f.samples)
     assert st["name"] == "A" and st["role"] == "primary" and st["seqno"] == 42
     assert st["sources"]["B"] == {"state": "streaming", "mode": "active", "backlog": 3, "lag_s": 0.25}
+
+
+def test_connection_rows_take_each_document_from_the_server_that_fires_it():
+    doc = {"unid": "U1", "source": "A", "destination": "B", "address": "h:1", "databases": "*", "mode": "pull-push",
+           "at": None, "range": "08:00:00-18:00:00", "interval_s": 600.0, "days": [0, 1, 2, 3, 4],
+           "enabled": True, "last_run": None, "last_result": None, "runs": 0}
+    seen_by_b = {**doc, "mine": False, "next_run": None}
+    fired_by_a = {**doc, "mine": True, "next_run": 1000.0, "last_run": 400.0, "runs": 2}
+    rows = model.connection_rows([("/homes/B", [seen_by_b, {"unid": "U2", "error": "bad mode", "mine": False}], None),
+                                  ("/homes/A", [fired_by_a], None),
+                                  ("/homes/C", [], "no document server is running with home /homes/C")])
+    assert [(r.get("unid"), r["instance"]) for r in rows] == [("U1", "A"), ("U2", "/homes/B"), (None, "/homes/C")]
+    one = rows[0]
+    assert one["schedule"] == "08:00:00-18:00:00 every 600 s on Mon,Tue,Wed,Thu,Fri" and one["next_run"] == 1000.0
+    assert one["updated"] == 400.0 and one["runs"] == 2 and one["kind"] == "connection document"
+    assert rows[1]["error"] == "bad mode" and "no document server" in rows[2]["error"]

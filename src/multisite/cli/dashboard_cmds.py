@@ -11,7 +11,7 @@ from .output import HostPort, Seconds
 
 
 @click.command("dashboard")
-@click.argument("targets", nargs=-1, required=True, metavar="INSTANCE_DIR_OR_METRICS_ADDRESS...")
+@click.argument("targets", nargs=-1, required=True, metavar="INSTANCE_DIR_OR_METRICS_ADDRESS_OR_DOCSERVER_HOME...")
 @click.option("--listen", required=True, type=HostPort(listen=True), help="HOST:PORT to serve the page on "
               "(port 0: a free one, printed).")
 @click.option("--token", default=None, help="Clients not on loopback must give this (?token=...); without it "
@@ -21,8 +21,8 @@ from .output import HostPort, Seconds
 def dashboard_cmd(targets: tuple[str, ...], listen: str, token: str | None, interval: float) -> None:
     """Serve the dashboard: topology map, lag and backlog per link, commit rate per primary, history
     records, lost-transaction files and the schedule map, refreshed live. A target is an instance
-    directory on this machine, or HOST:PORT of an instance server's --metrics endpoint. Runs until
-    SIGTERM or Ctrl-C.
+    directory on this machine, HOST:PORT of an instance server's --metrics endpoint, or the HOME of a
+    document server (its connection documents go on the schedule map). Runs until SIGTERM or Ctrl-C.
 
     Example: multisite dashboard --listen 127.0.0.1:8080 /data/A /data/B /data/C
     """

@@ -3,9 +3,10 @@
     multisite dashboard --listen 127.0.0.1:8080 /data/A /data/B 10.0.0.7:9100
 
 A target is an instance directory on this machine (read through its server's control channel, plus its
-instance file, ``lost/`` folder and consumer positions: everything the page shows) or the address of an
+instance file, ``lost/`` folder and consumer positions: everything the page shows), the address of an
 instance server's ``--metrics`` endpoint (``HOST:PORT``, for instances elsewhere: role, seqno, links,
-backlog and lag only). Every ``interval_s`` the poller reads them all, builds the topology
+backlog and lag only), or the HOME of a document server (multi-master): its connection documents, read
+through its control channel when the page asks, join the Spark work on the schedule map. Every ``interval_s`` the poller reads them all, builds the topology
 (``model.topology``) and adds a point to the series; the page polls ``/api/state`` and ``/api/series``
 once a second (live refresh by polling: simple, and the page keeps working through a dashboard
 restart). aiohttp serves everything from the one event loop; a control call (blocking) runs in a
@@ -34,6 +35,7 @@ from ..instance.instance_file import load as load_instance_file
 from ..instance.layout import Layout
 from ..journal.lostfile import LostFile, list_lost_files
 from ..net import control
+from ..net.docserver_process import call as docserver_call
 from ..net.tls import parse_hostport
 from . import model
 
@@ -48,15 +50,23 @@ class Target:
     key: str  # the directory or address given
     root: Path | None = None  # an instance directory
     address: str | None = None  # HOST:PORT of a metrics endpoint
+    docserver: Path | None = None  # a document server's HOME: only its connection documents are shown
     status: dict[str, Any] | None = None  # the last status read
     reachable: bool = False
     error: str | None = None
     since: float = field(default_factory=time.time)
 
 
+def is_docserver_home(p: Path) -> bool:
+    """A document server's HOME: what ``docserver start`` leaves there (its output, its log, its run file)."""
+    return any((p / f).exists() for f in ("log/docserver.out", "log/docserver.log", "run/docserver.json"))
+
+
 def make_target(spec: str) -> Target:
     p = Path(spec)
     if p.is_dir():
+        if not Layout(p).instance_file.exists() and is_docserver_home(p):
+            return Target(spec, docserver=p.absolute())
         return Target(spec, root=Layout.existing(p).root)
     try:
         parse_hostport(spec.removeprefix("http://").rstrip("/"))
@@ -81,6 +91,8 @@ class Dashboard:
 
     # -- polling ---------------------------------------------------------------------------------
     async def _read(self, t: Target) -> None:
+        if t.docserver is not None:
+            return  # not an instance: read for the schedule map only (``schedule``)
         try:
             if t.root is not None:
                 st = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
@@ -103,7 +115,7 @@ class Dashboard:
 
     async def poll_once(self) -> None:
         await asyncio.gather(*(self._read(t) for t in self.targets))
-        topo = model.topology((t.key, t.status, t.reachable, t.error) for t in self.targets)
+        topo = model.topology((t.key, t.status, t.reachable, t.error) for t in self.targets if t.docserver is None)
         now = time.time()
         self.series.add(now, topo, {t.status["name"]: t.status for t in self.targets
                                     if t.status and t.status.get("name")})
@@ -170,9 +182,10 @@ class Dashboard:
         raise web.HTTPNotFound(text=f"no lost-transaction file {name!r} on instance {instance!r}")
 
     def schedule(self) -> list[dict[str, Any]]:
-        """Timed work: for now the Spark consumers of each instance's journal (their position files and
-        consumer slots), with how far behind the instance each one is and when it last moved."""
-        out = []
+        """Timed work: the Spark consumers of each instance's journal (their position files and consumer
+        slots), with how far behind the instance each one is and when it last moved; and the connection
+        documents of each document server given (``model.connection_rows``)."""
+        out = self._connections()
         for t in self._dir_targets():
             lay = Layout(t.root)
             seqno = (t.status or {}).get("seqno")
@@ -188,6 +201,19 @@ class Dashboard:
                 out.append({"instance": self._name(t), "name": name, "kind": kind, "last_confirmed": confirmed,
                             "behind": None if seqno is None else max(0, seqno - confirmed), "updated": updated})
         return out
+
+    def _connections(self) -> list[dict[str, Any]]:
+        """The connection documents the document-server targets read from their address books, with their
+        last and next runs (each server computes the runs of those it fires)."""
+        answers = []
+        for t in self.targets:
+            if t.docserver is None:
+                continue
+            try:
+                answers.append((t.key, docserver_call(t.docserver, "connections", timeout=TARGET_TIMEOUT_S), None))
+            except MultisiteError as e:
+                answers.append((t.key, [], str(e)))
+        return model.connection_rows(answers)
 
     # -- http ------------------------------------------------------------------------------------
     @web.middleware

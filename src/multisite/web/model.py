@@ -8,6 +8,8 @@
   ``HISTORY_S`` (a ring of fixed length: the poller's interval sets how many points that is).
 - ``status_from_metrics``: a remote instance reached through its ``/metrics`` (Prometheus text) turned
   into the same status shape, so that a dashboard can map instances on other machines.
+- ``connection_rows``: the multi-master connection documents on the schedule map, from what the document
+  servers answer (``connections``), one row a document.
 - ``access_allowed``: who may read the dashboard (loopback, or a client that shows the token).
 """
 
@@ -23,6 +25,7 @@ from ..protocol.messages import RefusalCode
 HISTORY_S = 3600.0
 LINK_STATES = ("streaming", "xoff", "disconnected", "refused", "passive")
 REFUSAL_CODES = frozenset(c.value for c in RefusalCode)
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # a connection document's days: 0 is Monday
 
 
 def link_state(src: dict[str, Any], source_reachable: bool = True) -> str:
@@ -115,6 +118,41 @@ class Series:
     def to_json(self) -> dict[str, Any]:
         return {"links": {k: {f: list(d) for f, d in r.items()} for k, r in self.links.items()},
                 "commits": {k: {f: list(d) for f, d in r.items()} for k, r in self.commits.items()}}
+
+
+def connection_rows(answers: Iterable[tuple[str, list[dict[str, Any]], str | None]]) -> list[dict[str, Any]]:
+    """Schedule-map rows from ``(target, rows of its ``connections``, error)`` per document server. The
+    address book replicates, so every server lists every document; a document's row is taken from the
+    server that fires it (its ``source``: ``mine``, with the next run), else from the first that lists it."""
+    out: list[dict[str, Any]] = []
+    by_unid: dict[str, int] = {}
+    for key, rows, error in answers:
+        if error is not None:
+            out.append({"instance": key, "kind": "connection document", "error": error})
+            continue
+        for r in rows:
+            unid = r.get("unid")
+            if "error" in r:
+                row = {"instance": key, "name": unid, "unid": unid, "kind": "connection document", "error": r["error"],
+                       "mine": False}
+            else:
+                when = f"at {r['at']}" if r.get("at") else f"{r.get('range')} every {r.get('interval_s'):g} s"
+                days = r.get("days") or []
+                if len(days) < 7:
+                    when += " on " + ",".join(WEEKDAYS[d] for d in days)
+                row = {"instance": r["source"], "name": f"{r['source']} → {r['destination']}", "unid": unid,
+                       "kind": "connection document", "mode": r.get("mode"), "databases": r.get("databases"),
+                       "schedule": when, "enabled": r.get("enabled"), "mine": bool(r.get("mine")),
+                       "next_run": r.get("next_run"), "updated": r.get("last_run"),
+                       "last_result": r.get("last_result"), "runs": r.get("runs", 0)}
+            i = by_unid.get(unid) if unid is not None else None
+            if i is None:
+                if unid is not None:
+                    by_unid[unid] = len(out)
+                out.append(row)
+            elif row["mine"] and not out[i]["mine"]:
+                out[i] = row
+    return out
 
 
 def access_allowed(remote: str | None, given_token: str | None, token: str | None) -> bool:

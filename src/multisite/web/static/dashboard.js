@@ -167,7 +167,12 @@ async function slowTick() {
     }
     for (const s of schedule) {
       const tr = document.createElement("tr");
-      cell(tr, s.instance); cell(tr, s.name || s.error); cell(tr, s.kind); cell(tr, s.last_confirmed); cell(tr, s.behind); cell(tr, fmtTime(s.updated));
+      const when = s.kind === "connection document" && s.schedule
+        ? `${s.schedule}, ${s.mode}${s.enabled ? "" : " (disabled)"}` : null;
+      cell(tr, s.instance); cell(tr, s.name || s.error); cell(tr, s.kind); cell(tr, when); cell(tr, s.last_confirmed);
+      cell(tr, s.behind); cell(tr, fmtTime(s.updated)); cell(tr, fmtTime(s.next_run));
+      cell(tr, s.error && s.name ? s.error : s.last_result);
+      tr.className = s.kind === "connection document" ? "connection" : "spark";
       body.appendChild(tr);
     }
     const h = document.getElementById("history");
