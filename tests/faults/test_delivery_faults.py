@@ -79,7 +79,6 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
     hq_n = p_n = 0
     kills = 0
     phases: set[str] = set()  # what the agent had just logged when it was killed
-    t0 = time.monotonic()
     for rnd in range(ROUNDS):
         _commit(top.hq, "hq", hq_n, 300, "fr")
         hq_n += 300
@@ -112,7 +111,6 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
     with engine.open(top.hq) as db:
         out = db.get(STATE_REGION, ("P", "out"))
     assert out["confirm_sent"] == out["log_sent"]
-    assert time.monotonic() - t0 < 90
 
 
 needs_mount = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")

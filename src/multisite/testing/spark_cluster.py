@@ -128,8 +128,7 @@ class SparkCluster:
         (self.folder / "cluster.json").write_text(json.dumps({"master_url": self.master_url, "pids": self.pids}))
 
     def stop(self) -> None:
-        for pid in reversed(self.pids):
-            _end(pid)
+        _end_all(list(reversed(self.pids)), {p.pid: p for p in self.procs})
         for p in self.procs:
             try:
                 p.wait(30)
@@ -139,23 +138,29 @@ class SparkCluster:
         (self.folder / "cluster.json").unlink(missing_ok=True)
 
 
-def _end(pid: int, grace_s: float = 15.0) -> None:
-    """SIGTERM the process group a cluster process leads (the JVM and what it started), then SIGKILL."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+def _end_all(pids: list[int], children: dict[int, subprocess.Popen] | None = None, grace_s: float = 15.0) -> None:
+    """SIGTERM the process groups the cluster's processes lead (each JVM and what it started) all at once,
+    then SIGKILL those still there after ``grace_s``: one grace period for the whole cluster. ``children``
+    are this process's own (``Popen``): they are reaped as they end, since an unreaped leader still answers
+    ``killpg(pid, 0)`` and would be waited for until the grace period ran out."""
+    children = children or {}
+
+    def signal_group(pid: int, sig: int) -> bool:
+        if pid in children:
+            children[pid].poll()  # reap the leader if it has ended: the group is then only what it left
         try:
-            os.killpg(pid, 0)
+            os.killpg(pid, sig)
+            return True
         except ProcessLookupError:
-            return
+            return False
+
+    left = [pid for pid in pids if signal_group(pid, signal.SIGTERM)]
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
         time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        left = [pid for pid in left if signal_group(pid, 0)]
+    for pid in left:
+        signal_group(pid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.action == "status":
         print(json.dumps(info))
         return 0
-    for pid in reversed(info["pids"]):
-        _end(pid)
+    _end_all(list(reversed(info["pids"])))
     state.unlink()
     print(f"stopped the cluster at {info['master_url']}")
     return 0
