@@ -39,7 +39,9 @@ with multisite.open(root) as db:
 """
 
 
-def stream_latency(a, out_dir: Path) -> dict:
+def stream_latency(a, out_dir: Path, sink_kind: str = "arrow") -> dict:
+    """One run: ``sink_kind`` ``arrow`` writes each micro-batch with ``pipeline.change_sink`` (the
+    supported path), ``spark`` with ``df.write.parquet`` in ``foreachBatch`` (the baseline)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -57,16 +59,25 @@ def stream_latency(a, out_dir: Path) -> dict:
     with multisite.open(root) as db:
         db.create_region("ev")
     load_before = os.getloadavg()[0]
-    spark = pipeline.session(a.master)
+    spark = pipeline.session(a.master, conf={"spark.sql.streaming.numRecentProgressUpdates": "10000"})
     table = work / "changes"
     lat: list[np.ndarray] = []
     sizes: list[int] = []
     t_start = [0.0]
 
+    write_s: list[float] = []
+
+    sink = pipeline.change_sink(table)
+
     def on_batch(df, batch_id):
         part = table / f"batch={batch_id:08d}"
-        df.write.mode("overwrite").parquet(str(part))
+        t0 = time.perf_counter()
+        if sink_kind == "spark":
+            df.write.mode("overwrite").parquet(str(part))
+        else:
+            sink(df, batch_id)
         visible = time.time()
+        write_s.append(time.perf_counter() - t0)
         if not any(part.glob("*.parquet")):
             return
         ct = pq.read_table(str(part), columns=["commit_time"]).column("commit_time")
@@ -89,6 +100,9 @@ def stream_latency(a, out_dir: Path) -> dict:
         done = writer.stdout.readline().split()
         time.sleep(3)  # the last commits reach the table
     finally:
+        all_progress = q.recentProgress
+        progress = [p for p in all_progress if p.timestamp >= time.strftime(
+            "%Y-%m-%dT%H:%M:%S", time.gmtime(t_start[0]))] if t_start[0] else []
         failed = q.exception()
         q.stop()
         if writer.poll() is None:
@@ -98,16 +112,36 @@ def stream_latency(a, out_dir: Path) -> dict:
     if failed is not None:
         raise RuntimeError(f"the stream failed: {failed}")
     all_lat = np.concatenate(lat) if lat else np.zeros(0)
-    rep = {"rate_tx_per_s": a.rate, "measured_s": a.seconds, "rows": int(all_lat.size),
+    rep = {"sink": sink_kind, "rate_tx_per_s": a.rate, "measured_s": a.seconds, "rows": int(all_lat.size),
            "writer_tx": int(done[1]) if len(done) > 1 else None,
            "writer_rate_tx_per_s": round(int(done[1]) / float(done[2]), 1) if len(done) > 2 else None,
            "latency_p50_s": round(float(np.percentile(all_lat, 50)), 3) if all_lat.size else None,
            "latency_p99_s": round(float(np.percentile(all_lat, 99)), 3) if all_lat.size else None,
            "latency_max_s": round(float(all_lat.max()), 3) if all_lat.size else None,
            "batches": len(sizes), "rows_per_batch_median": int(np.median(sizes)) if sizes else 0,
+           "batch_ms_median": _phases(progress), "foreach_batch_write_ms_median": _ms(write_s),
            "master": a.master, "load_avg_before": round(load_before, 1),
            "load_avg_after": round(os.getloadavg()[0], 1)}
     print(json.dumps(rep, indent=2))
-    (out_dir / "pipeline-stream-report.json").write_text(json.dumps(rep, indent=2))
+    (out_dir / f"pipeline-stream-{sink_kind}-progress.json").write_text(
+        json.dumps([{"batch": p.batchId, "at": p.timestamp, "rows": p.numInputRows, "ms": p.durationMs}
+                    for p in all_progress], indent=1))
+    (out_dir / f"pipeline-stream-{sink_kind}-report.json").write_text(json.dumps(rep, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     return rep
+
+
+def _ms(xs: list[float]) -> float | None:
+    import numpy as np
+
+    return round(float(np.median(xs)) * 1000, 1) if xs else None
+
+
+def _phases(progress) -> dict:
+    """Median milliseconds per phase of the measured micro-batches (Spark's own ``durationMs``:
+    latestOffset, queryPlanning, addBatch (the foreachBatch: the read and the write), walCommit,
+    commitOffsets, triggerExecution = the whole batch)."""
+    import numpy as np
+
+    keys = sorted({k for p in progress for k in p.durationMs})
+    return {k: float(np.median([p.durationMs.get(k, 0) for p in progress])) for k in keys}
