@@ -154,6 +154,47 @@ def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
                   f"transaction(s), {rep.updates} update(s) in {rep.seconds:.1f}s -> {rep.path}")
 
 
+@pipeline.command("stream")
+@click.argument("instance")
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Change table directory.")
+@click.option("--checkpoint", default=None, type=click.Path(file_okay=False),
+              help="Spark checkpoint directory (default TO/_checkpoint).")
+@click.option("--consumer", default="changes", show_default=True,
+              help="Name of the journal position this stream keeps (journal prune honours it).")
+@click.option("--max-transactions-per-batch", type=click.IntRange(min=1), default=None,
+              help="Cap a micro-batch (a stream starting far behind).")
+@click.option("--available-now", is_flag=True, help="Write what the journal holds now, then stop.")
+@click.option("--seconds", "seconds_s", type=Seconds(positive=True), default=None,
+              help="Stop after this many seconds (default: until interrupted).")
+@spark_options
+def stream_cmd(instance, to, checkpoint, consumer, max_transactions_per_batch, available_now, seconds_s, master,
+               confs, as_json):
+    """Keep a Parquet change table current from a live instance, about a third of a second behind.
+
+    Micro-batches back to back, each written as one Parquet file TO/batch=N/part-00000.parquet
+    (complete when it appears); a restart goes on from the checkpoint, each transaction once.
+    Example: multisite pipeline stream /data/A --to /lake/A-changes
+    """
+    from ..pipeline.stream_sink import stream_changes
+
+    _instance_not_archive(instance, "a stream follows a live instance")
+
+    def job(spark, progress):
+        return stream_changes(instance, to, checkpoint=checkpoint, consumer=consumer,
+                              max_transactions_per_batch=max_transactions_per_batch, available_now=available_now,
+                              seconds_s=seconds_s, spark=spark, progress=progress)
+
+    try:
+        rep = _run(as_json, master, confs, job)
+    except KeyboardInterrupt:
+        return
+    if as_json:
+        print_json(rep.to_dict())
+        return
+    console.print(f"streamed {rep.instance}: {rep.batches} batch(es), {rep.rows} row(s) in {rep.seconds:.1f}s "
+                  f"-> {rep.table}")
+
+
 @pipeline.command("snapshot")
 @click.argument("instance")
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="New snapshot directory.")

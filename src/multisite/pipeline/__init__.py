@@ -34,6 +34,7 @@ _LAZY = {
     "index_journal": ("journal_frames", "index_journal"),
     "JournalOffset": ("offsets", "JournalOffset"),
     "change_sink": ("stream_sink", "change_sink"),
+    "stream_changes": ("stream_sink", "stream_changes"),
 }
 
 __all__ = list(_LAZY)

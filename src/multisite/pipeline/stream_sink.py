@@ -13,14 +13,19 @@ complete or not at all. A batch replayed after a restart (Spark re-runs the last
 checkpoint with the same rows) replaces its own file, so every transaction lands once. Empty batches
 write nothing. Rows stay on the driver only for the batch's duration: size batches with the source's
 ``max_transactions_per_batch`` when a stream starts far behind.
+
+``stream_changes`` (``multisite pipeline stream DIR --to TABLE``) runs such a stream for users.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PipelineError
 from ..fsutil import ensure_dir, fsync_dir
 
 PART_NAME = "part-00000.parquet"
@@ -73,3 +78,57 @@ class ChangeSink:
 def change_sink(table: str | os.PathLike, **kw) -> ChangeSink:
     """A ``foreachBatch`` function writing each micro-batch to the Parquet change table ``table``."""
     return ChangeSink(table, **kw)
+
+
+@dataclass
+class StreamReport:
+    instance: str
+    table: str
+    checkpoint: str
+    batches: int
+    rows: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+STREAM_COLUMNS = ("seqno", "ord", "op", "region", "key_text", "value", "commit_time")
+
+
+def stream_changes(instance: str, table: str, *, checkpoint: str | None = None, consumer: str = "changes",
+                   max_transactions_per_batch: int | None = None, available_now: bool = False,
+                   seconds_s: float | None = None, spark=None, progress=None) -> StreamReport:
+    """Keep the Parquet change table ``table`` current from the live ``instance``: a ``readStream`` of
+    its journal, micro-batches back to back, each written by :class:`ChangeSink`. Runs until interrupted,
+    ``seconds_s`` elapse, or (``available_now``) what the journal holds at the start is written. The
+    checkpoint (default ``table/_checkpoint``: ``_``-prefixed, which readers skip) makes a restart go on
+    where the last run stopped; ``consumer`` names the position ``journal prune`` honours."""
+    from .env import session
+
+    spark = spark or session()
+    dest = Path(table).absolute()
+    ckpt = str(Path(checkpoint).absolute() if checkpoint else dest / "_checkpoint")
+    sink = ChangeSink(dest)
+    reader = spark.readStream.format("multisite").option("consumer", consumer)
+    if max_transactions_per_batch:
+        reader = reader.option("max_transactions_per_batch", max_transactions_per_batch)
+    writer = (reader.load(str(Path(instance).absolute())).select(*STREAM_COLUMNS).writeStream
+              .foreachBatch(sink).option("checkpointLocation", ckpt))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+    t0 = time.monotonic()
+    q = writer.start()
+    if progress:
+        progress(f"streaming {instance} -> {dest} (checkpoint {ckpt})")
+    try:
+        if available_now:
+            q.awaitTermination()
+        else:
+            q.awaitTermination(seconds_s) if seconds_s is not None else q.awaitTermination()
+    finally:
+        if q.isActive:
+            q.stop()
+    failed = q.exception()
+    if failed is not None:
+        raise PipelineError(f"the stream of {instance} into {dest} stopped: {failed}")
+    return StreamReport(str(instance), str(dest), ckpt, sink.batches, sink.rows, round(time.monotonic() - t0, 3))
