@@ -3,7 +3,7 @@ instance; a Spark ``readStream`` of the instance (``trigger(processingTime="0 se
 micro-batch as soon as the last is done) appends each micro-batch to a Parquet change table. For every
 row, the latency is the time its micro-batch's files were complete in the change table minus its
 ``commit_time`` (the transaction's commit time in the journal). Reports p50/p99/max over the measured
-seconds after a warm-up, the rows per batch, and the writer's achieved rate. Run through
+seconds after a warm-up (at least ``WARMUP_S`` and ``WARMUP_BATCHES`` micro-batches done), the rows per batch, and the writer's achieved rate. Run through
 ``bench/pipeline.py --figure stream``."""
 
 from __future__ import annotations
@@ -17,18 +17,22 @@ import time
 from pathlib import Path
 
 WARMUP_S = 10.0
+WARMUP_BATCHES = 3  # and at least this many micro-batches done: Spark's first batch starts its Python
+WARMUP_MAX_S = 240.0  # workers, which on a loaded machine takes tens of seconds and a backlog to catch up
 
 WRITER = r"""
-import sys, time
+import os, sys, time
 import multisite
-root, rate, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+root, rate, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 with multisite.open(root) as db:
-    t0 = time.monotonic(); i = 0
+    t0 = time.monotonic(); i = 0; checked = 0.0
     print("ready", flush=True)
     while True:
         now = time.monotonic() - t0
-        if now > seconds:
-            break
+        if now - checked > 0.1:
+            checked = now
+            if os.path.exists(stop):
+                break
         due = int(now * rate)
         while i < due:
             with db.transaction() as tx:
@@ -91,12 +95,18 @@ def stream_latency(a, out_dir: Path, sink_kind: str = "arrow") -> dict:
          .select("seqno", "ord", "op", "region", "key_text", "value", "commit_time")
          .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(work / "ckpt"))
          .trigger(processingTime="0 seconds").start())
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(a.rate), str(WARMUP_S + a.seconds)],
+    stop = work / "stop-writer"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(a.rate), str(stop)],
                               stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         writer.stdout.readline()
-        time.sleep(WARMUP_S)
+        t_w = time.time()
+        while time.time() - t_w < WARMUP_MAX_S and (time.time() - t_w < WARMUP_S or len(write_s) < WARMUP_BATCHES):
+            time.sleep(0.2)
         t_start[0] = time.time()
+        warmup_s = t_start[0] - t_w
+        time.sleep(a.seconds)
+        stop.touch()
         done = writer.stdout.readline().split()
         time.sleep(3)  # the last commits reach the table
     finally:
@@ -112,7 +122,7 @@ def stream_latency(a, out_dir: Path, sink_kind: str = "arrow") -> dict:
     if failed is not None:
         raise RuntimeError(f"the stream failed: {failed}")
     all_lat = np.concatenate(lat) if lat else np.zeros(0)
-    rep = {"sink": sink_kind, "rate_tx_per_s": a.rate, "measured_s": a.seconds, "rows": int(all_lat.size),
+    rep = {"sink": sink_kind, "rate_tx_per_s": a.rate, "measured_s": a.seconds, "warmup_s": round(warmup_s, 1), "rows": int(all_lat.size),
            "writer_tx": int(done[1]) if len(done) > 1 else None,
            "writer_rate_tx_per_s": round(int(done[1]) / float(done[2]), 1) if len(done) > 2 else None,
            "latency_p50_s": round(float(np.percentile(all_lat, 50)), 3) if all_lat.size else None,
