@@ -100,6 +100,19 @@ def _instance_or_archive(path: str) -> None:
         _instance(path)
 
 
+def _run_following(as_json: bool, master, confs, job):
+    """``_run`` for a job that may run until Ctrl-C (export --follow, stream): None when interrupted or
+    when the report was printed as JSON, else the report for the command to print."""
+    try:
+        rep = _run(as_json, master, confs, job)
+    except KeyboardInterrupt:
+        return None
+    if as_json:
+        print_json(rep.to_dict())
+        return None
+    return rep
+
+
 def _run(as_json: bool, master, confs, job):
     progress = Progress(as_json)
     try:
@@ -140,12 +153,8 @@ def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
         return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress,
                       archive=archive)
 
-    try:
-        rep = _run(as_json, master, confs, job)
-    except KeyboardInterrupt:
-        return
-    if as_json:
-        print_json(rep.to_dict())
+    rep = _run_following(as_json, master, confs, job)
+    if rep is None:
         return
     if rep.retracted_from is not None:
         console.print(f"rollback: retracted {rep.retracted_transactions} transaction(s) after seqno "
@@ -184,12 +193,8 @@ def stream_cmd(instance, to, checkpoint, consumer, max_transactions_per_batch, a
                               max_transactions_per_batch=max_transactions_per_batch, available_now=available_now,
                               seconds_s=seconds_s, spark=spark, progress=progress)
 
-    try:
-        rep = _run(as_json, master, confs, job)
-    except KeyboardInterrupt:
-        return
-    if as_json:
-        print_json(rep.to_dict())
+    rep = _run_following(as_json, master, confs, job)
+    if rep is None:
         return
     console.print(f"streamed {rep.instance}: {rep.batches} batch(es), {rep.rows} row(s) in {rep.seconds:.1f}s "
                   f"-> {rep.table}")
