@@ -102,6 +102,8 @@ def stream_latency(a, out_dir: Path, sink_kind: str = "arrow") -> dict:
         writer.stdout.readline()
         t_w = time.time()
         while time.time() - t_w < WARMUP_MAX_S and (time.time() - t_w < WARMUP_S or len(write_s) < WARMUP_BATCHES):
+            if not q.isActive:  # it failed (q.exception() below says why)
+                break
             time.sleep(0.2)
         t_start[0] = time.time()
         warmup_s = t_start[0] - t_w
