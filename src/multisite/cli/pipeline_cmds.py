@@ -178,7 +178,7 @@ def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
 @spark_options
 def stream_cmd(instance, to, checkpoint, consumer, max_transactions_per_batch, available_now, seconds_s, master,
                confs, as_json):
-    """Keep a Parquet change table current from a live instance, about a third of a second behind.
+    """Keep a Parquet change table current from a live instance, a micro-batch or two behind.
 
     Micro-batches back to back, each written as one Parquet file TO/batch=N/part-00000.parquet
     (complete when it appears); a restart goes on from the checkpoint, each transaction once.

@@ -12,7 +12,7 @@ Nothing here imports pyspark until it is used, so ``import multisite`` stays lig
     pipeline.fold("/data/A", "/data/B", 1001, 5000)  # bring B from 1000 to 5000 in bulk
     pipeline.journal_df(spark, "/data/A")            # the journal's rows at Parquet speed (its index)
     (spark.readStream.format("multisite").load("/data/A").writeStream   # a change table kept current,
-     .foreachBatch(pipeline.change_sink("/lake/A-changes"))             # about 0.3 s behind
+     .foreachBatch(pipeline.change_sink("/lake/A-changes"))             # a batch or two behind
      .option("checkpointLocation", "/lake/A-ckpt").trigger(processingTime="0 seconds").start())
 
 See ``DESIGN.md`` beside this file for how each works.
