@@ -1,11 +1,12 @@
 """A low-latency sink for streams of the journal: each micro-batch written to Parquet with pyarrow.
 
 ``writeStream.foreachBatch(change_sink("/lake/A-changes"))`` keeps a Parquet change table current
-from ``spark.readStream.format("multisite")``. Why not ``df.write.parquet`` in ``foreachBatch``: that
-runs Spark's file-commit protocol per micro-batch (job and task commit, a temporary directory, renames,
-``_SUCCESS``), which on a stream of a few hundred rows per batch costs more than reading them. Here the
-batch's rows come to the driver as Arrow (``DataFrame.toArrow``: the batch's one Spark job, the source
-read) and pyarrow writes them as one file, ``<table>/batch=<id, 8 digits>/part-00000.parquet``.
+from ``spark.readStream.format("multisite")``. Rather than ``df.write.parquet`` in ``foreachBatch``
+(Spark's file-commit protocol per micro-batch: job and task commit, a temporary directory, renames,
+``_SUCCESS``, and a rewrite of the batch directory on replay), the batch's rows come to the driver as
+Arrow (``DataFrame.toArrow``: the batch's one Spark job, the source read) and pyarrow writes them as one
+file, ``<table>/batch=<id, 8 digits>/part-00000.parquet``: one file a batch, complete when it appears,
+at about the same cost (the batch's time is the read job's; bench/RESULTS.md).
 
 The file is written under a hidden temporary name (``.``-prefixed: Spark, pyarrow and pandas readers
 skip it), fsynced, then renamed into place and the directory fsynced: a reader sees a batch's file
