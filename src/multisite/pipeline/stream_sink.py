@@ -6,7 +6,7 @@ from ``spark.readStream.format("multisite")``. Rather than ``df.write.parquet`` 
 ``_SUCCESS``, and a rewrite of the batch directory on replay), the batch's rows come to the driver as
 Arrow (``DataFrame.toArrow``: the batch's one Spark job, the source read) and pyarrow writes them as one
 file, ``<table>/batch=<id, 8 digits>/part-00000.parquet``: one file a batch, complete when it appears,
-at about the same cost (the batch's time is the read job's; bench/RESULTS.md).
+measured faster in most same-run comparisons (bench/RESULTS.md; the batch's time is mostly the read job).
 
 The file is written under a hidden temporary name (``.``-prefixed: Spark, pyarrow and pandas readers
 skip it), fsynced, then renamed into place and the directory fsynced: a reader sees a batch's file
