@@ -147,13 +147,17 @@ def main() -> None:
                          "cluster: export on a 2-worker standalone cluster from the S3 archive vs local[*]")
     ap.add_argument("--rate", type=int, default=1000, help="stream: transactions per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="stream: measured seconds (after a warm-up)")
+    ap.add_argument("--stream-sinks", default="arrow,spark",
+                    help="stream: the sinks to measure one after the other, same run: arrow (pipeline.change_sink, "
+                         "the supported path) and spark (df.write.parquet in foreachBatch, the baseline)")
     ap.add_argument("--scans-only", action="store_true", help="scan: stop after the scan figures")
     a = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     if a.figure in ("stream", "all"):
         from pipeline_stream import stream_latency
 
-        stream_latency(a, OUT)
+        for kind in a.stream_sinks.split(","):
+            stream_latency(a, OUT, kind)
     if a.figure in ("cluster", "all"):
         from pipeline_cluster import cluster_export
 

@@ -101,3 +101,40 @@ def test_the_tail_walker_walks_on_from_where_it_stopped_and_starts_over_after_a_
             db.set("log", (i,), f"new-{i}")
         assert w.bounds() == journal_bounds(str(root)) == (1, 25)
         assert w.crc(20) == frame_crc(str(root), 20) != old20  # another transaction at seqno 20
+
+
+def test_a_stream_batch_planned_from_the_walkers_last_frame_is_the_same_as_from_the_segments_start(tmp_path):
+    """Each batch starts after the previous one's end: the walker knows where that frame is, so
+    planning walks from there (not from the segment's start) and gives the same chunks, across
+    segment changes; a hint that does not name frame ``lo`` is ignored, and so is one after a rollback."""
+    import multisite
+    from multisite.pipeline.plan import TailWalker, chunks, instance_ref
+
+    root = multisite.create(tmp_path / "A", name="A", durability="none", segment_bytes=16 * 1024)
+    w = TailWalker(str(root))
+    hinted = 0
+    with multisite.open(root) as db:
+        db.create_region("log")
+        ref = instance_ref(str(root))
+        end = w.bounds()[1]
+        for step in range(12):
+            for i in range(23):
+                db.set("log", (step, i), "x" * 100)
+            lo, hi = end + 1, w.bounds()[1]
+            at = w.start_after(lo - 1)
+            hinted += at is not None
+            plain = chunks(ref, lo, hi, strict_start=True, index="auto")
+            assert chunks(ref, lo, hi, strict_start=True, index="auto", start_at=at) == plain
+            end = hi
+        assert hinted >= 10  # only the very first batch (nothing walked yet) plans without one
+        lo = end + 1
+        for i in range(5):
+            db.set("log", ("z", i), "y")
+        hi = w.bounds()[1]
+        seg, off, seq = w.start_after(lo - 1)
+        plain = chunks(ref, lo, hi, strict_start=True, index="auto")
+        for bad in ((seg, off + 1, seq), (seg, off, seq + 1), (seg + 7, off, seq)):
+            assert chunks(ref, lo, hi, strict_start=True, index="auto", start_at=bad) == plain
+        db.rollback(lo - 3)
+        db.set("log", ("after",), "rollback")
+        assert w.start_after(lo - 1) is None  # the remembered frame is gone

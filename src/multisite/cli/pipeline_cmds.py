@@ -100,6 +100,19 @@ def _instance_or_archive(path: str) -> None:
         _instance(path)
 
 
+def _run_following(as_json: bool, master, confs, job):
+    """``_run`` for a job that may run until Ctrl-C (export --follow, stream): None when interrupted or
+    when the report was printed as JSON, else the report for the command to print."""
+    try:
+        rep = _run(as_json, master, confs, job)
+    except KeyboardInterrupt:
+        return None
+    if as_json:
+        print_json(rep.to_dict())
+        return None
+    return rep
+
+
 def _run(as_json: bool, master, confs, job):
     progress = Progress(as_json)
     try:
@@ -140,18 +153,51 @@ def export_cmd(instance, to, archive, follow, interval, master, confs, as_json):
         return export(instance, to, follow=follow, interval_s=interval, spark=spark, progress=progress,
                       archive=archive)
 
-    try:
-        rep = _run(as_json, master, confs, job)
-    except KeyboardInterrupt:
-        return
-    if as_json:
-        print_json(rep.to_dict())
+    rep = _run_following(as_json, master, confs, job)
+    if rep is None:
         return
     if rep.retracted_from is not None:
         console.print(f"rollback: retracted {rep.retracted_transactions} transaction(s) after seqno "
                       f"{rep.retracted_from}")
     console.print(f"exported {rep.instance} seqnos {rep.from_seqno}..{rep.to_seqno}: {rep.transactions} "
                   f"transaction(s), {rep.updates} update(s) in {rep.seconds:.1f}s -> {rep.path}")
+
+
+@pipeline.command("stream")
+@click.argument("instance")
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Change table directory.")
+@click.option("--checkpoint", default=None, type=click.Path(file_okay=False),
+              help="Spark checkpoint directory (default TO/_checkpoint).")
+@click.option("--consumer", default="changes", show_default=True,
+              help="Name of the journal position this stream keeps (journal prune honours it).")
+@click.option("--max-transactions-per-batch", type=click.IntRange(min=1), default=None,
+              help="Cap a micro-batch (a stream starting far behind).")
+@click.option("--available-now", is_flag=True, help="Write what the journal holds now, then stop.")
+@click.option("--seconds", "seconds_s", type=Seconds(positive=True), default=None,
+              help="Stop after this many seconds (default: until interrupted).")
+@spark_options
+def stream_cmd(instance, to, checkpoint, consumer, max_transactions_per_batch, available_now, seconds_s, master,
+               confs, as_json):
+    """Keep a Parquet change table current from a live instance, a micro-batch or two behind.
+
+    Micro-batches back to back, each written as one Parquet file TO/batch=N/part-00000.parquet
+    (complete when it appears); a restart goes on from the checkpoint, each transaction once.
+    Example: multisite pipeline stream /data/A --to /lake/A-changes
+    """
+    from ..pipeline.stream_sink import stream_changes
+
+    _instance_not_archive(instance, "a stream follows a live instance")
+
+    def job(spark, progress):
+        return stream_changes(instance, to, checkpoint=checkpoint, consumer=consumer,
+                              max_transactions_per_batch=max_transactions_per_batch, available_now=available_now,
+                              seconds_s=seconds_s, spark=spark, progress=progress)
+
+    rep = _run_following(as_json, master, confs, job)
+    if rep is None:
+        return
+    console.print(f"streamed {rep.instance}: {rep.batches} batch(es), {rep.rows} row(s) in {rep.seconds:.1f}s "
+                  f"-> {rep.table}")
 
 
 @pipeline.command("snapshot")

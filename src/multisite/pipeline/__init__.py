@@ -11,6 +11,9 @@ Nothing here imports pyspark until it is used, so ``import multisite`` stays lig
     pipeline.verify("/data/A", "/data/B")            # keys that differ
     pipeline.fold("/data/A", "/data/B", 1001, 5000)  # bring B from 1000 to 5000 in bulk
     pipeline.journal_df(spark, "/data/A")            # the journal's rows at Parquet speed (its index)
+    (spark.readStream.format("multisite").load("/data/A").writeStream   # a change table kept current,
+     .foreachBatch(pipeline.change_sink("/lake/A-changes"))             # a batch or two behind
+     .option("checkpointLocation", "/lake/A-ckpt").trigger(processingTime="0 seconds").start())
 
 See ``DESIGN.md`` beside this file for how each works.
 """
@@ -30,6 +33,8 @@ _LAZY = {
     "journal_df": ("journal_frames", "journal_df"),
     "index_journal": ("journal_frames", "index_journal"),
     "JournalOffset": ("offsets", "JournalOffset"),
+    "change_sink": ("stream_sink", "change_sink"),
+    "stream_changes": ("stream_sink", "stream_changes"),
 }
 
 __all__ = list(_LAZY)

@@ -259,14 +259,29 @@ class TailWalker:
     def crc(self, seqno: int) -> int | None:
         """``frame_crc`` of ``seqno``, without a walk when it is the last frame of this walk or of one of
         the ``RECENT_MARKS`` walks before (a stream's previous batch end), still where it was."""
+        m = self._held_mark(seqno)
+        return m[0].crc if m is not None else frame_crc(self.path, seqno)
+
+    def start_after(self, seqno: int) -> tuple[int, int, int] | None:
+        """``(segment index, offset, seqno + 1)``: where the frame after ``seqno`` begins, when ``seqno``
+        ends a recent walk still in place (a stream's batch starts after its previous batch's end), so
+        that planning the batch (``chunks(start_at=...)``) need not walk the segment's headers from its
+        start; None when not known."""
+        m = self._held_mark(seqno)
+        return None if m is None else (m[0].segment, m[0].offset + m[1], seqno + 1)
+
+    def _held_mark(self, seqno: int) -> tuple[_Mark, int] | None:
+        """The remembered mark of ``seqno`` and its frame's total size, if the segment still holds it."""
         m = self.mark if self.mark is not None and self.mark.seqno == seqno else self.recent.get(seqno)
-        if m is not None:
-            info = next((i for i in list_segments(Layout.existing(self.path).journal) if i.index == m.segment), None)
-            if info is not None:
-                with SegmentView(info) as view:
-                    if self._holds(view, m):
-                        return m.crc
-        return frame_crc(self.path, seqno)
+        if m is None:
+            return None
+        info = next((i for i in list_segments(Layout.existing(self.path).journal) if i.index == m.segment), None)
+        if info is None:
+            return None
+        with SegmentView(info) as view:
+            if not self._holds(view, m):
+                return None
+            return m, parse_header(view.buf, m.offset).total
 
     @staticmethod
     def _holds(view: SegmentView, m: _Mark) -> bool:
@@ -277,12 +292,18 @@ class TailWalker:
 
 
 def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUNK_BYTES,
-           strict_start: bool = False, index: str = "read", index_min_bytes: int = INDEX_MIN_BYTES) -> list[Chunk]:
+           strict_start: bool = False, index: str = "read", index_min_bytes: int = INDEX_MIN_BYTES,
+           start_at: tuple[int, int, int] | None = None) -> list[Chunk]:
     """Chunks covering seqnos ``[lo, hi]`` (``hi`` None = to the end now) of one instance's journal.
 
     ``strict_start`` (streams, exports) raises JournalGap when ``lo`` was pruned, instead of starting
     at the oldest record kept. ``index`` (see ``segment_index``): ``auto`` reads valid pieces and asks
     for pieces of the runs it decodes, ``read`` only reads pieces, ``off`` ignores them.
+
+    ``start_at`` (``TailWalker.start_after``): ``(segment index, offset, seqno)`` of the frame ``lo``,
+    so the walk of that segment starts there rather than at the segment's start (same chunks: the walk
+    is frame by frame either way); taken only if the frame there is seqno ``lo`` (header CRC checked)
+    and no valid index piece spans the offset.
 
     An instance with an archive (``ref.archive``) is read from the archive up to the archive's end,
     and from its directory (if given) past it.
@@ -306,7 +327,7 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
                              f"{ref.archive} (it ends at {a_last}) nor in its journal (it starts at {first}): archive "
                              f"before pruning (multisite journal archive)")
         return out + chunks(live, start, hi, chunk_bytes=chunk_bytes, strict_start=strict_start, index=index,
-                            index_min_bytes=index_min_bytes)
+                            index_min_bytes=index_min_bytes, start_at=start_at)
     lay = Layout.existing(ref.path)
     infos = list_segments(lay.journal)
     if strict_start and lo < infos[0].first_seqno:
@@ -326,9 +347,10 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
             break
         sealed = info.index != last_index
         with SegmentView(info) as view:
+            hint = start_at[1:] if start_at is not None and start_at[0] == info.index and start_at[2] == lo else None
             out.extend(_segment_chunks(ref.name, info, view, sealed, lo, hi, pieces.get(info.index, []),
-                                       chunk_bytes=chunk_bytes,
-                                       write=index == "auto", min_bytes=0 if sealed else index_min_bytes))
+                                       chunk_bytes=chunk_bytes, write=index == "auto",
+                                       min_bytes=0 if sealed else index_min_bytes, start=hint))
     return out
 
 
@@ -370,10 +392,12 @@ def archive_chunks(name: str, url: str, man: dict, lo: int, hi: int | None, *, c
 
 
 def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: int, hi: int | None,
-                    pieces: list, *, chunk_bytes: int, write: bool, min_bytes: int) -> list[Chunk]:
+                    pieces: list, *, chunk_bytes: int, write: bool, min_bytes: int,
+                    start: tuple[int, int] | None = None) -> list[Chunk]:
     """Walk one segment from its start: a valid piece where one begins, else frame headers up to the
     next piece (cut into chunks of ``chunk_bytes``), so that chunks, and the pieces written from them,
-    never overlap."""
+    never overlap. ``start``: ``(offset, seqno)`` of the frame ``lo``, to walk from there instead (see
+    ``chunks``)."""
     valid: dict[int, tuple] = {}  # start offset -> (key, path, end offset)
     for sc, p in pieces:
         end = sc.matches(view.buf, view.size)
@@ -383,6 +407,8 @@ def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: in
     path = str(info.path)
     out: list[Chunk] = []
     pos, seq = SEGMENT_HEADER_SIZE, info.first_seqno
+    if start is not None and _frame_is(view, *start) and not any(s < start[0] < v[2] for s, v in valid.items()):
+        pos, seq = start
 
     def emit(cur) -> None:  # cur = [offset, first, last, end]
         nbytes = cur[3] - cur[0]
@@ -422,6 +448,13 @@ def _segment_chunks(instance: str, info, view: SegmentView, sealed: bool, lo: in
         if not moved:  # the end of the frames (or a torn tail) is reached
             break
     return out
+
+
+def _frame_is(view: SegmentView, offset: int, seqno: int) -> bool:
+    if view.size - offset < FRAME_HEADER_SIZE:
+        return False
+    hdr = parse_header(view.buf, offset)
+    return hdr is not None and hdr.seqno == seqno
 
 
 def group_chunks(cs: list[Chunk], partition_bytes: int, min_partitions: int, *,

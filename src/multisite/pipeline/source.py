@@ -122,9 +122,10 @@ class _Common:
         self.partition_bytes = _int_option(options, "partition_bytes", PARTITION_BYTES)
         self.min_partitions = _int_option(options, "min_partitions", os.cpu_count() or 2)
 
-    def _parts(self, ref: InstanceRef, lo: int, hi: int | None, strict: bool) -> list[ChunkPartition]:
+    def _parts(self, ref: InstanceRef, lo: int, hi: int | None, strict: bool,
+               start_at: tuple[int, int, int] | None = None) -> list[ChunkPartition]:
         cs = chunks(ref, lo, hi, chunk_bytes=self.chunk_bytes, strict_start=strict, index=self.index,
-                    index_min_bytes=self.index_min_bytes)
+                    index_min_bytes=self.index_min_bytes, start_at=start_at)
         return [ChunkPartition(g, self.regions, ref.region_schemas, self.fields)
                 for g in group_chunks(cs, self.partition_bytes, self.min_partitions, chunk_bytes=self.chunk_bytes)]
 
@@ -287,8 +288,9 @@ class JournalStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvaila
         parts: list[ChunkPartition] = []
         for ref in self.refs:
             lo, hi = a.get(ref.name, 0) + 1, b.get(ref.name, 0)
-            if hi >= lo:
-                parts.extend(self._parts(ref, lo, hi, strict=True))
+            if hi >= lo:  # the batch starts after the last one's end, whose place the walker knows
+                at = self._walkers[ref.name].start_after(lo - 1)
+                parts.extend(self._parts(ref, lo, hi, strict=True, start_at=at))
         return parts
 
     def read(self, partition):

@@ -1,0 +1,63 @@
+"""The change-table sink of streams (``pipeline.change_sink``) without Spark: what a reader of the
+table sees, a replayed batch, empty batches."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from multisite.errors import ConfigError  # noqa: E402
+from multisite.pipeline.stream_sink import PART_NAME, ChangeSink  # noqa: E402
+
+
+def _rows(lo: int, hi: int):
+    return pa.table({"seqno": pa.array(range(lo, hi + 1), pa.int64()),
+                     "key_text": pa.array([f'["k",{i}]' for i in range(lo, hi + 1)])})
+
+
+def test_each_batch_is_one_complete_file_named_by_its_batch_id(tmp_path):
+    sink = ChangeSink(tmp_path / "t")
+    sink.write(_rows(1, 5), 0)
+    sink.write(_rows(6, 9), 1)
+    assert sorted(p.relative_to(tmp_path / "t").as_posix() for p in (tmp_path / "t").rglob("*")
+                  if p.is_file()) == [f"batch=00000000/{PART_NAME}", f"batch=00000001/{PART_NAME}"]
+    got = pq.read_table(tmp_path / "t")  # the hive layout gives the batch column
+    assert sorted(got.column("seqno").to_pylist()) == list(range(1, 10))
+    assert (sink.rows, sink.batches) == (9, 2)
+
+
+def test_a_replayed_batch_replaces_its_own_file_so_rows_land_once(tmp_path):
+    sink = ChangeSink(tmp_path / "t")
+    sink.write(_rows(1, 5), 0)
+    sink.write(_rows(1, 5), 0)  # Spark re-runs the last planned batch after a restart
+    assert sorted(pq.read_table(tmp_path / "t").column("seqno").to_pylist()) == [1, 2, 3, 4, 5]
+
+
+def test_an_empty_batch_writes_nothing(tmp_path):
+    sink = ChangeSink(tmp_path / "t")
+    assert sink.write(_rows(1, 0), 3) is None
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+
+
+def test_a_failed_write_leaves_no_file_for_readers(tmp_path, monkeypatch):
+    sink = ChangeSink(tmp_path / "t")
+
+    def boom(fd):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        sink.write(_rows(1, 3), 0)
+    monkeypatch.undo()
+    assert [p.name for p in (tmp_path / "t" / "batch=00000000").iterdir()] == []
+
+
+def test_a_table_path_that_is_a_file_is_refused_by_name(tmp_path):
+    f = tmp_path / "t"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match=str(f)):
+        ChangeSink(f)
