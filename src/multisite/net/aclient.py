@@ -126,7 +126,7 @@ class AsyncRemoteDatabase:
         self._waiting.append((rid, op, fut))
         self._transport.write(frame)
         if self._protocol.drained is not None:  # over the write buffer's limit: wait until it drains
-            await self._protocol.drained
+            await asyncio.shield(self._protocol.drained)  # a cancelled caller must not cancel the others
         return result_of(await fut)
 
     # -- the Database API, awaited -------------------------------------------------------------------
