@@ -43,3 +43,41 @@ def test_cancelling_one_caller_waiting_for_the_write_buffer_leaves_the_other_cal
     others, later_cancelled = asyncio.run(main())
     assert others == 0, f"{others} other callers were cancelled with the one cancelled"
     assert not later_cancelled, "a call made after the cancellation was cancelled at once"
+
+
+def test_a_connection_the_server_closes_at_once_fails_the_first_call_instead_of_hanging():
+    # The server closes as it accepts (a limit, a gate it cannot make, a stop): the end of the
+    # connection can arrive before aconnect has its database object; the calls then must fail.
+    import threading
+
+    from multisite.errors import ConnectionLost
+
+    lsock = socket.create_server(("127.0.0.1", 0), backlog=64)
+
+    def accept_and_close() -> None:
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            c.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+
+    async def main() -> int:
+        hung = 0
+        for _ in range(100):
+            db = await multisite.aconnect(f"127.0.0.1:{lsock.getsockname()[1]}")
+            try:
+                await asyncio.wait_for(db.get("r", ("k",)), 1)
+            except ConnectionLost:
+                pass
+            except TimeoutError:
+                hung += 1
+        return hung
+
+    try:
+        hung = asyncio.run(main())
+    finally:
+        lsock.close()
+    assert hung == 0, f"{hung} of 100 first calls hung on a connection already closed"
