@@ -91,6 +91,8 @@ class AsyncRemoteDatabase:
         self._error: BaseException | None = None  # what broke the connection (an ssl.SSLError: TLS refused)
         self.user: dict | None = None  # the server's answer to hello: user, role, by
         protocol.db = self
+        if protocol.closed.done():  # the connection ended before this object existed to hear it
+            self._fail(f"instance server at {address} closed the connection")
 
     def _reply(self, msg: object) -> None:
         """One reply read: it answers the oldest request in flight (RemoteProtocolError otherwise)."""
@@ -126,7 +128,7 @@ class AsyncRemoteDatabase:
         self._waiting.append((rid, op, fut))
         self._transport.write(frame)
         if self._protocol.drained is not None:  # over the write buffer's limit: wait until it drains
-            await self._protocol.drained
+            await asyncio.shield(self._protocol.drained)  # a cancelled caller must not cancel the others
         return result_of(await fut)
 
     # -- the Database API, awaited -------------------------------------------------------------------
