@@ -81,3 +81,30 @@ def test_a_connection_the_server_closes_at_once_fails_the_first_call_instead_of_
     finally:
         lsock.close()
     assert hung == 0, f"{hung} of 100 first calls hung on a connection already closed"
+
+
+def test_close_returns_when_the_server_never_reads_what_is_still_buffered():
+    # close() fails what is pending, then lets the transport flush: against a peer that reads nothing the
+    # flush never ends, so close() gives it CLOSE_FLUSH_S and then drops the connection.
+    from multisite.net import aclient
+
+    async def main() -> None:
+        lsock = socket.create_server(("127.0.0.1", 0))
+        conn = None
+        try:
+            db = await multisite.aconnect(f"127.0.0.1:{lsock.getsockname()[1]}")
+            conn, _ = lsock.accept()  # never reads
+            tasks = [asyncio.create_task(db.set("r", (i,), b"x" * (512 * 1024))) for i in range(40)]
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if db._protocol.drained is not None:
+                    break
+            assert db._protocol.drained is not None, "the client's write buffer never went over its limit"
+            await asyncio.wait_for(db.close(), aclient.CLOSE_FLUSH_S + 5)  # before: never returned
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            if conn is not None:
+                conn.close()
+            lsock.close()
+
+    asyncio.run(main())

@@ -32,6 +32,7 @@ from .client import WireUpdates, _document, client_tls_context, result_of
 from .tls import parse_hostport
 
 UPDATE_OPS = {"set": SET, "kill": KILL, "zkill": ZKILL}
+CLOSE_FLUSH_S = 2.0  # how long close() lets buffered requests go out before it drops the connection
 
 
 class _Replies(asyncio.Protocol):
@@ -177,8 +178,14 @@ class AsyncRemoteDatabase:
         return AsyncTransaction(self)
 
     async def close(self) -> None:
+        """Fail what is pending and close; bytes still buffered get ``CLOSE_FLUSH_S`` to be sent (a peer
+        that reads nothing would hold the close forever), then the connection is dropped."""
         self._fail("closed by this client")
-        await self._protocol.closed
+        try:
+            await asyncio.wait_for(asyncio.shield(self._protocol.closed), CLOSE_FLUSH_S)
+        except asyncio.TimeoutError:
+            self._transport.abort()
+            await self._protocol.closed
 
     async def __aenter__(self) -> "AsyncRemoteDatabase":
         return self
