@@ -325,11 +325,24 @@ def request_cpu_ms(work: Path, n: int) -> dict:
         shutil.rmtree(b, ignore_errors=True)
 
 
+def fs_type(path: Path) -> str:
+    """The file system type of ``path`` (from /proc/mounts: the longest mount point above it)."""
+    best, kind = "", "unknown"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _dev, mnt, fstype, *_ = line.split()
+        if str(path.resolve()).startswith(mnt.rstrip("/") + "/") and len(mnt) > len(best):
+            best, kind = mnt, fstype
+    return kind
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds; prints only")
     ap.add_argument("--rounds", type=int, help=f"rounds (each runs every configuration once; default {ROUNDS})")
     ap.add_argument("--seconds", type=float, help=f"measured seconds of a configuration in a round (default {ROUND_S:g})")
+    ap.add_argument("--work", type=Path, default=HERE / "out" / "ops",
+                    help="folder for the rounds' instances (default bench/out/ops); a tmpfs such as /dev/shm/ops "
+                         "takes the disk's fdatasync noise out of the rates, leaving the CPU the parts cost")
     ap.add_argument("--poll", help=argparse.SUPPRESS)  # the scraper and page poller of a round, as a process
     a = ap.parse_args()
     if a.poll:
@@ -338,7 +351,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rounds, seconds, scrapes = (3, 2.0, 50) if a.quick else (ROUNDS, ROUND_S, SCRAPES)
     rounds, seconds = a.rounds or rounds, a.seconds or seconds
-    work = HERE / "out" / "ops"
+    work = a.work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     load0 = os.getloadavg()
@@ -414,7 +427,7 @@ def main() -> None:
 ## Operating it: metrics and dashboard (`bench/ops.py`, issue 17)
 
 Run {started} on commit {git_state()}: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};
-load average {load0[0]:.1f} before, {load_mid[0]:.1f} after the commit rounds, {load1[0]:.1f} at the end. **The machine is
+instances in {work} ({fs_type(work)}); load average {load0[0]:.1f} before, {load_mid[0]:.1f} after the commit rounds, {load1[0]:.1f} at the end. **The machine is
 shared with other engineers' work (2 cores): the rates carry their noise; per-round figures are below.**
 
 **Commit rate with vs without** (a group-durability primary replicating to a secondary, {CLIENTS} client threads,
