@@ -362,3 +362,16 @@ def test_a_connection_that_does_not_authenticate_in_time_is_closed_and_one_that_
             assert _ask(s, [2, "get", {}]) == [2, True, "get"]  # authenticated: no longer bound
     finally:
         lis.close()
+
+
+def test_a_tls_client_closing_its_side_gets_the_servers_close_notify(inst, pki, server):
+    """A TLS client's close sends close_notify and waits for the server's (asyncio waits up to 30 s, then
+    gives up): the server answers it and ends the connection."""
+    import ssl
+
+    addr = server(tls=_tls(pki))
+    host, port = addr.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(pki["ca_cert"]))
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        tls = ctx.wrap_socket(raw, server_hostname=host)
+        tls.unwrap()  # before: the server never answered, a TimeoutError after 10 s

@@ -135,6 +135,7 @@ class _TLS:
         self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self._in, self._out, server_side=True)
         self.done = False
+        self.peer_closed = False  # the client sent its close_notify: it is done with this connection
 
     def receive(self, data: bytes) -> tuple[bytes, bytes]:
         """Received bytes in; (plain bytes for the protocol, TLS bytes to send). ssl.SSLError when the
@@ -150,14 +151,26 @@ class _TLS:
         while True:
             try:
                 chunk = self.obj.read(1 << 17)
-            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            except ssl.SSLWantReadError:
                 break
-            if not chunk:
+            except ssl.SSLZeroReturnError:
+                self.peer_closed = True
+                break
+            if not chunk:  # what an SSLObject's read gives once the peer's close_notify has come
+                self.peer_closed = True
                 break
             chunks.append(chunk)
         return b"".join(chunks), self._out.read()
 
     def pending(self) -> bytes:
+        return self._out.read()
+
+    def close_notify(self) -> bytes:
+        """Our close_notify, answering the client's (its TLS close waits for it, else for its timeout)."""
+        try:
+            self.obj.unwrap()
+        except ssl.SSLError:
+            pass
         return self._out.read()
 
     def send(self, data: bytes) -> bytes:
@@ -327,6 +340,12 @@ class ClientListener:
             return None
         if out:
             conn.transport.write(out)
+        if conn.tls.peer_closed:  # the client closed its side: answer in kind and end the connection
+            conn.transport.write(conn.tls.close_notify())
+            conn.ending = True
+            conn.session.drop_waiting()
+            conn.transport.close()
+            return None
         if conn.gate is None and conn.tls.done:
             if conn.handshake_timer is not None:
                 conn.handshake_timer.cancel()
