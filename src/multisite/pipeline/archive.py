@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 def transient(message: str) -> bool:
     """Whether an object store's error is one that passes (the network, a 5xx, throttling), as opposed to
     one that stays until someone acts (no such bucket, access denied, a bad key)."""
-    m = message.lower()
+    m = re.sub(r"'[^']*'", "''", message).lower()  # not the words of the key or bucket it quotes
     return any(t.lower() in m for t in TRANSIENT)
 
 
