@@ -4,6 +4,7 @@ table sees, a replayed batch, empty batches."""
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -46,8 +47,12 @@ def test_an_empty_batch_writes_nothing(tmp_path):
 def test_a_failed_write_leaves_no_file_for_readers(tmp_path, monkeypatch):
     sink = ChangeSink(tmp_path / "t")
 
-    def boom(fd):
-        raise OSError("disk gone")
+    real = os.fsync
+
+    def boom(fd):  # the batch file's fsync fails (a directory's would fail before the file is written)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("disk gone")
+        real(fd)
 
     monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError):
@@ -61,3 +66,4 @@ def test_a_table_path_that_is_a_file_is_refused_by_name(tmp_path):
     f.write_text("x")
     with pytest.raises(ConfigError, match=str(f)):
         ChangeSink(f)
+
