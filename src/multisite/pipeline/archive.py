@@ -291,6 +291,9 @@ class Throttle:
         self.sent = 0
 
     def __call__(self, nbytes: int) -> None:
+        if self.rate:  # unused time (--follow idle, an outage) earns at most this block's or a second's worth
+            excess_s = time.monotonic() - self.t0 - self.sent / self.rate - max(1.0, nbytes / self.rate)
+            self.t0 += max(0.0, excess_s)  # of credit, not a burst of all of it
         self.sent += nbytes
         if self.rate:
             wait = self.sent / self.rate - (time.monotonic() - self.t0)
