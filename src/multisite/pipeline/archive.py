@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 import urllib.parse
@@ -578,7 +579,8 @@ def local_copy(url: str, nbytes: int, crc: int, *, verify: bool = False) -> str:
         return url
     d = cache_dir()
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = d.stat()
+    st = d.lstat()  # a link another user made could be switched once checked: its owner is checked
+    st = d.stat() if stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() else st
     if st.st_uid != os.getuid() or st.st_mode & 0o022:  # a cached file is taken for the archive's bytes
         raise ArchiveError(f"the journal archive cache {d} is not this user's own (owner uid {st.st_uid}, mode "
                            f"{st.st_mode & 0o777:o}): another user could plant files a read would take for archived "
