@@ -83,6 +83,17 @@ def test_a_missing_bucket_still_stops_the_follow(tmp_path, s3):
     assert not isinstance(e.value, ArchiveUnreachable)
 
 
+def test_a_missing_bucket_stops_the_follow_whatever_words_its_prefix_holds(tmp_path, s3):
+    # The error's text names the key: under a prefix holding "timeout" the missing bucket was taken for an
+    # outage and the follow retried it for ever (here: until should_stop, without raising).
+    a = journaled(tmp_path / "A", 200)
+    deadline = time.monotonic() + 20
+    with pytest.raises(ArchiveError, match="NO_SUCH_BUCKET") as e:
+        archive(str(a), "s3://nobucket/timeout-drills/A", follow=True, interval_s=0.1,
+                should_stop=lambda: time.monotonic() > deadline)
+    assert not isinstance(e.value, ArchiveUnreachable)
+
+
 def test_an_unreachable_store_without_follow_is_an_unreachable_error(tmp_path, s3):
     a = journaled(tmp_path / "A", 200)
     s3.down()

@@ -148,3 +148,25 @@ def test_the_directories_a_local_archive_creates_are_made_durable(tmp_path, monk
     archive(str(root), str(dest))
     for d in (tmp_path, tmp_path / "mnt", tmp_path / "mnt" / "archives", dest):
         assert str(d) in synced, f"{d} not fsynced after an entry was made in it"
+
+
+def test_an_archive_cache_that_is_another_users_link_is_refused(tmp_path, monkeypatch):
+    # The owner check followed a symbolic link: another user's /tmp/multisite-archive-cache linking to a directory
+    # of this user's (a home directory passes the check) was taken, and once the check had passed the other user
+    # could point the link at their own directory, so the path handed to the reader opened their bytes.
+    import os
+
+    from multisite.errors import ArchiveError
+    from multisite.pipeline.archive import local_copy
+
+    if os.getuid() != 0:
+        pytest.skip("making a link owned by another user needs root")
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "0000abcd-5-00000001.msj").write_bytes(b"EVIL!")  # what the link shows once it is switched
+    link = tmp_path / "cache"
+    link.symlink_to(mine)
+    os.lchown(link, 65534, 65534)
+    monkeypatch.setenv("MULTISITE_ARCHIVE_CACHE", str(link))
+    with pytest.raises(ArchiveError, match=str(link)):
+        local_copy("s3://lake/A/segments/00000001.msj", 5, 0xABCD)

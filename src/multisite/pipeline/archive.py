@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 import urllib.parse
@@ -82,7 +83,7 @@ log = logging.getLogger(__name__)
 def transient(message: str) -> bool:
     """Whether an object store's error is one that passes (the network, a 5xx, throttling), as opposed to
     one that stays until someone acts (no such bucket, access denied, a bad key)."""
-    m = message.lower()
+    m = re.sub(r"'[^']*'", "''", message).lower()  # not the words of the key or bucket it quotes
     return any(t.lower() in m for t in TRANSIENT)
 
 
@@ -291,6 +292,9 @@ class Throttle:
         self.sent = 0
 
     def __call__(self, nbytes: int) -> None:
+        if self.rate:  # unused time (--follow idle, an outage) earns at most this block's or a second's worth
+            excess_s = time.monotonic() - self.t0 - self.sent / self.rate - max(1.0, nbytes / self.rate)
+            self.t0 += max(0.0, excess_s)  # of credit, not a burst of all of it
         self.sent += nbytes
         if self.rate:
             wait = self.sent / self.rate - (time.monotonic() - self.t0)
@@ -575,7 +579,8 @@ def local_copy(url: str, nbytes: int, crc: int, *, verify: bool = False) -> str:
         return url
     d = cache_dir()
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = d.stat()
+    st = d.lstat()  # a link another user made could be switched once checked: its owner is checked
+    st = d.stat() if stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() else st
     if st.st_uid != os.getuid() or st.st_mode & 0o022:  # a cached file is taken for the archive's bytes
         raise ArchiveError(f"the journal archive cache {d} is not this user's own (owner uid {st.st_uid}, mode "
                            f"{st.st_mode & 0o777:o}): another user could plant files a read would take for archived "

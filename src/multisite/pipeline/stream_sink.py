@@ -56,7 +56,8 @@ class ChangeSink:
 
         if table.num_rows == 0:
             return None
-        self.table.mkdir(parents=True, exist_ok=True)
+        for new in reversed([p for p in (self.table, *self.table.parents) if not p.exists()]):
+            ensure_dir(new)  # its parent fsynced: the table survives a power loss as the checkpoint does
         d = batch_dir(self.table, batch_id)
         ensure_dir(d)
         dest = d / PART_NAME
