@@ -47,7 +47,7 @@ from rich.table import Table
 import multisite
 from multisite.net import control
 from multisite.net.process import start_server, stop_server
-from results import git_state, markers, write_section
+from results import git_state, markers, process_cpu_s, write_section
 from server import commit_load
 
 HERE = Path(__file__).resolve().parent
@@ -66,12 +66,6 @@ if not console.is_terminal:
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read()
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used, from /proc (clock ticks)."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 CONFIGS = ("without", "metrics", "with")
@@ -113,7 +107,7 @@ def commit_round(work: Path, config: str, seconds: float) -> tuple[int, float, i
         marks: list[tuple[float, float]] = []
 
         def mark() -> None:
-            marks.append((cpu_s(ia["pid"]), cpu_s(dash.pid) if dash is not None else 0.0))
+            marks.append((process_cpu_s(ia["pid"]), process_cpu_s(dash.pid) if dash is not None else 0.0))
         n, dt = commit_load(addr, seconds, CLIENTS, (), stop, mark)
         if poller is not None:
             side[0] = int(poller.communicate("", timeout=30)[0])  # its stdin closed: it stops, says how many
@@ -313,10 +307,10 @@ def request_cpu_ms(work: Path, n: int) -> dict:
         for name, fn in (("scrape", lambda: get(url)), ("status", lambda: control.call(a, "status")),
                          ("ping", lambda: control.call(a, "ping")), ("idle", lambda: time.sleep(0.001))):
             fn()
-            c0 = cpu_s(ia["pid"])
+            c0 = process_cpu_s(ia["pid"])
             for _ in range(n):
                 fn()
-            out[name] = (cpu_s(ia["pid"]) - c0) / n * 1e3
+            out[name] = (process_cpu_s(ia["pid"]) - c0) / n * 1e3
         return out
     finally:
         stop_server(a, 10)

@@ -59,7 +59,7 @@ import multisite
 from multisite.net import control
 from multisite.net.process import start_server, stop_server
 from multisite.testing.postgres import free_port, pg_bindir
-from results import git_state, markers, write_section
+from results import git_state, markers, process_cpu_s, write_section
 
 HERE = Path(__file__).resolve().parent
 CPUS = [str(c) for c in sorted(os.sched_getaffinity(0))]
@@ -128,7 +128,7 @@ class Pair:
 
     def s_cpu_s(self) -> float:
         """CPU seconds (user + system) S's server process has used so far."""
-        return cpu_seconds(self.s_pid)
+        return process_cpu_s(self.s_pid)
 
     def s_seqno(self) -> int:
         return control.call(self.s, "status")["seqno"]
@@ -140,11 +140,6 @@ class Pair:
             except Exception as e:  # a server that will not stop must not keep the bench from the next run
                 note(f"[red]stopping {root}: {e}[/red]")
         shutil.rmtree(self.work, ignore_errors=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def committer(set_fn, t: int, stop: threading.Event, counts: list[int], pace_s: float | None = None,
