@@ -304,6 +304,12 @@ class ClientListener:
         self._auth._count_refused()
         self._log.warning("client connection from %s closed: not authenticated within %.1f s", conn.peer,
                           client_auth.AUTHENTICATE_WITHIN_S)
+        self._end_now(conn)
+
+    @staticmethod
+    def _end_now(conn: _Connection) -> None:
+        """Close ``conn`` without serving what it still asks: its waiting requests are dropped, what is
+        written so far goes out."""
         conn.ending = True
         conn.session.drop_waiting()
         if conn.transport is not None:
@@ -315,10 +321,7 @@ class ClientListener:
             return
         self._auth._count_refused()
         self._log.warning("client connection from %s refused: TLS handshake failed: %s", conn.peer, why)
-        conn.ending = True
-        conn.session.drop_waiting()
-        if conn.transport is not None:
-            conn.transport.close()
+        self._end_now(conn)
 
     def _tls_received(self, conn: _Connection, data: bytes) -> bytes | None:
         """The TLS layer of a connection on a TLS port: the plain bytes received, or None (nothing yet,
@@ -342,9 +345,7 @@ class ClientListener:
             conn.transport.write(out)
         if conn.tls.peer_closed:  # the client closed its side: answer in kind and end the connection
             conn.transport.write(conn.tls.close_notify())
-            conn.ending = True
-            conn.session.drop_waiting()
-            conn.transport.close()
+            self._end_now(conn)
             return None
         if conn.gate is None and conn.tls.done:
             if conn.handshake_timer is not None:
