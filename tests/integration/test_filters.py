@@ -13,7 +13,7 @@ import pytest
 from multisite.errors import ConfigError, FilterError
 from multisite.journal.reader import iter_records
 from multisite.journal.records import SET, FrameRun, Record, Update, encode_record
-from multisite.net.filter_process import Filter
+from multisite.replication.server.filter_process import Filter
 from multisite.replication.filters import FilterSpec
 from multisite.testing.checks import journal_records, log_text, wait_until
 from multisite.testing.filters import downgrade_person, filter_command

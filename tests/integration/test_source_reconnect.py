@@ -22,11 +22,11 @@ from types import SimpleNamespace
 
 import multisite
 from multisite.errors import ConnectionLost
-from multisite.net.source import SourceConfig, SourceServer, read_event
+from multisite.replication.server.source import SourceConfig, SourceServer, read_event
 from multisite.protocol.connection import Connection, Role
 from multisite.protocol.messages import Heartbeat, HeartbeatAck, Hello, Start
 from multisite.replication.history import hello_for
-from multisite.replication.pools import JournalPool
+from multisite.replication.server.pools import JournalPool
 
 BACKOFF_MAX_S = 4.0
 

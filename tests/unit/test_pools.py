@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multisite.journal.records import FrameRun
-from multisite.replication.pools import JournalPool, ReceivePool
+from multisite.replication.server.pools import JournalPool, ReceivePool
 
 
 def fr(seqno: int, size: int = 30) -> bytes:

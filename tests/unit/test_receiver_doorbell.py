@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from multisite.net.receiver import _Doorbell
+from multisite.replication.server.receiver import _Doorbell
 
 
 def test_many_rings_while_pending_are_one_run():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from multisite.net.receiver import READ_BUFFER_BYTES, _PausedAtConnect
+from multisite.replication.server.receiver import READ_BUFFER_BYTES, _PausedAtConnect
 
 
 def test_reads_reuse_one_buffer_and_deliver_exactly_the_bytes_received():

@@ -6,8 +6,8 @@ import logging
 from types import SimpleNamespace
 
 import multisite
-from multisite.net.source import SourceConfig, SourceServer
-from multisite.replication.pools import JournalPool
+from multisite.replication.server.source import SourceConfig, SourceServer
+from multisite.replication.server.pools import JournalPool
 
 
 def test_file_reads_see_records_written_after_the_reader_reached_the_end(tmp_path):

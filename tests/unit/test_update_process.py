@@ -10,8 +10,8 @@ import pytest
 import multisite
 from multisite.journal.records import SET, Record, Update, encode_record, frame
 from multisite.journal.records import FrameRun
-from multisite.replication.pools import ReceivePool
-from multisite.replication.update import UpdateProcess
+from multisite.replication.server.pools import ReceivePool
+from multisite.replication.server.update import UpdateProcess
 
 
 def rec_frame(seqno: int) -> tuple[int, bytes]:

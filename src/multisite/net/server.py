@@ -38,15 +38,15 @@ from ..replication.filters import DEFAULT_FILTER_TIMEOUT_S, FilterSpec
 from ..replication.history import to_entries
 from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
-from ..replication.pools import JournalPool, ReceivePool
-from ..replication.update import UpdateProcess
+from ..replication.server.pools import JournalPool, ReceivePool
+from ..replication.server.update import UpdateProcess
 from .affinity import parse_cpus
 from .client import fetch_hello
 from .client_auth import ClientAuth
 from .clients import KEEPALIVE_S, ClientListener, check_keepalive
 from .control import control_address
-from .receiver import ReceiverConfig, ReceiverServer
-from .source import SourceConfig, SourceServer
+from ..replication.server.receiver import ReceiverConfig, ReceiverServer
+from ..replication.server.source import SourceConfig, SourceServer
 from .tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -16,7 +16,7 @@ import asyncio
 import threading
 from collections import deque
 
-from ..journal.records import FrameRun
+from ...journal.records import FrameRun
 
 
 class JournalPool:

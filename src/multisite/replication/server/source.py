@@ -30,16 +30,16 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..errors import ConnectionLost, FilterError, JournalGap, MultisiteError, RemoteProtocolError
-from ..journal.reader import iter_runs
-from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
-from ..protocol.connection import NEED_DATA, Connection, Role, State
-from ..protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon
-from ..replication.filters import FilterSpec
-from ..replication.history import check_peer, check_secondary_name, common_point, hello_for, stream_entries
-from ..replication.session import HeartbeatWatch, SessionEnd, SourceBackoff
+from ...errors import ConnectionLost, FilterError, JournalGap, MultisiteError, RemoteProtocolError
+from ...journal.reader import iter_runs
+from ...journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
+from ...protocol.connection import NEED_DATA, Connection, Role, State
+from ...protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon
+from ..filters import FilterSpec
+from ..history import check_peer, check_secondary_name, common_point, hello_for, stream_entries
+from ..session import HeartbeatWatch, SessionEnd, SourceBackoff
 from .filter_process import Filter
-from .tls import TLSConfig
+from ...net.tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
 

@@ -30,18 +30,18 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
-from ..protocol.connection import NEED_DATA, Connection, Role, State
-from ..protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
-                                 error_for)
-from ..replication.filters import FilterSpec
-from ..replication.pools import ReceivePool
-from ..replication.session import (Accept, ConfirmPacer, ContinueStream, FlowControl, Position, ReceiverHandshake,
-                                   RollBack, adopted_history, busy, idle_for)
-from ..replication.update import UpdateProcess
+from ...errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
+from ...protocol.connection import NEED_DATA, Connection, Role, State
+from ...protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
+                                  error_for)
+from ..filters import FilterSpec
+from .pools import ReceivePool
+from ..session import (Accept, ConfirmPacer, ContinueStream, FlowControl, Position, ReceiverHandshake, RollBack,
+                       adopted_history, busy, idle_for)
+from .update import UpdateProcess
 from .filter_process import Filter
 from .source import read_event
-from .tls import TLSConfig
+from ...net.tls import TLSConfig
 
 
 # The stream buffer holds up to twice this before the transport stops reading, and the receive loop

@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, FilterError
-from ..journal.records import FrameRun
-from ..replication.filters import (AnswerReader, FilterSpec, encode_message, filter_run, function_answerer,
-                                   load_function)
+from ...errors import ConfigError, FilterError
+from ...journal.records import FrameRun
+from ..filters import AnswerReader, FilterSpec, encode_message, filter_run, function_answerer, load_function
 
 WRITE_CHUNK_BYTES = 64 * 1024
 READ_CHUNK_BYTES = 256 * 1024

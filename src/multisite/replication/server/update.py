@@ -19,9 +19,9 @@ import logging
 import threading
 import time
 
-from ..engine import Database
-from ..errors import JournalGap, StorageFull
-from ..journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
+from ...engine import Database
+from ...errors import JournalGap, StorageFull
+from ...journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
 from .pools import ReceivePool
 
 # Frames (whole received batches) applied with one journal write and one fsync. Larger catches up

@@ -1,0 +1,1 @@
+"""replication.server: see the family's DESIGN.md."""
