@@ -109,7 +109,7 @@ def clients(addr: str, procs: int, conns: int, depth: int, seconds: float, total
 def multisite_rate(work: Path, loop: str, procs: int, conns: int, seconds: float, cpus: str | None) -> dict:
     import multisite
     from multisite.net import control
-    from multisite.net.process import start_server, stop_server
+    from multisite.server.process import start_server, stop_server
     from results import process_cpu_s
 
     root = multisite.create(work / f"M-{time.monotonic_ns()}", name="M", durability="group")
@@ -230,7 +230,7 @@ def end_to_end(work: Path, how: str, n: int) -> dict:
     applied on B; the rate over the time until B applied the last."""
     import multisite
     from multisite.net import control
-    from multisite.net.process import start_server, stop_server
+    from multisite.server.process import start_server, stop_server
 
     stamp = time.monotonic_ns()
     a = multisite.create(work / f"A-{stamp}", name="A", durability="group")

@@ -29,7 +29,7 @@ from rich.table import Table
 
 import multisite
 from multisite.instance.users import add_user
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.net.tls import TLSConfig
 from multisite.testing.certs import make_test_pki
 from results import git_state, markers, write_section

@@ -47,7 +47,7 @@ def main() -> None:
 
     import multisite
     from multisite.engine import database
-    from multisite.net import clients as listener_mod
+    from multisite.server import clients as listener_mod
 
     events: list[tuple[str, int, int]] = []  # (event, wall ns, thread CPU ns)
     wall, cpu = time.perf_counter_ns, time.thread_time_ns

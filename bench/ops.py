@@ -46,7 +46,7 @@ from rich.table import Table
 
 import multisite
 from multisite.net import control
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from results import git_state, markers, process_cpu_s, write_section
 from server import commit_load
 
@@ -163,7 +163,7 @@ def formatting_ms(work: Path, links: int, n: int) -> dict:
     from prometheus_client import generate_latest
 
     from multisite.net.metrics import ExpositionCache, InstanceMetrics
-    from multisite.net.serve import serve
+    from multisite.server.serve import serve
 
     root = multisite.create(work / f"F-{time.monotonic_ns()}", name="F", durability="none")
     srv = serve(root, listen="127.0.0.1:0")

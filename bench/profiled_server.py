@@ -31,7 +31,7 @@ def _profiled_run(self) -> None:
 
 threading.Thread.run = _profiled_run
 
-from multisite.net.server import main  # noqa: E402  (after the patch: the server's threads are profiled)
+from multisite.server.instance import main  # noqa: E402  (after the patch: the server's threads are profiled)
 
 prof = cProfile.Profile()
 prof.enable()

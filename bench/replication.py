@@ -57,7 +57,7 @@ from rich.table import Table
 
 import multisite
 from multisite.net import control
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.testing.postgres import free_port, pg_bindir
 from results import git_state, markers, process_cpu_s, write_section
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import multisite
 from multisite.net import control
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from catchup import build_primary
 from replication import CPUS, P_CPU, S_CPU, threads_commit
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 import multisite
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from results import git_state, markers, write_section
 
 HERE = Path(__file__).resolve().parent

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 def connect(address: str, timeout: float = 30.0, **auth):
     """Connect to an instance server at ``HOST:PORT`` (same API as an open Database). ``auth``:
     ``user``, ``password``, ``tls_ca``, ``tls_cert``, ``tls_key`` (see ``net.client.connect``)."""
-    from .net.client import connect as _connect
+    from .server.client import connect as _connect
 
     return _connect(address, timeout, **auth)
 
@@ -39,7 +39,7 @@ _grid.connect = _grid_connect
 async def aconnect(address: str, timeout: float = 30.0, **auth):
     """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``net.aclient``);
     ``auth`` as ``connect``'s."""
-    from .net.aclient import connect as _connect
+    from .server.aclient import connect as _connect
 
     return await _connect(address, timeout, **auth)
 
@@ -51,7 +51,7 @@ def serve(path, listen: str | None = None, **kwargs):
     """Serve the instance at ``path`` from this process: ``srv.db`` (the embedded Database the server
     owns), ``srv.address``, ``srv.close()``; the replication components are started with the CLI
     against it as with ``multisite server start`` (``net.serve``)."""
-    from .net.serve import serve as _serve
+    from .server.serve import serve as _serve
 
     return _serve(path, listen, **kwargs)
 

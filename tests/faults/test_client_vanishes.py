@@ -13,7 +13,7 @@ import time
 import pytest
 
 import multisite
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.net import control
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from multisite.errors import ConnectionLost, MultisiteError
-from multisite.net.client import RemoteDatabase
+from multisite.server.client import RemoteDatabase
 from multisite.testing.checks import assert_contiguous_journal, assert_same_data, replicated_data, wait_until
 from multisite.testing.cluster import Cluster, Node
 

@@ -86,7 +86,7 @@ def test_a_connection_the_server_closes_at_once_fails_the_first_call_instead_of_
 def test_close_returns_when_the_server_never_reads_what_is_still_buffered():
     # close() fails what is pending, then lets the transport flush: against a peer that reads nothing the
     # flush never ends, so close() gives it CLOSE_FLUSH_S and then drops the connection.
-    from multisite.net import aclient
+    from multisite.server import aclient
 
     async def main() -> None:
         lsock = socket.create_server(("127.0.0.1", 0))

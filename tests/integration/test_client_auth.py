@@ -20,8 +20,8 @@ from multisite.cli.main import cli
 from multisite.errors import (AuthenticationFailed, AuthenticationPaced, AuthenticationRequired, ConfigError, ConnectionLost,
                               PermissionDenied)
 from multisite.instance.users import add_user, remove_user
-from multisite.net.client import fetch_hello
-from multisite.net.process import start_server, stop_server
+from multisite.server.client import fetch_hello
+from multisite.server.process import start_server, stop_server
 from multisite.net.tls import TLSConfig
 from multisite.protocol.client import LEN, encode
 from multisite.testing.certs import make_named_cert, make_test_pki
@@ -161,7 +161,7 @@ def test_a_non_loopback_listen_without_users_is_refused_unless_insecure(tmp_path
     with pytest.raises(ConfigError, match="--listen 0.0.0.0 accepts clients from other hosts.*--insecure"):
         start_server(root, "0.0.0.0:0")
     # The server process refuses it by itself too (started by hand, not through start_server).
-    out = subprocess.run([sys.executable, "-m", "multisite.net.server", str(root), "--listen", "0.0.0.0:0"],
+    out = subprocess.run([sys.executable, "-m", "multisite.server.instance", str(root), "--listen", "0.0.0.0:0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "--listen 0.0.0.0" in out.stderr and "--insecure" in out.stderr
     info = start_server(root, "0.0.0.0:0", insecure=True)
@@ -348,7 +348,7 @@ def test_a_connection_that_does_not_authenticate_in_time_is_closed_and_one_that_
     """In-process listener (a real socket, the real ClientAuth) with a short bound, to need no long sleep."""
     import logging
 
-    from multisite.net import client_auth, clients
+    from multisite.server import client_auth, clients
 
     monkeypatch.setattr(client_auth, "AUTHENTICATE_WITHIN_S", 0.5)
     auth = client_auth.ClientAuth(inst, "127.0.0.1", logging.getLogger("test"))

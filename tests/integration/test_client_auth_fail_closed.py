@@ -10,7 +10,7 @@ import pytest
 
 import multisite
 from multisite.instance.users import add_user, users_path
-from multisite.net import client_auth
+from multisite.server import client_auth
 from multisite.protocol.client import LEN, encode
 from multisite.testing.checks import wait_until
 

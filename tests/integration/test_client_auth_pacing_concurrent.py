@@ -9,7 +9,7 @@ import msgspec
 
 import multisite
 from multisite.instance.users import add_user
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.protocol.auth import PacingPolicy
 from multisite.protocol.client import LEN, encode
 

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 import multisite
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.errors import ConfigError
-from multisite.net import clients
+from multisite.server import clients
 from multisite.protocol.client import LEN, encode
 
 
@@ -116,7 +116,7 @@ def _gathering_listener(db):
     """A listener gathering a real Database's commits, as the instance server runs it."""
     from pathlib import Path
 
-    from multisite.net.server import InstanceServer
+    from multisite.server.instance import InstanceServer
 
     srv = InstanceServer(Path(db.layout.root), None)
     srv.db = db

@@ -8,7 +8,7 @@ import socket
 import threading
 
 from multisite.errors import ConfigError
-from multisite.net import clients
+from multisite.server import clients
 from multisite.protocol.client import encode
 
 from .test_client_listener import _read_reply

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from multisite import engine
 from multisite.cli.main import cli
 from multisite.net import control
-from multisite.net.process import stop_server
+from multisite.server.process import stop_server
 from multisite.testing.checks import wait_until
 
 

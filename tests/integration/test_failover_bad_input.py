@@ -17,7 +17,7 @@ import pytest
 import multisite
 from multisite.errors import (ConfigError, ConnectionLost, GroupMismatch, LostFileCorrupt, NotAnInstance,
                               RollbackError)
-from multisite.net.client import fetch_hello
+from multisite.server.client import fetch_hello
 from multisite.journal.lostfile import LostFile, list_lost_files
 from multisite.replication.roles import resync_instance
 from multisite.testing.cluster import Cluster

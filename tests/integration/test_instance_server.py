@@ -15,8 +15,9 @@ import msgspec
 import pytest
 
 import multisite
-from multisite.net.process import start_server, stop_server
-from multisite.net import clients, control
+from multisite.server.process import start_server, stop_server
+from multisite.server import clients
+from multisite.net import control
 from multisite.protocol.client import LEN, FrameBuffer, encode
 
 

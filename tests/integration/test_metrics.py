@@ -126,7 +126,7 @@ def test_a_server_with_metrics_stops_cleanly(cluster):
 
 def test_metrics_address_taken_is_a_clear_error(cluster, tmp_path):
     from multisite.errors import ServerError
-    from multisite.net.process import start_server
+    from multisite.server.process import start_server
 
     a = cluster.instance("A", start=False).start(metrics=True)
     b = cluster.instance("B", start=False)

@@ -9,7 +9,7 @@ import pytest
 
 import multisite
 from multisite.errors import ServerError
-from multisite.net import serve as serve_mod
+from multisite.server import serve as serve_mod
 
 
 def test_a_serve_that_times_out_stops_the_server_once_it_is_up(tmp_path, monkeypatch):

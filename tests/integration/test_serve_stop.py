@@ -8,7 +8,7 @@ import sys
 import time
 
 import multisite
-from multisite.net.process import stop_server
+from multisite.server.process import stop_server
 
 APP = """
 import sys, time, multisite

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import multisite
 from multisite.cli.main import cli
-from multisite.net.process import start_server, stop_server
+from multisite.server.process import start_server, stop_server
 from multisite.errors import ConfigError
 from multisite.net.affinity import parse_cpus
 

@@ -10,8 +10,8 @@ import pytest
 
 from multisite.errors import AuthenticationFailed, AuthenticationRequired, ConfigError, PermissionDenied
 from multisite.instance.users import add_user
-from multisite.net import client_auth
-from multisite.net.client_auth import ClientAuth, common_name
+from multisite.server import client_auth
+from multisite.server.client_auth import ClientAuth, common_name
 from multisite.protocol.auth import PacingPolicy
 from multisite.protocol.client import MAX_CLIENT_FRAME_BYTES
 

@@ -9,7 +9,7 @@ import pytest
 
 from multisite.errors import AuthenticationFailed
 from multisite.instance.users import add_user
-from multisite.net.client_auth import USERS_RECHECK_S, ClientAuth
+from multisite.server.client_auth import USERS_RECHECK_S, ClientAuth
 
 LOG = logging.getLogger("test.client_auth")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from multisite.errors import RegionNotFound
-from multisite.net.server import InstanceServer
+from multisite.server.instance import InstanceServer
 
 
 @pytest.mark.parametrize("args", [{"limit": 0}, {"inclusive": "yes"}, {"start": [1.5j]}],

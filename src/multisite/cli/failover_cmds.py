@@ -15,7 +15,7 @@ from .. import engine as database
 from ..errors import ConfigError, RollbackError
 from ..instance.layout import Layout
 from ..net import control
-from ..net.client import fetch_hello
+from ..server.client import fetch_hello
 from ..journal.lostfile import LostFile
 from ..keys import key_text
 from ..replication.roles import change_role, resync_instance

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import engine as database
-from ..net.process import start_server, stop_server
+from ..server.process import start_server, stop_server
 from ..errors import ServerError
 from ..net import control
-from ..net.client import RemoteDatabase
+from ..server.client import RemoteDatabase
 
 
 @dataclass

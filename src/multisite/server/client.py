@@ -14,13 +14,14 @@ from typing import Any, Iterator
 
 from .. import errors
 from ..engine.transaction import ThreadState, TransactionBase
-from ..errors import AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, RemoteProtocolError, TransactionError
+from ..errors import (AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, RemoteProtocolError,
+                      TransactionError)
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
 from ..values import encode_value
 from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
-from .tls import parse_hostport
+from ..net.tls import parse_hostport
 
 
 class RemoteDatabase:

@@ -33,7 +33,7 @@ from ..errors import AuthenticationRequired, MultisiteError
 from ..instance.users import UserFile, UserTable
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, encode
 from ..protocol.auth import AUTHENTICATED, ConnectionAuth, Pacer, PacingPolicy, check_listen, is_loopback
-from .tls import TLSConfig
+from ..net.tls import TLSConfig
 
 TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
 PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"

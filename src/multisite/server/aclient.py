@@ -29,7 +29,7 @@ from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
 from .client import WireUpdates, _document, client_tls_context, result_of
-from .tls import parse_hostport
+from ..net.tls import parse_hostport
 
 UPDATE_OPS = {"set": SET, "kill": KILL, "zkill": ZKILL}
 CLOSE_FLUSH_S = 2.0  # how long close() lets buffered requests go out before it drops the connection

@@ -30,8 +30,8 @@ from pathlib import Path
 from ..errors import ServerError
 from ..instance.layout import Layout
 from .clients import KEEPALIVE_S, check_keepalive
-from .server import LOG_FORMAT, InstanceServer
-from .tls import TLSConfig, parse_hostport
+from .instance import LOG_FORMAT, InstanceServer
+from ..net.tls import TLSConfig, parse_hostport
 
 START_TIMEOUT_S = 60.0  # recovery on open runs first; a large journal takes a while
 _served = itertools.count(1)  # numbers the loggers of instances served in this process

@@ -1,6 +1,6 @@
 """The instance server: one process that owns an instance and runs its replication components.
 
-    python -m multisite.net.server DIR [--listen HOST:PORT]      (normally via `multisite server start`)
+    python -m multisite.server.instance DIR [--listen HOST:PORT]      (normally via `multisite server start`)
 
 It holds the instance lock and the engine, the journal pool (fed by every commit), the Source
 Servers (one per secondary), the Receiver Server with its receive pool, and the Update Process.
@@ -40,14 +40,14 @@ from ..replication.resync import local_target_for_stream
 from ..replication.roles import change_role, resync_instance
 from ..replication.server.pools import JournalPool, ReceivePool
 from ..replication.server.update import UpdateProcess
-from .affinity import parse_cpus
+from ..net.affinity import parse_cpus
 from .client import fetch_hello
 from .client_auth import ClientAuth
 from .clients import KEEPALIVE_S, ClientListener, check_keepalive
-from .control import control_address
+from ..net.control import control_address
 from ..replication.server.receiver import ReceiverConfig, ReceiverServer
 from ..replication.server.source import SourceConfig, SourceServer
-from .tls import TLSConfig, parse_hostport
+from ..net.tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -100,7 +100,7 @@ class InstanceServer:
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
         if self.metrics_listen:  # before the client listener: it wraps the client operation
-            from .metrics import start_instance_metrics
+            from ..net.metrics import start_instance_metrics
             try:
                 _m, self.metrics = await start_instance_metrics(self, self.metrics_listen)
             except BaseException:
@@ -498,7 +498,7 @@ def _region_name(region: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m multisite.net.server")
+    ap = argparse.ArgumentParser(prog="python -m multisite.server.instance")
     ap.add_argument("dir")
     ap.add_argument("--listen", default=None)
     ap.add_argument("--cpus", default=None)

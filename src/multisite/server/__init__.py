@@ -1,0 +1,1 @@
+"""server: see the family's DESIGN.md."""
