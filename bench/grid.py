@@ -131,7 +131,7 @@ class GridUp:
 
     def __init__(self, work: Path, label: str, *, partitions: int, min_sync: int, max_sync: int, max_async: int,
                  heartbeat_timeout_s: float = 1.0, initial_containers: int = 1) -> None:
-        from multisite.net.grid_process import start_catalog
+        from multisite.grid.server.process import start_catalog
         self.root = work / f"{label}-{time.monotonic_ns()}"
         self.root.mkdir(parents=True)
         self.name = "bench"
@@ -146,7 +146,7 @@ class GridUp:
         self.containers: list[str] = []
 
     def add(self, name: str, listen: str = "127.0.0.1:0") -> int:
-        from multisite.net.grid_process import start_container
+        from multisite.grid.server.process import start_container
         st = start_container(self.root / name, self.address, listen, name=name)
         if not st.get("registered"):
             raise RuntimeError(f"container {name} did not register")
@@ -155,7 +155,7 @@ class GridUp:
         return st["pid"]
 
     def status(self) -> dict:
-        from multisite.net.grid_process import catalog_status
+        from multisite.grid.server.process import catalog_status
         return catalog_status(self.address)
 
     def settled(self, timeout_s: float = 60.0, full: bool = True) -> dict:
@@ -185,7 +185,7 @@ class GridUp:
 
     def close(self) -> None:
         from multisite.errors import ServerError
-        from multisite.net.grid_process import stop_process
+        from multisite.grid.server.process import stop_process
         for name in [*self.containers, "catalog"]:
             d = self.root / name
             what = "catalog" if name == "catalog" else "container"
@@ -624,7 +624,7 @@ def checkpoint_grid(work: Path, a) -> tuple[GridUp, dict]:
     ``--keys`` keys in many-key transactions, then made to need a checkpoint copy (``--copy-trigger``)."""
     from multisite.engine import create
     from multisite.instance.maintenance import prune
-    from multisite.net.grid_process import stop_process
+    from multisite.grid.server.process import stop_process
     g = GridUp(work, "checkpoint", partitions=1, min_sync=0, max_sync=0, max_async=1)
     shard = g.root / "c1" / f"{g.name}-p0"
     how = a.copy_trigger
@@ -661,7 +661,7 @@ def copy_once(g: GridUp, a, rate: float, replica: str) -> dict:
     """One copy to a new container ``replica`` under a writer at ``rate`` tx/s (after ``--control-s`` of
     the writer alone); until the replica's shard holds the primary's seqno, sampling the primary
     container's memory every 50 ms; the replica container is stopped after."""
-    from multisite.net.grid_process import stop_process
+    from multisite.grid.server.process import stop_process
     seqno = shard_seqno(g, "c1")
     stop = threading.Event()
     counts: dict = {}

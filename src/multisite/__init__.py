@@ -7,6 +7,7 @@ from .engine import Database, Durability, RecoveryReport, RollbackReport, Transa
 from .errors import *  # noqa: F401,F403 - the exception tree is public
 from .errors import MultisiteError
 from .journal.lostfile import LostFile, list_lost_files
+from . import grid  # noqa: F401 - multisite.grid.connect after a bare ``import multisite``
 
 __all__ = ["Database", "Durability", "RecoveryReport", "RollbackReport", "Transaction", "create", "open",
            "MultisiteError", "LostFile", "list_lost_files"]
@@ -15,7 +16,7 @@ __version__ = "0.1.0"
 
 def connect(address: str, timeout: float = 30.0, **auth):
     """Connect to an instance server at ``HOST:PORT`` (same API as an open Database). ``auth``:
-    ``user``, ``password``, ``tls_ca``, ``tls_cert``, ``tls_key`` (see ``net.client.connect``)."""
+    ``user``, ``password``, ``tls_ca``, ``tls_cert``, ``tls_key`` (see ``server.client.connect``)."""
     from .server.client import connect as _connect
 
     return _connect(address, timeout, **auth)
@@ -24,20 +25,8 @@ def connect(address: str, timeout: float = 30.0, **auth):
 __all__.append("connect")
 
 
-def _grid_connect(catalog: str, *, timeout_s: float = 30.0):
-    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT): ``multisite.grid.connect``."""
-    from .net.grid_client import connect as _connect
-
-    return _connect(catalog, timeout_s=timeout_s)
-
-
-from . import grid as _grid  # noqa: E402 - the grid package is sans-IO; its client comes from net
-
-_grid.connect = _grid_connect
-
-
 async def aconnect(address: str, timeout: float = 30.0, **auth):
-    """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``net.aclient``);
+    """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``server.aclient``);
     ``auth`` as ``connect``'s."""
     from .server.aclient import connect as _connect
 

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from multisite.net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from multisite.grid.server.process import catalog_status, start_catalog, start_container, stop_process
 
 SEED = int(os.environ.get("MULTISITE_GRID_SEED", "20261124"))
 ROUNDS = int(os.environ.get("MULTISITE_GRID_ROUNDS", "10"))

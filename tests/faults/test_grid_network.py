@@ -77,7 +77,7 @@ def test_a_voter_that_timed_out_holding_a_refused_commit_is_never_promoted_with_
     primary is back, the replica cuts back and the refused value is in no journal."""
     from multisite.grid.shard_wire import Commit, Failed, Read
     from multisite.journal.records import SET
-    from multisite.net.grid_client import _Conn
+    from multisite.grid.server.client import _Conn
     from multisite.values import encode_value
 
     g = GridCluster(tmp_path, partitions=1, min_sync=1, max_sync=1, max_async=0)

@@ -17,7 +17,7 @@ from multisite.cli.main import cli
 from multisite.errors import ServerError, WrongGrid
 from multisite.instance.layout import INSTANCE_FILE
 from multisite.net import control
-from multisite.net.grid_process import catalog_routes, catalog_status, start_catalog, start_container, stop_process
+from multisite.grid.server.process import catalog_routes, catalog_status, start_catalog, start_container, stop_process
 
 HEARTBEAT_TIMEOUT_S = 1.0
 GRID_TOML = """

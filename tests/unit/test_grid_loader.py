@@ -114,8 +114,9 @@ def test_health_backoff():
 
 
 def test_the_sqlite_loader_skips_applied_ids_and_a_module_class_loads(tmp_path):
-    from multisite.net.grid_loader import LoaderRefused, make_loader
-    for kind in ("sqlite", "multisite.net.grid_loader:SQLiteLoader"):
+    from multisite.grid import LoaderRefused
+    from multisite.grid.server.loader_runner import make_loader
+    for kind in ("sqlite", "multisite.grid.server.loader_runner:SQLiteLoader"):
         path = tmp_path / f"{kind.replace(':', '_')}.db"
         ld = make_loader({"m": {"loader": kind, "path": str(path), "table": "t"}})
         a, b = TxnId(0, 1, "aa"), TxnId(0, 2, "bb")

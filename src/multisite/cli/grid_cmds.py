@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT
-from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
 from .output import console, print_json, table
 
 

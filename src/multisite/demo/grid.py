@@ -52,8 +52,8 @@ from ..engine import open as open_db
 from ..errors import CommitOutcomeUnknown, MultisiteError, ReplicationVotedToRollback
 from ..grid.routing import partition_of
 from ..net import control
-from ..net.grid_container import shard_dir
-from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from ..grid.server.container import shard_dir
+from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
 from .board import read_complete_lines
 
 GRID = "demo"

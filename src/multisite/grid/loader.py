@@ -12,14 +12,18 @@ next commit, but every shard holds the primary's frames byte for byte, so the fr
   journal (seqno → digest), which transactions to hand the Loader, or why the two diverged.
 - ``LoaderHealth``: up / down with a reconnect backoff, by the caller's clock.
 
-The I/O (the databases, the shards) is in ``net/grid_loader.py`` and ``net/grid_shard.py``.
+- ``Loader``: the contract a user's database implements (``multisite.grid.Loader``), with its errors.
+
+The I/O (the databases, the shards) is in ``server/loader_runner.py`` and ``server/shard.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
+
+from ..errors import MultisiteError
 
 
 class TxnId(NamedTuple):
@@ -178,3 +182,35 @@ class LoaderHealth:
         return {"database": self.state.value, "failures": self.failures, "last_error": self.last_error,
                 "retry_in_s": round(max(0.0, self.retry_at - now), 3) if self.state is Health.DOWN else 0.0,
                 "applied": self.applied, "refused": self.refused}
+
+
+Change = tuple[str, str, Any]  # (table, key as JSON text, value document or None = delete)
+
+
+class LoaderError(MultisiteError):
+    """The database did not commit a transaction."""
+
+
+class LoaderRefused(LoaderError):
+    """The database answered and refused the write (a constraint, a type): the transaction is refused."""
+
+
+class LoaderDown(LoaderError):
+    """The database could not be reached or did not answer: try again later."""
+
+
+class Loader(Protocol):
+    """A database a grid map writes through to.
+
+    ``apply`` commits ``txns`` — each ``(TxnId, changes)`` — in **one** database transaction
+    together with their ids in the applied-ids table, skipping (no operation) each transaction whose
+    id the table already has, and returns how many it applied; it raises ``LoaderRefused`` when the
+    database refuses (nothing of the call committed) and ``LoaderDown`` when it cannot reach it.
+    ``last_applied(partition)`` is the applied id of the partition with the highest seqno, or None.
+    Calls come from one thread at a time."""
+
+    def apply(self, txns: list[tuple[TxnId, list[Change]]]) -> int: ...
+
+    def last_applied(self, partition: int) -> TxnId | None: ...
+
+    def close(self) -> None: ...

@@ -19,7 +19,7 @@ from typing import Any
 from ..engine import open as open_db
 from ..errors import ServerError
 from ..net import control
-from ..net.grid_process import catalog_status, start_catalog, start_container, stop_process
+from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
 
 
 class GridCluster:
@@ -136,7 +136,7 @@ class GridCluster:
         return st
 
     def client(self, timeout_s: float = 30.0):
-        from ..net.grid_client import connect
+        from ..grid.server.client import connect
         return connect(self.address, timeout_s=timeout_s)
 
     def shard_dir(self, container: str, partition: int) -> Path:

@@ -1,4 +1,4 @@
-"""The catalog process (``python -m multisite.net.grid_catalog DIR --grid grid.toml --listen HOST:PORT``).
+"""The catalog process (``python -m multisite.grid.server.catalog DIR --grid grid.toml --listen HOST:PORT``).
 
 Thin asyncio around ``grid.catalog.Catalog``: it accepts TCP connections from containers (and from
 ``grid status``), feeds each message and the passing time to the Catalog with ``time.monotonic()``,
@@ -23,15 +23,15 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import ConfigError, ProtocolError
-from ..fsutil import atomic_write
-from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
-from ..grid.policy import load_policy
-from ..grid.wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
-                         Routes, Side, Status, StatusRequest)
-from .control import answer_simple, control_address
-from .process import run_logged
-from .tls import parse_hostport
+from ...errors import ConfigError, ProtocolError
+from ...fsutil import atomic_write
+from ..catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
+from ..policy import load_policy
+from ..wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
+                    Routes, Side, Status, StatusRequest)
+from ...net.control import answer_simple, control_address
+from ...net.process import run_logged
+from ...net.tls import parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 TICK_S = 0.1  # how often the catalog looks for silent containers
@@ -179,7 +179,7 @@ class CatalogServer:
         tick = asyncio.create_task(self.ticker())
         metrics = None
         if self.metrics_listen:
-            from .metrics import CatalogCollector, start_collector_metrics
+            from ...net.metrics import CatalogCollector, start_collector_metrics
             metrics = await start_collector_metrics(CatalogCollector(lambda: self.catalog.status(time.monotonic())),
                                                     self.metrics_listen, self.log)
         info = {"pid": os.getpid(), "listen": f"{host}:{self.port}", "grid": pol.name,

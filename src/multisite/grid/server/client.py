@@ -26,15 +26,15 @@ import threading
 import time
 from typing import Any
 
-from ..errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ProtocolError,
-                      ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
-from ..journal.records import KILL, SET
-from ..keys import check_key
-from ..values import decode_value, encode_value
-from ..grid.routing import RouteCache, RouteTable, partition_of, routing_partition
-from ..grid.shard_wire import SHARD_WIRE_VERSION, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, encode
-from ..grid.wire import NEED_DATA, GridWire, RouteRequest, Routes, Side
-from .tls import parse_hostport
+from ...errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ProtocolError,
+                       ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
+from ...journal.records import KILL, SET
+from ...keys import check_key
+from ...values import decode_value, encode_value
+from ..routing import RouteCache, RouteTable, partition_of, routing_partition
+from ..shard_wire import SHARD_WIRE_VERSION, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, encode
+from ..wire import NEED_DATA, GridWire, RouteRequest, Routes, Side
+from ...net.tls import parse_hostport
 
 CONNECT_TIMEOUT_S = 2.0
 REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip

@@ -41,22 +41,23 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..engine import Database
-from ..engine import open as open_db
-from ..engine.checkpoint import install_state, read_state
-from ..errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
-from ..fsutil import atomic_write, fsync_dir
-from ..grid.shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode,
-                               Frames, Outcome, Progress, Resync, Rows, Subscribe, Voted, encode)
-from ..grid.shipping import TAIL_FRAMES, StartKind, digest, start_point
-from ..grid.voting import Decision, SyncReplicas, Vote
-from ..grid.wire import View
-from ..journal.reader import iter_runs
-from ..journal.records import FrameRun
-from ..journal.segments import list_segments
-from ..grid.loader import ReplicaBuffer
-from .grid_loader import LoaderError, LoaderRefused, ShardLoader, buffer_frames, crash_point
-from .tls import parse_hostport
+from ...engine import Database
+from ...engine import open as open_db
+from ...engine.checkpoint import install_state, read_state
+from ...errors import MultisiteError, ProtocolError, RemoteProtocolError, StorageFull, StoreLost
+from ...fsutil import atomic_write, fsync_dir
+from ..shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWire, Failed, FailCode, Frames, Outcome,
+                          Progress, Resync, Rows, Subscribe, Voted, encode)
+from ..shipping import TAIL_FRAMES, StartKind, digest, start_point
+from ..voting import Decision, SyncReplicas, Vote
+from ..wire import View
+from ...journal.reader import iter_runs
+from ...journal.records import FrameRun
+from ...journal.segments import list_segments
+from ..loader import ReplicaBuffer
+from ..loader import LoaderError, LoaderRefused
+from .loader_runner import ShardLoader, buffer_frames, crash_point
+from ...net.tls import parse_hostport
 
 RECONNECT_S = 0.3
 CATCH_UP_RUN_BYTES = 1 << 20

@@ -1,6 +1,6 @@
 """The grid's Loaders: write-through of a primary's transactions to a real database (issue 16).
 
-``Loader`` is the contract (a protocol class); ``SQLiteLoader`` (a file, the embedded default) and
+``Loader`` is the contract (a protocol class in ``grid/loader.py``, public as ``multisite.grid.Loader``); ``SQLiteLoader`` (a file, the embedded default) and
 ``PostgresLoader`` (psycopg 3) implement it; ``"module:Class"`` in ``grid.toml`` names any other.
 ``ShardLoader`` is what a primary shard holds: it decodes the frames of a batch into changes, runs the
 Loader in a thread of its own, keeps its ``LoaderHealth`` (up, or down with a reconnect backoff) and
@@ -30,51 +30,21 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from ..errors import MultisiteError
-from ..grid.loader import LoaderHealth, ReplayKind, ReplicaBuffer, TxnId, replay_plan
-from ..grid.shipping import digest
-from ..journal.reader import iter_runs
-from ..journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, decode_payload
-from ..journal.segments import list_segments
+from ..loader import (Change, Loader, LoaderDown, LoaderHealth, LoaderRefused, ReplayKind,
+                      ReplicaBuffer, TxnId, replay_plan)
+from ..shipping import digest
+from ...journal.reader import iter_runs
+from ...journal.records import FRAME_HEADER_SIZE, KILL, SET, ZKILL, decode_payload
+from ...journal.segments import list_segments
 
 log = logging.getLogger("multisite.container")
 
 APPLIED_TABLE = "multisite_applied"
 REPLAY_CHUNK = 1000  # transactions per database transaction in a replay
-Change = tuple[str, str, Any]  # (table, key as JSON text, value document or None = delete)
-
-
-class LoaderError(MultisiteError):
-    """The database did not commit a transaction."""
-
-
-class LoaderRefused(LoaderError):
-    """The database answered and refused the write (a constraint, a type): the transaction is refused."""
-
-
-class LoaderDown(LoaderError):
-    """The database could not be reached or did not answer: try again later."""
-
-
-class Loader(Protocol):
-    """A database a grid map writes through to.
-
-    ``apply`` commits ``txns`` — each ``(TxnId, changes)`` — in **one** database transaction
-    together with their ids in the applied-ids table, skipping (no operation) each transaction whose
-    id the table already has, and returns how many it applied; it raises ``LoaderRefused`` when the
-    database refuses (nothing of the call committed) and ``LoaderDown`` when it cannot reach it.
-    ``last_applied(partition)`` is the applied id of the partition with the highest seqno, or None.
-    Calls come from one thread at a time."""
-
-    def apply(self, txns: list[tuple[TxnId, list[Change]]]) -> int: ...
-
-    def last_applied(self, partition: int) -> TxnId | None: ...
-
-    def close(self) -> None: ...
 
 
 def _json(value: Any) -> str:

@@ -15,14 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, ServerError, WrongGrid
-from ..grid.policy import load_policy
-from ..grid.routing import RouteTable
-from ..grid.wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
-from . import control
-from .grid_container import REFUSED_FILE
-from .process import wait_exit
-from .tls import parse_hostport
+from ...errors import ConfigError, ServerError, WrongGrid
+from ..policy import load_policy
+from ..routing import RouteTable
+from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
+from ...net import control
+from .container import REFUSED_FILE
+from ...net.process import wait_exit
+from ...net.tls import parse_hostport
 
 START_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 15.0  # a container waits this long for the catalog before start returns without it
@@ -74,7 +74,7 @@ def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: floa
     load_policy(grid)  # a wrong policy is an error here, with its key, not only in the catalog's log
     if metrics:
         parse_hostport(metrics)
-    proc = _spawn(Path(root).absolute(), "multisite.net.grid_catalog",
+    proc = _spawn(Path(root).absolute(), "multisite.grid.server.catalog",
                   ["--grid", str(Path(grid).absolute()), "--listen", listen,
                    "--heartbeat-timeout", str(heartbeat_timeout_s)]
                   + (["--metrics", metrics] if metrics else []), "catalog")
@@ -100,7 +100,7 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
         args += ["--metrics", metrics]
     refused_file = root / "run" / REFUSED_FILE
     refused_file.unlink(missing_ok=True)
-    proc = _spawn(root, "multisite.net.grid_container", args, "container")
+    proc = _spawn(root, "multisite.grid.server.container", args, "container")
     try:
         _wait_ready(proc, root, "container")
     except ServerError:

@@ -1,4 +1,4 @@
-"""The container process (``python -m multisite.net.grid_container DIR --catalog HOST:PORT --listen HOST:PORT``).
+"""The container process (``python -m multisite.grid.server.container DIR --catalog HOST:PORT --listen HOST:PORT``).
 
 One process hosting many shards, each a multisite instance under DIR named ``<grid>-p<partition>``,
 opened in-process with ``multisite.engine`` and driven by ``grid_shard`` (a primary takes commits and
@@ -34,24 +34,23 @@ from pathlib import Path
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..engine import Database, create
-from ..engine import open as open_db
-from ..errors import ConfigError, MultisiteError, ProtocolError
-from ..fsutil import atomic_write
-from ..grid.placement import CAPACITY_SHARDS_DEFAULT
-from ..grid.routing import check_in_partition
-from ..grid.shard_wire import (FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe,
-                               encode)
-from ..grid.shipping import CHECKPOINT_AFTER_DEFAULT
-from ..grid.wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode,
-                         Register, Side, Status, StatusRequest, View)
-from ..keys import encode_key
-from .grid_loader import ShardLoader, make_loader
-from .control import answer_simple, control_address
-from .process import run_logged
-from .grid_catalog import LOG_FORMAT, read_message
-from .grid_shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
-from .tls import parse_hostport
+from ...engine import Database, create
+from ...engine import open as open_db
+from ...errors import ConfigError, MultisiteError, ProtocolError
+from ...fsutil import atomic_write
+from ..placement import CAPACITY_SHARDS_DEFAULT
+from ..routing import check_in_partition
+from ..shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
+from ..shipping import CHECKPOINT_AFTER_DEFAULT
+from ..wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register,
+                    Side, Status, StatusRequest, View)
+from ...keys import encode_key
+from .loader_runner import ShardLoader, make_loader
+from ...net.control import answer_simple, control_address
+from ...net.process import run_logged
+from .catalog import LOG_FORMAT, read_message
+from .shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
+from ...net.tls import parse_hostport
 
 RECONNECT_S = 0.5
 CONNECT_TIMEOUT_S = 5.0
@@ -467,7 +466,7 @@ class ContainerServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         if self.metrics_listen:
-            from .metrics import ContainerCollector, start_collector_metrics
+            from ...net.metrics import ContainerCollector, start_collector_metrics
             self.metrics = await start_collector_metrics(ContainerCollector(self), self.metrics_listen, self.log)
         (self.root / "run" / "container.json").write_text(json.dumps(
             {"pid": os.getpid(), "name": self.name, "listen": self.address,

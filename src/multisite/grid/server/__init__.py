@@ -1,0 +1,1 @@
+"""grid.server: see the family's DESIGN.md."""
