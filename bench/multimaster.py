@@ -34,8 +34,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multisite.multimaster import docdb
-from multisite.net.docserver_process import call, start_docserver, stop_docserver
+from multisite.multimaster.server import docdb
+from multisite.multimaster.server.process import call, start_docserver, stop_docserver
 from results import git_state, markers, write_section
 
 HERE = Path(__file__).resolve().parent

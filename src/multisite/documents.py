@@ -5,7 +5,7 @@
     unid = db.create("Person", {"name": "Ada"})
 """
 
-from .multimaster.docdb import DocDB, create, open, read_identity  # noqa: F401,A004
+from .multimaster.server.docdb import DocDB, create, open, read_identity  # noqa: F401,A004
 from .multimaster.document import Doc  # noqa: F401
 
 __all__ = ["DocDB", "Doc", "create", "open", "read_identity"]

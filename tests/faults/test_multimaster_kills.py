@@ -17,7 +17,7 @@ import threading
 import time
 
 from multisite.errors import MultisiteError
-from multisite.net.docserver_process import call
+from multisite.multimaster.server.process import call
 from multisite.testing.docservers import DocCluster
 from multisite.testing.faultproxy import ProxyProcess
 
@@ -104,7 +104,7 @@ def test_kills_and_cuts_during_sessions_lose_nothing_and_apply_nothing_twice(tmp
         assert da == db_, f"seed {SEED}: the replicas differ"
         assert not any(d["conflict"] for d in da.values()), f"seed {SEED}: a divergence (applied twice or out of order)"
         dc.stop_all()
-        from multisite.multimaster import docdb
+        from multisite.multimaster.server import docdb
         for n in (a, b):
             with docdb.open(n.path("P")) as d:
                 ch, _ = d.changes(0)

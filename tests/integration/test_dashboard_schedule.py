@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from multisite.multimaster import docdb
+from multisite.multimaster.server import docdb
 from multisite.testing.checks import wait_until
 from multisite.testing.docservers import DocCluster
 

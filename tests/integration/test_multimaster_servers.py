@@ -8,7 +8,7 @@ import time
 import pytest
 
 from multisite.errors import ServerError
-from multisite.multimaster import docdb
+from multisite.multimaster.server import docdb
 from multisite.testing.certs import make_test_pki
 from multisite.testing.docservers import DocCluster
 
@@ -26,7 +26,7 @@ def _docs(node, title="P"):
 
 
 def node_docs(node, title="P"):
-    from multisite.net.docserver_process import call
+    from multisite.multimaster.server.process import call
     return call(node.home, "doc.list", db=title)
 
 
@@ -188,7 +188,7 @@ def test_mutual_tls_replicates_and_an_untrusted_server_is_refused(dc, tmp_path):
 def test_starting_a_server_on_a_directory_that_is_not_a_document_database_fails_clearly(dc, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(Exception, match="NOT_A_DOCUMENT_DATABASE|not a document database"):
-        from multisite.net.docserver_process import start_docserver
+        from multisite.multimaster.server.process import start_docserver
         start_docserver(tmp_path / "home", [str(tmp_path / "empty")], "X", "127.0.0.1:0")
     assert ServerError
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError
-from ..multimaster import docdb
+from ..multimaster.server import docdb
 from ..multimaster.session import Mode, run_local, summary
-from ..net.docserver_process import call, start_docserver, stop_docserver
+from ..multimaster.server.process import call, start_docserver, stop_docserver
 from .output import HostPort, console, print_json, table
 
 

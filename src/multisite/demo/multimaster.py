@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..multimaster import docdb
-from ..net.docserver_process import call, start_docserver, stop_docserver
+from ..multimaster.server import docdb
+from ..multimaster.server.process import call, start_docserver, stop_docserver
 
 
 def _table(console: Console, title: str, rows: list[dict]) -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..multimaster import docdb
-from ..net.docserver_process import call, start_docserver, stop_docserver
+from ..multimaster.server import docdb
+from ..multimaster.server.process import call, start_docserver, stop_docserver
 
 
 @dataclass

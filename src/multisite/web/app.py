@@ -35,7 +35,7 @@ from ..instance.instance_file import load as load_instance_file
 from ..instance.layout import Layout
 from ..journal.lostfile import LostFile, list_lost_files
 from ..net import control
-from ..net.docserver_process import call as docserver_call
+from ..multimaster.server.process import call as docserver_call
 from ..net.tls import parse_hostport
 from . import model
 

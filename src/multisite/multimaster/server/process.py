@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ServerError
-from . import control
-from .process import wait_exit
-from .tls import parse_hostport
+from ...errors import ConfigError, ServerError
+from ...net import control
+from ...net.process import wait_exit
+from ...net.tls import parse_hostport
 
 START_TIMEOUT_S = 30.0
 
@@ -30,7 +30,7 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
         raise ConfigError("a document server serves at least one database directory")
     if replicators < 1:
         raise ConfigError(f"--replicators must be 1 or more, got {replicators}")
-    from ..multimaster.docdb import read_identity
+    from .docdb import read_identity
     for d in dirs + ([address_book] if address_book else []):
         read_identity(d)  # not a document database: an error here, naming it
     home = Path(home).absolute()
@@ -38,7 +38,7 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
         (home / sub).mkdir(parents=True, exist_ok=True)
     if control.is_running(home):
         raise ServerError(f"a document server is already running with home {home}")
-    cmd = [sys.executable, "-m", "multisite.net.docserver", str(home), *[str(Path(d).absolute()) for d in dirs],
+    cmd = [sys.executable, "-m", "multisite.multimaster.server.docserver", str(home), *[str(Path(d).absolute()) for d in dirs],
            "--name", name, "--listen", listen, "--replicators", str(replicators)]
     for n, a in (peers or {}).items():
         cmd += ["--peer", f"{n}={a}"]

@@ -1,4 +1,4 @@
-"""The document server process (``python -m multisite.net.docserver HOME DIR... --name N --listen H:P``).
+"""The document server process (``python -m multisite.multimaster.server.docserver HOME DIR... --name N --listen H:P``).
 
 Thin asyncio around the sans-IO session (``multimaster/session.py``): it serves a set of document
 databases to other servers' Replicators (a ``Responder`` per connection), and runs its own
@@ -29,15 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
-from ..fsutil import atomic_write
-from ..multimaster import schedule
-from ..multimaster.docdb import DocDB
-from ..multimaster.session import Mode, Pipeline, Responder, initiate
-from ..multimaster.wire import NEED_DATA, DocWire, Side
-from .control import control_address
-from .process import run_logged
-from .tls import TLSConfig, parse_hostport
+from ...errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
+from ...fsutil import atomic_write
+from .. import schedule
+from .docdb import DocDB
+from ..session import Mode, Pipeline, Responder, initiate
+from ..wire import NEED_DATA, DocWire, Side
+from ...net.control import control_address
+from ...net.process import run_logged
+from ...net.tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 READ_BYTES = 1 << 20
@@ -418,7 +418,7 @@ class DocServer:
             raise ConfigError(f"the document server cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
         if self.metrics_listen:
-            from .metrics import DocServerCollector, start_collector_metrics
+            from ...net.metrics import DocServerCollector, start_collector_metrics
             self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)

@@ -40,16 +40,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 
-from .. import engine
-from ..errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
-                      NotADocumentDatabase)
-from ..fsutil import atomic_write
-from ..journal.records import SET
-from ..keys import encode_key
-from ..values import encode_value
-from .conflicts import Kind, Outcome, reconcile
-from .document import Doc, first_version
-from .ids import Stamp, check_unid, new_id, new_unid
+from ... import engine
+from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
+                       NotADocumentDatabase)
+from ...fsutil import atomic_write
+from ...journal.records import SET
+from ...keys import encode_key
+from ...values import encode_value
+from ..conflicts import Kind, Outcome, reconcile
+from ..document import Doc, first_version
+from ..ids import Stamp, check_unid, new_id, new_unid
 
 REGIONS = ("meta", "docs", "changes", "history")
 CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
@@ -93,7 +93,7 @@ def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None
         raise ConfigError("a document database needs a title (--title)")
     rand = rand or _rand64
     if replica_id is not None:
-        from .ids import check_id
+        from ..ids import check_id
         try:
             check_id("replica ID", replica_id)
         except MalformedDocument as e:

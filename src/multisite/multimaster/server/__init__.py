@@ -1,0 +1,1 @@
+"""multimaster.server: see the family's DESIGN.md."""
