@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import multisite.engine as engine  # noqa: E402
-from multisite.delivery import api  # noqa: E402
-from multisite.delivery.agent import Agent  # noqa: E402
+from multisite.delivery.server import api
+from multisite.delivery.server.agent import Agent  # noqa: E402
 from multisite.journal.offsets import end_offset  # noqa: E402
 from multisite.testing.delivery import REGION, make_topology  # noqa: E402
 from multisite.values import encode_value  # noqa: E402

@@ -223,7 +223,7 @@ def test_delivery_agent_metrics_match_its_table(tmp_path):
     import socket
 
     from multisite import engine
-    from multisite.delivery import api
+    from multisite.delivery.server import api
     from multisite.testing.delivery import FIELD, REGION, agent_process, make_topology, poll
 
     top = make_topology(tmp_path, {"P": "fr"}, durability="none")

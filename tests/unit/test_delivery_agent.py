@@ -8,8 +8,8 @@ import os
 import pytest
 
 import multisite.engine as engine
-from multisite.delivery import api
-from multisite.delivery.agent import Agent
+from multisite.delivery.server import api
+from multisite.delivery.server.agent import Agent
 from multisite.delivery.message import decode, encode
 from multisite.errors import DeliveryConfigError
 from multisite.testing.delivery import FIELD, REGION, make_topology, poll, rows, settle

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import multisite.engine as engine
-from multisite.delivery.agent import Agent
+from multisite.delivery.server.agent import Agent
 from multisite.journal.offsets import iter_commits, start_offset
 from multisite.journal.records import record_decoder
 from multisite.testing.delivery import FIELD, REGION, make_topology

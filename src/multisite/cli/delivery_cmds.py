@@ -12,9 +12,9 @@ import click
 from rich.console import Console
 
 from .. import engine
-from ..delivery import api
-from ..delivery.api import status_table, when
-from ..delivery.agent import Agent
+from ..delivery.server import api
+from ..delivery.server.api import status_table, when
+from ..delivery.server.agent import Agent
 from ..delivery.build import MESSAGE_BYTES_DEFAULT
 from ..journal.offsets import format_offset
 from .output import console, print_json, table
@@ -180,8 +180,8 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
     lg.setLevel(logging.INFO)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    from ..delivery.transport import inbox_folder
-    from ..net import delivery_http, delivery_mqtt
+    from ..delivery.server.transport import inbox_folder
+    from ..delivery.server import http_transport as delivery_http, mqtt_transport as delivery_mqtt
 
     delivery_mqtt.register()
     delivery_http.register()

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .. import engine
-from ..delivery import api
+from ..delivery.server import api
 from ..journal.offsets import format_offset
 from ..testing.delivery import FIELD, REGION, make_topology, poll
 

@@ -16,7 +16,8 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, spark=None) -> dict:
     """``delivery.api.extract`` with the rows read by Spark (see the module's docstring)."""
     from pyspark.sql import functions as F
 
-    from ..delivery import api, sysremote
+    from ..delivery.server import api
+    from ..delivery import sysremote
     from ..errors import DeliveryConfigError
     from ..keys import decode_key
     from .env import session

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import engine
-from ..delivery import api
-from ..delivery.agent import Agent, PollReport
+from ..delivery.server import api
+from ..delivery.server.agent import Agent, PollReport
 
 REGION = "orders"
 PUBLICATION = "sales"

@@ -17,11 +17,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..journal.records import SET
-from ..keys import encode_key
-from ..values import encode_value
-from .message import Tx
-from .sysremote import CONFLICT_REGION, SYSTEM_REGIONS
+from ...journal.records import SET
+from ...keys import encode_key
+from ...values import encode_value
+from ..message import Tx
+from ..sysremote import CONFLICT_REGION, SYSTEM_REGIONS
 
 RULE_CONSOLIDATED_WINS = "consolidated-wins"
 

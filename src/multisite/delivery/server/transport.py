@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-from ..errors import DeliveryConfigError
-from ..fsutil import atomic_write, fsync_dir
-from .message import Message
+from ...errors import DeliveryConfigError
+from ...fsutil import atomic_write, fsync_dir
+from ..message import Message
 
 SUFFIX = ".msg"
 REJECTED = "rejected"

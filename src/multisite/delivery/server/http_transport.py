@@ -22,10 +22,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..delivery.message import MAX_MESSAGE_BYTES
-from ..delivery.transport import SUFFIX, register_scheme
-from ..errors import DeliveryConfigError
-from ..fsutil import atomic_write
+from ..message import MAX_MESSAGE_BYTES
+from .transport import SUFFIX, register_scheme
+from ...errors import DeliveryConfigError
+from ...fsutil import atomic_write
 
 log = logging.getLogger("multisite.delivery")
 

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import DeliveryConfigError, DeliveryError
-from ..fsutil import atomic_write
-from ..delivery.transport import register_scheme
+from ...errors import DeliveryConfigError, DeliveryError
+from ...fsutil import atomic_write
+from .transport import register_scheme
 
 log = logging.getLogger("multisite.delivery")
 

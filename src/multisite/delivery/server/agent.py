@@ -28,16 +28,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..errors import (DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch,
-                      StorageFull)
-from ..journal.durability import Durability
-from ..journal.offsets import end_offset, split_offset
-from . import sysremote
+from ...errors import (DeliveryConfigError, DeliveryError, MessageAuthFailed, MessageCorrupt, OffsetMismatch,
+                       StorageFull)
+from ...journal.durability import Durability
+from ...journal.offsets import end_offset, split_offset
+from .. import sysremote
 from .apply import apply_message
-from .build import MESSAGE_BYTES_DEFAULT, Route, cut, scan
-from .machine import CONTROL, DUPLICATE, Receiver, Sender
-from .message import Message, decode, encode, parse_key, peek_sender
-from .sysremote import ROLE_REMOTE, Link
+from ..build import MESSAGE_BYTES_DEFAULT, Route, cut, scan
+from ..machine import CONTROL, DUPLICATE, Receiver, Sender
+from ..message import Message, decode, encode, parse_key, peek_sender
+from ..sysremote import ROLE_REMOTE, Link
 from .transport import Inbox, Outbox, file_name, inbox_folder, open_outbox
 
 log = logging.getLogger("multisite.delivery")

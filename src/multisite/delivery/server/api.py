@@ -14,16 +14,15 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..errors import DeliveryConfigError
-from ..journal.offsets import end_offset, format_offset
-from ..journal.records import SET
-from ..keys import decode_key
-from . import sysremote
-from .build import field_matches
-from .machine import ReceiveState, SendState
-from .message import parse_key
-from .sysremote import (CONFLICT_REGION, ROLE_CONSOLIDATED, ROLE_REMOTE, SYSTEM_REGIONS, Link, Publication,
-                        check_name)
+from ...errors import DeliveryConfigError
+from ...journal.offsets import end_offset, format_offset
+from ...journal.records import SET
+from ...keys import decode_key
+from .. import sysremote
+from ..build import field_matches
+from ..machine import ReceiveState, SendState
+from ..message import parse_key
+from ..sysremote import CONFLICT_REGION, ROLE_CONSOLIDATED, ROLE_REMOTE, SYSTEM_REGIONS, Link, Publication, check_name
 from .transport import SUFFIX, inbox_folder
 
 
@@ -171,7 +170,7 @@ def extract(db, subscriber: str, to: str | os.PathLike, *, durability: str = "fs
     ``(region, key, encoded value)`` to copy instead of paging the store here (the Spark path,
     ``pipeline.delivery_extract``); the rows are filtered by the subscription either way. ``db`` is
     held open meanwhile, so nothing commits between the rows read and the offset taken."""
-    from .. import engine
+    from ... import engine
 
     setup = sysremote.load(db)
     link = setup.links.get(subscriber)

@@ -1,0 +1,1 @@
+"""delivery.server: see the family's DESIGN.md."""
