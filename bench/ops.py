@@ -162,7 +162,8 @@ def formatting_ms(work: Path, links: int, n: int) -> dict:
 
     from prometheus_client import generate_latest
 
-    from multisite.net.metrics import ExpositionCache, InstanceMetrics
+    from multisite.net.metrics import ExpositionCache
+    from multisite.server.metrics import InstanceMetrics
     from multisite.server.serve import serve
 
     root = multisite.create(work / f"F-{time.monotonic_ns()}", name="F", durability="none")
@@ -217,7 +218,7 @@ def hot_path_us(batch: float, n: int = 200_000, locked: bool = False) -> float:
     ``commit_done`` was before it took the listener thread's lock-free observe), for comparison."""
     from types import SimpleNamespace
 
-    from multisite.net.metrics import InstanceMetrics
+    from multisite.server.metrics import InstanceMetrics
 
     db = SimpleNamespace(name="A", seqno=0, commit_listeners=[], rollback_listeners=[])
     m = InstanceMetrics(SimpleNamespace(db=db))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from multisite.net.metrics import JournalBytes
+from multisite.server.metrics import JournalBytes
 
 
 def test_bytes_between_seqnos_exact_at_batches_interpolated_inside():

@@ -196,7 +196,7 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
         lg.info("agent of %s started (pid %d)", db.name, os.getpid())
         ms = None
         if metrics:
-            from ..net.metrics import AgentMetrics
+            from ..delivery.server.metrics import AgentMetrics
 
             ms = AgentMetrics()
             ms.status = api.status(db)

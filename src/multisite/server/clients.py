@@ -199,7 +199,7 @@ class ClientListener:
         self._log = log
         self._db = db if commit_ops is not None else None
         self._commit_ops = commit_ops
-        # with --metrics (net.metrics.InstanceMetrics): commit_done(seconds) per gathered commit answered
+        # with --metrics (server.metrics.InstanceMetrics): commit_done(seconds) per gathered commit answered
         # durable, error(code) per error reply; gathered commits never pass through run_op
         self._observer = observer
         self._conns: set[_Connection] = set()

@@ -68,7 +68,7 @@ class InstanceServer:
                  tls: TLSConfig | None = None, insecure: bool = False, metrics: str | None = None):
         self.root = Path(root).absolute()
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
-        self.client_observer = None  # net.metrics.InstanceMetrics with --metrics: the listener reports to it
+        self.client_observer = None  # server.metrics.InstanceMetrics with --metrics: the listener reports to it
         self.listen = listen
         self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
         self.client_auth: ClientAuth | None = None
@@ -100,7 +100,7 @@ class InstanceServer:
         self.log.info("instance server for %s (%s) started, pid %d, seqno %d; recovery: %s", db.name, self.root,
                       os.getpid(), db.seqno, db.recovery.summary())
         if self.metrics_listen:  # before the client listener: it wraps the client operation
-            from ..net.metrics import start_instance_metrics
+            from .metrics import start_instance_metrics
             try:
                 _m, self.metrics = await start_instance_metrics(self, self.metrics_listen)
             except BaseException:

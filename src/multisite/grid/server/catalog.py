@@ -179,7 +179,8 @@ class CatalogServer:
         tick = asyncio.create_task(self.ticker())
         metrics = None
         if self.metrics_listen:
-            from ...net.metrics import CatalogCollector, start_collector_metrics
+            from ...net.metrics import start_collector_metrics
+            from .metrics import CatalogCollector
             metrics = await start_collector_metrics(CatalogCollector(lambda: self.catalog.status(time.monotonic())),
                                                     self.metrics_listen, self.log)
         info = {"pid": os.getpid(), "listen": f"{host}:{self.port}", "grid": pol.name,

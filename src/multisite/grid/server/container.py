@@ -466,7 +466,8 @@ class ContainerServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         if self.metrics_listen:
-            from ...net.metrics import ContainerCollector, start_collector_metrics
+            from ...net.metrics import start_collector_metrics
+            from .metrics import ContainerCollector
             self.metrics = await start_collector_metrics(ContainerCollector(self), self.metrics_listen, self.log)
         (self.root / "run" / "container.json").write_text(json.dumps(
             {"pid": os.getpid(), "name": self.name, "listen": self.address,

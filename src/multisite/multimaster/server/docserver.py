@@ -418,7 +418,8 @@ class DocServer:
             raise ConfigError(f"the document server cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
         if self.metrics_listen:
-            from ...net.metrics import DocServerCollector, start_collector_metrics
+            from ...net.metrics import start_collector_metrics
+            from .metrics import DocServerCollector
             self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
