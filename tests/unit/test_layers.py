@@ -5,8 +5,11 @@ line, several packages of one layer on one line); this test reads it from there.
 import modules of its own layer or of lower ones; every import counts, including those inside
 functions (a lazy import is still an arrow). Imports between modules must also form no cycle.
 The protocol is sans-IO: it imports errors and value types only, and no sockets, asyncio or clock.
-The same holds for replication's session policy (``replication/session.py``): the servers in
-``net`` do its I/O and give it the time.
+The same holds for the listed decision modules of the families (``SANS_IO_ELSEWHERE``).
+
+Each family (``FAMILIES``) is one folder: its core modules decide and import no socket, asyncio,
+thread or clock, nor any process code (``net``, the instance ``server``, a family's ``server/``);
+only its ``server/`` sub-package does I/O.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ import multisite
 SRC = Path(multisite.__file__).parent
 ARCHITECTURE = SRC.parent.parent / "docs" / "architecture.md"
 PROTOCOL_MAY_IMPORT = {"errors", "keys", "values", "journal.records", "protocol"}
-PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess"}
+PROTOCOL_STDLIB_BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess",
+                          "concurrent", "multiprocessing"}
+# Families: one folder each, the sans-IO core at its top and its processes in ``<family>/server/``.
+FAMILIES = {"replication", "grid", "multimaster", "delivery"}
+PROCESS_PACKAGES = {"net", "server"}  # and every family's server/ sub-package
 # Sans-IO modules outside protocol/, and what each may import besides PROTOCOL_MAY_IMPORT.
 SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"},
                      ("grid", "wire"): set(),
@@ -176,3 +183,33 @@ def test_the_walker_sees_relative_and_lazy_imports():
 def test_the_layers_block_names_every_package():
     tops = {parts[0] for _, parts in CASES if parts}
     assert tops <= set(LAYERS), f"packages with no layer: {sorted(tops - set(LAYERS))}"
+
+
+FAMILY_CORE = [(p, parts) for p, parts in CASES
+               if parts[:1] and parts[0] in FAMILIES and len(parts) > 1 and parts[1] != "server"]
+
+
+def _is_process_code(sub: str) -> bool:
+    """``net.x``, ``server.x`` or ``<family>.server.x``: code that does I/O."""
+    parts = sub.split(".")
+    return parts[0] in PROCESS_PACKAGES or (parts[0] in FAMILIES and parts[1:2] == ["server"])
+
+
+@pytest.mark.parametrize("path,parts", FAMILY_CORE, ids=[".".join(x) for _, x in FAMILY_CORE])
+def test_family_core_modules_do_no_io(path, parts):
+    for mod, ours in _imports(path, parts):
+        if ours:
+            assert not _is_process_code(_sub(mod)), (
+                f"{path.relative_to(SRC)} imports {mod}: a family's core decides; only its server/ does I/O")
+        else:
+            assert mod.split(".")[0] not in PROTOCOL_STDLIB_BANNED, (
+                f"{path.relative_to(SRC)} imports {mod}: no sockets, asyncio, threads or clock in a family's "
+                f"core (move the I/O to {parts[0]}/server/)")
+
+
+def test_every_family_has_its_processes_in_its_folder():
+    for family in FAMILIES:
+        assert (SRC / family / "server" / "__init__.py").exists(), f"{family}/server/ is missing"
+    net = sorted(p.stem for p in (SRC / "net").glob("*.py") if p.stem != "__init__")
+    assert net == ["affinity", "control", "metrics", "process", "tls"], (
+        f"net/ holds only what several families share; it has {net}")
