@@ -3,7 +3,7 @@
     PYTHONPATH=src .venv/bin/python bench/grid.py                       # every figure, writes RESULTS.md
     PYTHONPATH=src .venv/bin/python bench/grid.py --figure commit --quick   # one figure, short, prints only
 
-Every grid is started as the integration tests start it (``net.grid_process.start_catalog`` /
+Every grid is started as the integration tests start it (``grid.server.process.start_catalog`` /
 ``start_container``, a ``grid.toml`` with ``[maps.m]``), under bench/out/grid-PID/ (the repository's
 disk), and stopped at the end of its step. The load comes from **worker processes** (this script
 re-run as ``--worker``), each with ``--threads`` threads sharing one ``multisite.grid.connect``

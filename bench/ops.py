@@ -211,7 +211,7 @@ def server_cost(url: str, n: int) -> dict:
 
 def hot_path_us(batch: float, n: int = 200_000, locked: bool = False) -> float:
     """What --metrics adds to each commit, in this process, as the primary's client listener runs it
-    (net.clients): a ``perf_counter`` as a commit is gathered; per batch of ``batch`` commits (the mean the
+    (server.clients): a ``perf_counter`` as a commit is gathered; per batch of ``batch`` commits (the mean the
     rounds measured) the commit listener that keeps the journal's bytes and one ``perf_counter`` as the
     batch is durable; then each commit's ``commit_done`` (the commit histogram). Against the same loops
     with nothing in them (µs a commit, best of 5). ``locked``: the histogram's locked ``observe`` (what

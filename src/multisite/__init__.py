@@ -39,7 +39,7 @@ __all__.append("aconnect")
 def serve(path, listen: str | None = None, **kwargs):
     """Serve the instance at ``path`` from this process: ``srv.db`` (the embedded Database the server
     owns), ``srv.address``, ``srv.close()``; the replication components are started with the CLI
-    against it as with ``multisite server start`` (``net.serve``)."""
+    against it as with ``multisite server start`` (``server.serve``)."""
     from .server.serve import serve as _serve
 
     return _serve(path, listen, **kwargs)

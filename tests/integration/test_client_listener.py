@@ -1,4 +1,4 @@
-"""The client listener: one event loop over every connection, real sockets (``net.clients``)."""
+"""The client listener: one event loop over every connection, real sockets (``server.clients``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The client listener against clients that send what they should not: each gets a clear error or is
-bounded, and the other connections go on being served (``net.clients``, real sockets)."""
+bounded, and the other connections go on being served (``server.clients``, real sockets)."""
 
 from __future__ import annotations
 

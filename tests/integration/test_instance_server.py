@@ -1,4 +1,4 @@
-"""The instance server process (``net.server``), its client listener, control socket and client API under
+"""The instance server process (``server.instance``), its client listener, control socket and client API under
 bad input: each gets a clear error, nothing is lost, and the server and the connection live on (real
 processes and sockets)."""
 

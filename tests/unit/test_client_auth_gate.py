@@ -1,4 +1,4 @@
-"""net.client_auth without sockets: what the listener asks of a connection's gate (who must
+"""server.client_auth without sockets: what the listener asks of a connection's gate (who must
 authenticate, frame limits, the callback on authentication, refusal counts) and the listen rule at
 construction. Real instance directories and users files; the clock is injected."""
 

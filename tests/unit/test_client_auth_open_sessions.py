@@ -1,5 +1,5 @@
 """A session opened while the instance had no users (loopback, or --insecure: no authentication, every
-right) once users are added: authentication is on, for it too (net.client_auth's gate, no sockets)."""
+right) once users are added: authentication is on, for it too (server.client_auth's gate, no sockets)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Message Agent (delivery.agent) in this process over the file transport: both ways, forwarding,
+"""The Message Agent (delivery.server.agent) in this process over the file transport: both ways, forwarding,
 subscribe-by, conflicts, transactions spanning several messages, and bad messages refused."""
 
 from __future__ import annotations

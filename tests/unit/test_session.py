@@ -26,7 +26,7 @@ from .test_history import primary, promote, receives
 # -- instances, built as test_history builds them -------------------------------------------------------
 
 def start_for(source: InstanceFile, source_seqno: int, hello: Hello, common: int = 0) -> Start:
-    """The Start a source sends after the receiver's Hello (``net.source``: from its seqno + 1)."""
+    """The Start a source sends after the receiver's Hello (``replication.server.source``: from its seqno + 1)."""
     return Start(hello.seqno + 1, common, to_entries(source.history), stream_entries(source))
 
 

@@ -2,7 +2,7 @@
 requests, the responder as a function from request to reply.
 
 ``initiate(...)`` yields wire requests and is sent the replies; it returns a ``SessionReport``. The
-caller moves the messages: over TCP (``net/docserver.py``), or straight to a ``Responder`` in the
+caller moves the messages: over TCP (``multimaster/server/docserver.py``), or straight to a ``Responder`` in the
 same process (``run_local``: the same-machine form, and the unit and model tests). Both ends work on
 document databases through ``DocDB``'s public operations (passed in; this module imports no I/O).
 

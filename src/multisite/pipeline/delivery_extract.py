@@ -3,7 +3,7 @@
 The rows come from ``seeding.state_df``: the publication's regions read by Spark from one consistent
 copy of the store (partitioned by key ranges, so a large publication is read in parallel), then
 filtered by the subscription and committed into the new remote instance by
-``delivery.api.extract``, which also restarts the link at the journal's end offset on both sides. The
+``delivery.server.api.extract``, which also restarts the link at the journal's end offset on both sides. The
 consolidated instance is held open (locked) meanwhile, so its state and that offset agree.
 """
 
@@ -13,7 +13,7 @@ import os
 
 
 def extract(db, subscriber: str, to: str | os.PathLike, *, spark=None) -> dict:
-    """``delivery.api.extract`` with the rows read by Spark (see the module's docstring)."""
+    """``delivery.server.api.extract`` with the rows read by Spark (see the module's docstring)."""
     from pyspark.sql import functions as F
 
     from ..delivery.server import api

@@ -6,7 +6,7 @@ Frames are ``u32 length | msgpack body``. A request is ``[id, op, args]``; the r
 Requests may be pipelined: several in flight on one connection, answered in order.
 Sans-IO: ``FrameBuffer`` turns received bytes into bodies, ``ClientSession`` keeps one connection's
 requests in order, ``Gathering`` gathers the commits of every connection into group commits; sockets
-live in ``net`` (``net.clients``).
+live in ``net`` (``server.clients``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class FrameBuffer:
 
 
 # -- one connection's requests in order, and the commits of all connections gathered ----------------
-# The listener (net.clients) reads every connection on one event loop. What may run when, what
+# The listener (server.clients) reads every connection on one event loop. What may run when, what
 # gathers into one group commit and in which order replies go out is decided here, without sockets,
 # so that the rules are tested byte by byte (tests/unit/test_client_session.py).
 

@@ -26,7 +26,7 @@ Two forms:
 - an **external command** reads transaction documents on stdin and writes its answers on stdout,
   as JSON lines (``json``: one object per line, values as JSON, so binary values do not survive) or
   as msgpack frames (``msgpack``: ``u32 little-endian length | msgpack map``, every document value
-  kept as is). ``net.filter_process`` runs it; no answer within ``timeout_s`` of the last one is a
+  kept as is). ``replication.server.filter_process`` runs it; no answer within ``timeout_s`` of the last one is a
   hang;
 - an **in-process function** ``module:function`` is called with the document (a dict) and returns
   the answer (a dict; it may change and return the one it was given). It is fast (no process, no

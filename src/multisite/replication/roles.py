@@ -35,7 +35,7 @@ def change_role(db, role: str) -> InstanceFile:
 def resync_instance(db, resync: int | None = None, primary: Hello | None = None,
                     address: str = "") -> RollbackReport:
     """Roll back to ``resync``, or to the common point with ``primary`` (its Hello, fetched from
-    ``address`` by the caller: see ``net.client.fetch_hello``)."""
+    ``address`` by the caller: see ``server.client.fetch_hello``)."""
     if (resync is None) == (primary is None):
         raise ConfigError("give exactly one of --resync SEQNO or --fetchresync HOST:PORT")
     if resync is not None:

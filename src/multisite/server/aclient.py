@@ -252,7 +252,7 @@ async def connect(address: str, timeout: float = 30.0, *, user: str | None = Non
                   tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                   tls_check_hostname: bool = True) -> AsyncRemoteDatabase:
     """Connect to the instance server listening at ``HOST:PORT``; the authentication arguments are
-    ``multisite.connect``'s (``net.client.connect``)."""
+    ``multisite.connect``'s (``server.client.connect``)."""
     host, port = parse_hostport(address)
     if password is not None and user is None:
         raise ConfigError("aconnect: a password needs a user (user=NAME, password=SECRET)")

@@ -1,6 +1,6 @@
 """The client port's TLS and authentication: the I/O around ``protocol.auth``.
 
-The listener (``net.clients``) calls ``ClientAuth.accept`` when a connection opens, in that
+The listener (``server.clients``) calls ``ClientAuth.accept`` when a connection opens, in that
 connection's own thread: the TLS handshake (when ``--tls-*`` was given), then a ``Gate`` holding the
 connection's ``protocol.auth.ConnectionAuth`` with the certificate's common name. Each request then
 passes ``Gate.admit``; after a refused hello the listener answers and closes (``Gate.must_close``).

@@ -70,7 +70,7 @@ class InstanceServer:
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.client_observer = None  # server.metrics.InstanceMetrics with --metrics: the listener reports to it
         self.listen = listen
-        self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: net.client_auth)
+        self.client_tls, self.insecure = tls, insecure  # the client port's (issue 14: server.client_auth)
         self.client_auth: ClientAuth | None = None
         self.keepalive_s = keepalive_s
         self.log = logging.getLogger("multisite")
@@ -82,7 +82,7 @@ class InstanceServer:
         self.client_port: int | None = None
         self.clients: ClientListener | None = None
         self.ready = threading.Event()  # set once it serves (the control socket answers)
-        self.in_process = False  # served inside an application (net.serve): its pid is the application's
+        self.in_process = False  # served inside an application (server.serve): its pid is the application's
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -122,7 +122,7 @@ class InstanceServer:
             self.log.info("client authentication: %s", self.client_auth.status() if self.client_auth else None)
         self.clients = cli_srv
         loop = asyncio.get_running_loop()
-        if threading.current_thread() is threading.main_thread():  # not so when served in-process (net.serve)
+        if threading.current_thread() is threading.main_thread():  # not so when served in-process (server.serve)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
         # The control socket last: once it answers, `server start` reads the run file, which must
@@ -430,7 +430,7 @@ class InstanceServer:
                 s.kick()
             await asyncio.sleep(0.005)
 
-    # -- client protocol (connections are served by net.clients) ------------------------------
+    # -- client protocol (connections are served by server.clients) ------------------------------
     def _commit_ops(self, a: dict) -> list:
         """A client's commit request checked, as the engine's updates (a primary's listener gathers
         them into group commits; otherwise ``_client_op`` commits them)."""

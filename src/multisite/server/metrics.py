@@ -227,7 +227,7 @@ class InstanceMetrics:
                               ["code"], registry=self.registry)
         self._commit = self.commit_seconds
         # A commit the client listener gathered into a group commit was answered durable, in ``seconds``.
-        # Called for every commit, always from the listener's event loop thread (net.clients: ``_synced``):
+        # Called for every commit, always from the listener's event loop thread (server.clients: ``_synced``):
         # the histogram's lock-free observe for that one thread, bound here (no call in between).
         self.commit_done: Callable[[float], None] = self.commit_seconds.single_writer()
 

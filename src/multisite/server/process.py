@@ -30,7 +30,7 @@ SERVER_START_TIMEOUT_S = 60.0
 def start_server(root: Path, listen: str | None, cpus: str | None = None, keepalive: int | None = None,
                  metrics: str | None = None, *, tls: TLSConfig | None = None, insecure: bool = False) -> dict:
     """Spawn the instance server for ``root`` and wait until it answers; returns its run info. ``tls``
-    and ``insecure`` are the client port's (``net.client_auth``); ``metrics`` serves /metrics."""
+    and ``insecure`` are the client port's (``server.client_auth``); ``metrics`` serves /metrics."""
     lay = Layout.existing(root)
     if control.is_running(lay.root):
         raise ServerError(f"an instance server for {lay.root} is already running")

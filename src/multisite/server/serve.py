@@ -95,7 +95,7 @@ class Served:
 def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: int = KEEPALIVE_S,
           tls: TLSConfig | None = None, insecure: bool = False) -> Served:
     """Open the instance at ``path`` and serve it from this process (see the module's text). ``tls``
-    and ``insecure`` are the client port's, as ``multisite server start``'s (``net.client_auth``)."""
+    and ``insecure`` are the client port's, as ``multisite server start``'s (``server.client_auth``)."""
     root = Layout.existing(Path(path).absolute()).root
     if listen:
         parse_hostport(listen)  # a wrong address is an error here, in the caller's thread
