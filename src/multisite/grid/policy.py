@@ -192,17 +192,24 @@ def _check(data: Mapping[str, Any], source: str) -> None:
                                   f"ever gather {min_sync} votes; raise max_sync or lower min_sync")
     zones = data.get("zones")
     if zones is not None:
-        if not isinstance(zones, (list, tuple)) or not zones:
-            _fail(source, "zones", f"must be a non-empty list of zone names, got {zones!r}")
-        for z in zones:
-            if not isinstance(z, str) or not NAME_RE.fullmatch(z):
-                _fail(source, "zones", f"zone {z!r} is not a name of letters, digits, '_', '.', '-'")
-        if len(set(zones)) != len(zones):
-            _fail(source, "zones", f"lists a zone twice: {list(zones)}")
-        if len(zones) < 1 + min_sync:
-            _fail(source, "zones", f"{len(zones)} zone(s) cannot hold a primary and min_sync = {min_sync} "
-                                   f"synchronous replicas of one partition, each in its own zone")
-    maps = data.get("maps")
+        _check_zones(zones, min_sync, source)
+    _check_maps(data.get("maps"), source)
+
+
+def _check_zones(zones: Any, min_sync: int, source: str) -> None:
+    if not isinstance(zones, (list, tuple)) or not zones:
+        _fail(source, "zones", f"must be a non-empty list of zone names, got {zones!r}")
+    for z in zones:
+        if not isinstance(z, str) or not NAME_RE.fullmatch(z):
+            _fail(source, "zones", f"zone {z!r} is not a name of letters, digits, '_', '.', '-'")
+    if len(set(zones)) != len(zones):
+        _fail(source, "zones", f"lists a zone twice: {list(zones)}")
+    if len(zones) < 1 + min_sync:
+        _fail(source, "zones", f"{len(zones)} zone(s) cannot hold a primary and min_sync = {min_sync} "
+                               f"synchronous replicas of one partition, each in its own zone")
+
+
+def _check_maps(maps: Any, source: str) -> None:
     if maps is None:
         _fail(source, "maps", "missing; add at least one map, e.g. [maps.accounts]")
     if not isinstance(maps, Mapping) or not maps:
