@@ -391,21 +391,7 @@ class ContainerServer:
         writer.write(encode(Opened(self.name)))
         loop = asyncio.get_running_loop()
         parts = self.partitions
-
-        def answer(rid: int, fut: asyncio.Future) -> None:
-            if fut.cancelled():
-                return
-            e = fut.exception()
-            if e is None:
-                res = fut.result()
-                msg = Done(rid, res) if isinstance(res, int) else Done(rid, 0, res)
-            elif isinstance(e, ShardRefusal):
-                msg = Failed(rid, e.code, e.message, e.detail)
-            else:
-                msg = Failed(rid, FailCode.TRANSACTION, str(e))
-            if not writer.is_closing():
-                writer.write(encode(msg))
-
+        answer = _answerer(writer)
         while True:
             msg = await read_into(reader, wire)
             if msg is None:
@@ -549,6 +535,24 @@ class Shard:
         if self.replica is not None:
             out.update(self.replica.status())
         return out
+
+
+def _answerer(writer: asyncio.StreamWriter):
+    """How a client connection answers a request: ``answer(rid, fut)``, called when ``fut`` is done."""
+    def answer(rid: int, fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            return
+        e = fut.exception()
+        if e is None:
+            res = fut.result()
+            msg = Done(rid, res) if isinstance(res, int) else Done(rid, 0, res)
+        elif isinstance(e, ShardRefusal):
+            msg = Failed(rid, e.code, e.message, e.detail)
+        else:
+            msg = Failed(rid, FailCode.TRANSACTION, str(e))
+        if not writer.is_closing():
+            writer.write(encode(msg))
+    return answer
 
 
 def _where(task: asyncio.Task | None) -> list[str] | None:
