@@ -33,6 +33,7 @@ PROCESS_PACKAGES = {"net", "server"}  # and every family's server/ sub-package
 # Sans-IO modules outside protocol/, and what each may import besides PROTOCOL_MAY_IMPORT.
 SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "replication.history"},
                      ("grid", "wire"): set(),
+                     ("ha", "decide"): set(),
                      ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"},
                      ("multimaster", "ids"): set(),
                      ("multimaster", "document"): {"multimaster.ids"},
