@@ -75,12 +75,8 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
     undone); None, having done nothing, for any other batch."""
     st = core.store
     regions = st.regions
-    if core.info.role != "primary":
+    if core.info.role != "primary" or not _only_sets(txns, regions):
         return None
-    for ops in txns:
-        for op in ops:
-            if op[0] != SET or op[1] not in regions:
-                return None
     out: list[int | Exception] = [0] * len(txns)
     keyed: list[tuple[int, list[Op], list[bytes]]] = []
     for i, ops in enumerate(txns):
@@ -115,11 +111,7 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
         try:
             seqno, data = core.seal(updates, touched)
         except Exception as e:  # this transaction only (a record over the limit): undo its sets
-            for d, kb, old in reversed(undo):
-                if old is _ABSENT:
-                    del d[kb]
-                else:
-                    d[kb] = old
+            _undo_sets(undo)
             out[i] = e
             continue
         out[i] = seqno
@@ -129,6 +121,26 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
         if w:
             st.put_values(rid, w)
     return out
+
+
+def _only_sets(txns: list[list[Op]], regions: dict[str, Any]) -> bool:
+    """Whether every update of the batch sets a key of an existing region: the one batch
+    ``prepare_sets`` takes (anything else needs the general path, with its savepoints and checks)."""
+    for ops in txns:
+        for op in ops:
+            if op[0] != SET or op[1] not in regions:
+                return False
+    return True
+
+
+def _undo_sets(undo: list[tuple[dict, bytes, Any]]) -> None:
+    """Put back, newest first, what one transaction of ``prepare_sets`` changed in its before-images
+    and pending writes (it failed alone: a rare branch, kept out of the batch's loop)."""
+    for d, kb, old in reversed(undo):
+        if old is _ABSENT:
+            del d[kb]
+        else:
+            d[kb] = old
 
 
 def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int = 0,
