@@ -57,13 +57,9 @@ def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, Fram
     name, rid, replicated = None, 0, False
     out = []
     for run in runs:
-        pos = core.seqno
-        if run.last_seqno <= pos:
+        skip = _frames_applied(core, run)
+        if skip is None:
             continue  # applied before a restart: exactly once
-        skip = max(0, pos + 1 - run.first_seqno)
-        if run.first_seqno + skip != pos + 1:
-            raise JournalGap(f"instance {core.name} is at seqno {pos}; received seqno {run.first_seqno} leaves "
-                             f"a gap")
         data, ends = run.data, run.ends
         start = ends[skip - 1] if skip else 0
         seqno = run.first_seqno + skip
@@ -96,13 +92,35 @@ def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, Fram
             core.seqno = seqno
             start, seqno = end, seqno + 1
         out.append((run.first_seqno + skip, data if not skip else data[ends[skip - 1]:], run))
+    _finish_store(core, puts, last_in, bool(out))
+    return out
+
+
+def _frames_applied(core: Core, run: FrameRun) -> int | None:
+    """How many of ``run``'s frames the instance already holds (a replay after a restart starts
+    inside a run), None if it holds them all: what makes the apply exactly once. JournalGap if
+    the run starts past the instance's next seqno, before anything of it is applied."""
+    pos = core.seqno
+    if run.last_seqno <= pos:
+        return None
+    skip = max(0, pos + 1 - run.first_seqno)
+    if run.first_seqno + skip != pos + 1:
+        raise JournalGap(f"instance {core.name} is at seqno {pos}; received seqno {run.first_seqno} leaves "
+                         f"a gap")
+    return skip
+
+
+def _finish_store(core: Core, puts: list[tuple[int, bytes, bytes]], last_in: dict[str, int],
+                  applied: bool) -> None:
+    """After the runs: the sets still gathered in one bulk write, and the applied seqno of each
+    replicated region they touched and of the instance, so that recovery rolls forward from there."""
+    st = core.store
     if puts:
         st.put_rows(puts)
     for name, seqno in last_in.items():
         st.mark_applied(seqno, (name,))
-    if out:
+    if applied:
         st.mark_applied(core.seqno, ())
-    return out
 
 
 def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
