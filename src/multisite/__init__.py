@@ -15,8 +15,10 @@ __version__ = "0.1.0"
 
 
 def connect(address: str, timeout: float = 30.0, **auth):
-    """Connect to an instance server at ``HOST:PORT`` (same API as an open Database). ``auth``:
-    ``user``, ``password``, ``tls_ca``, ``tls_cert``, ``tls_key`` (see ``server.client.connect``)."""
+    """Connect to an instance server at ``HOST:PORT`` (same API as an open Database), or to whichever of
+    ``"H1:P1,H2:P2,..."`` is the primary, following it across failovers. ``auth``: ``user``,
+    ``password``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``failover_timeout_s`` (see
+    ``server.client.connect``)."""
     from .server.client import connect as _connect
 
     return _connect(address, timeout, **auth)

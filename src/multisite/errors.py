@@ -235,9 +235,9 @@ class ReplicationVotedToRollback(MultisiteError):
 
 
 class CommitOutcomeUnknown(MultisiteError):
-    """A grid commit was sent but its answer never came (the primary's container died, the connection
-    broke): it may have committed or not. The client does not retry it (that could apply it twice);
-    the application checks and decides."""
+    """A commit was sent but its answer never came (a grid primary's container died, an instance's
+    primary failed over, the connection broke): it may have committed or not. The client does not
+    retry it (that could apply it twice); the application checks and decides."""
 
     code = "COMMIT_OUTCOME_UNKNOWN"
 

@@ -10,12 +10,13 @@ import itertools
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Iterator
 
 from .. import errors
 from ..engine.transaction import ThreadState, TransactionBase
-from ..errors import (AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, RemoteProtocolError,
-                      TransactionError)
+from ..errors import (AuthenticationFailed, ConfigError, ConnectionLost, MultisiteError, NotPrimary,
+                      PermissionDenied, RemoteProtocolError, TransactionError)
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key
 from ..protocol.client import MAX_CLIENT_FRAME_BYTES, FrameBuffer, encode
@@ -24,37 +25,79 @@ from ..protocol.messages import PROTOCOL_VERSION, HistoryEntry, Hello
 from ..net.tls import parse_hostport
 
 
+FAILOVER_TIMEOUT_S = 30.0  # a multi-host client looks this long for a primary before giving up
+PRIMARY_POLL_S = 0.05  # between two rounds over the addresses while none is the primary
+CONNECT_TIMEOUT_S = 2.0  # one address of a multi-host string: a member that does not answer is skipped
+RETRIED_OPS = frozenset({"get", "items", "info", "history", "regions"})  # safe to send again elsewhere
+
+
+def parse_addresses(address: str) -> list[str]:
+    """``"h1:p1,h2:p2"`` as a list, each checked; one address is a list of one."""
+    addrs = [a.strip() for a in address.split(",") if a.strip()]
+    if not addrs:
+        raise ConfigError(f"connect: expected HOST:PORT[,HOST:PORT...], got {address!r}")
+    for a in addrs:
+        parse_hostport(a)
+    return addrs
+
+
 class RemoteDatabase:
+    """One instance server over the wire, or with several addresses (``"h1:p1,h2:p2,h3:p3"``) whichever
+    of them is the primary, as libpq's multi-host strings with ``target_session_attrs=read-write``.
+
+    With several addresses a lost connection is opened again to the member that is the primary now
+    (after a failover, the new one): reads and requests the old primary refused with NOT_PRIMARY are
+    sent there; a commit whose answer was lost raises ``CommitOutcomeUnknown`` and is never sent again
+    (it may have committed)."""
+
     def __init__(self, address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
                  tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-                 tls_check_hostname: bool = True):
-        host, port = parse_hostport(address)
-        self.address = address
-        tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
-        try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
-        if tls is not None:
-            try:
-                self._sock = tls.wrap_socket(self._sock, server_hostname=host)
-            except OSError as e:  # ssl.SSLError, a reset: the server refused the handshake
-                self._sock.close()
-                raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buf = FrameBuffer()
+                 tls_check_hostname: bool = True, failover_timeout_s: float = FAILOVER_TIMEOUT_S):
+        self.addresses = parse_addresses(address)
+        self.address = self.addresses[0]
+        if password is not None and user is None:
+            raise ConfigError("connect: a password needs a user (user=NAME, password=SECRET)")
+        self._timeout, self._user, self._password = timeout, user, password
+        self._tls = client_tls_context(tls_ca, tls_cert, tls_key, tls_check_hostname)
+        self._auth = user is not None or bool(tls_cert)
+        self.failover_timeout_s = failover_timeout_s
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._local = ThreadState()
+        self._sock: socket.socket | None = None
         self._broken: str | None = None  # why the connection can no longer be used
         self._broken_op = ""
         self.user: dict | None = None  # the server's answer to hello: user, role, by
-        if password is not None and user is None:
-            self._sock.close()
-            raise ConfigError("connect: a password needs a user (user=NAME, password=SECRET)")
-        if user is not None or tls_cert:
+        if len(self.addresses) == 1:
+            self._open(self.address, timeout)
+        else:
+            with self._lock:
+                self._open_primary()
+
+    @property
+    def multi_host(self) -> bool:
+        return len(self.addresses) > 1
+
+    def _open(self, address: str, timeout: float) -> None:
+        """Connect to ``address`` (TLS and hello as configured); the connection this object uses."""
+        host, port = parse_hostport(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to instance server at {address}: {e}") from e
+        if self._tls is not None:
             try:
-                self.user = self._call("hello", user=user, password=password)
+                sock = self._tls.wrap_socket(sock, server_hostname=host)
+            except OSError as e:  # ssl.SSLError, a reset: the server refused the handshake
+                sock.close()
+                raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
+        sock.settimeout(self._timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock, self.address, self._buf = sock, address, FrameBuffer()
+        self._broken, self.user = None, None
+        if self._auth:
+            try:
+                self.user = self._request("hello", user=self._user, password=self._password)
             except ConnectionLost as e:
                 if isinstance(e.__cause__, ssl.SSLError):  # TLS 1.3: the server's verdict on the certificate
                     raise AuthenticationFailed(f"the instance server at {address} refused this client's TLS "
@@ -62,41 +105,98 @@ class RemoteDatabase:
                 raise
             finally:
                 if self.user is None:
-                    self._sock.close()  # refused: the server closes it too
+                    sock.close()  # refused: the server closes it too
+
+    def _open_primary(self) -> None:
+        """Open a connection to whichever address is the primary, looking for up to
+        ``failover_timeout_s``; ConnectionLost naming what each address answered when none is."""
+        deadline = time.monotonic() + self.failover_timeout_s
+        while True:
+            seen = {}
+            for addr in self.addresses:
+                try:
+                    self._open(addr, min(self._timeout, CONNECT_TIMEOUT_S))
+                    role = self._request("info")["role"]
+                except (AuthenticationFailed, PermissionDenied):
+                    raise
+                except MultisiteError as e:
+                    seen[addr] = e.code
+                    continue
+                if role == "primary":
+                    return
+                seen[addr] = role
+                self._drop()
+            if time.monotonic() >= deadline:
+                raise ConnectionLost(f"no primary among {', '.join(self.addresses)} within "
+                                     f"{self.failover_timeout_s:g} s: "
+                                     + ", ".join(f"{a}: {w}" for a, w in seen.items()))
+            time.sleep(PRIMARY_POLL_S)
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._broken, self._broken_op = "closed", ""
 
     def _call(self, op: str, **args: Any) -> Any:
         with self._lock:
+            if not self.multi_host:
+                return self._request(op, **args)
+            return self._call_primary(op, args)
+
+    def _call_primary(self, op: str, args: dict) -> Any:
+        """A request to the primary of a multi-host string, following a failover (see the class)."""
+        deadline = time.monotonic() + self.failover_timeout_s
+        while True:
             if self._broken is not None:
-                # A request whose reply never came (a timeout, a cut) leaves that reply, or part of
-                # it, on the way: read on and this call would take the last call's answer for its own.
-                raise ConnectionLost(f"the connection to {self.address} was lost earlier ({self._broken}); "
-                                     f"connect again (whether that {self._broken_op!r} took effect is unknown)")
-            rid = next(self._ids)
-            frame = encode([rid, op, args])
-            if len(frame) - 4 > MAX_CLIENT_FRAME_BYTES:  # the server would cut the connection mid-send
-                raise TransactionError(f"{op} request of {len(frame) - 4:,} bytes exceeds the client protocol's "
-                                       f"limit of {MAX_CLIENT_FRAME_BYTES:,} bytes; split it into smaller ones")
+                self._open_primary()
             try:
-                self._sock.sendall(frame)
-                while True:
-                    msg = self._buf.next()
-                    if msg is not None:
-                        break
-                    data = self._sock.recv(1 << 20)
-                    if not data:
-                        raise ConnectionLost(f"instance server at {self.address} closed the connection")
-                    self._buf.feed(data)
-                if not (isinstance(msg, list) and len(msg) == 3 and msg[0] in (rid, None)):
-                    raise RemoteProtocolError(f"instance server at {self.address} answered request {rid} "
-                                              f"with {msg!r:.80}")
-            except OSError as e:
-                self._lose(op, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
-                raise ConnectionLost(f"connection to {self.address} failed: {e}") from e
-            except MultisiteError as e:  # closed by the server, or a reply that cannot be read
-                self._lose(op, e.message)
-                raise
-            if msg[0] is None:  # the server could not read the request and closed the connection
-                self._lose(op, f"{msg[2][0]}: {msg[2][1]}")
+                return self._request(op, **args)
+            except NotPrimary:  # refused before it was applied: the primary moved, send it there
+                self._drop()
+            except ConnectionLost as e:
+                if op not in RETRIED_OPS:
+                    raise errors.CommitOutcomeUnknown(
+                        f"the connection to the primary {self.address} was lost before {op!r} was answered: "
+                        f"it may have committed or not (it is not sent again); the next call connects to "
+                        f"the primary of {','.join(self.addresses)}") from e
+            if time.monotonic() >= deadline:
+                raise ConnectionLost(f"{op!r} found no primary among {', '.join(self.addresses)} within "
+                                     f"{self.failover_timeout_s:g} s")
+
+    def _request(self, op: str, **args: Any) -> Any:
+        """One request and its reply on the current connection (the caller holds the lock)."""
+        if self._broken is not None:
+            # A request whose reply never came (a timeout, a cut) leaves that reply, or part of
+            # it, on the way: read on and this call would take the last call's answer for its own.
+            raise ConnectionLost(f"the connection to {self.address} was lost earlier ({self._broken}); "
+                                 f"connect again (whether that {self._broken_op!r} took effect is unknown)")
+        rid = next(self._ids)
+        frame = encode([rid, op, args])
+        if len(frame) - 4 > MAX_CLIENT_FRAME_BYTES:  # the server would cut the connection mid-send
+            raise TransactionError(f"{op} request of {len(frame) - 4:,} bytes exceeds the client protocol's "
+                                   f"limit of {MAX_CLIENT_FRAME_BYTES:,} bytes; split it into smaller ones")
+        sock = self._sock
+        try:
+            sock.sendall(frame)
+            while True:
+                msg = self._buf.next()
+                if msg is not None:
+                    break
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise ConnectionLost(f"instance server at {self.address} closed the connection")
+                self._buf.feed(data)
+            if not (isinstance(msg, list) and len(msg) == 3 and msg[0] in (rid, None)):
+                raise RemoteProtocolError(f"instance server at {self.address} answered request {rid} "
+                                          f"with {msg!r:.80}")
+        except OSError as e:
+            self._lose(op, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            raise ConnectionLost(f"connection to {self.address} failed: {e}") from e
+        except MultisiteError as e:  # closed by the server, or a reply that cannot be read
+            self._lose(op, e.message)
+            raise
+        if msg[0] is None:  # the server could not read the request and closed the connection
+            self._lose(op, f"{msg[2][0]}: {msg[2][1]}")
         return result_of(msg)
 
     def _lose(self, op: str, why: str) -> None:
@@ -152,7 +252,8 @@ class RemoteDatabase:
         return self._call("commit", ops=[update])
 
     def close(self) -> None:
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
 
     def __enter__(self) -> "RemoteDatabase":
         return self
@@ -216,8 +317,9 @@ def _document(value: Any) -> Any:
 
 def connect(address: str, timeout: float = 30.0, *, user: str | None = None, password: str | None = None,
             tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-            tls_check_hostname: bool = True) -> RemoteDatabase:
-    """Connect to the instance server listening at ``HOST:PORT``.
+            tls_check_hostname: bool = True, failover_timeout_s: float = FAILOVER_TIMEOUT_S) -> RemoteDatabase:
+    """Connect to the instance server listening at ``HOST:PORT``, or to whichever of ``"H1:P1,H2:P2,..."``
+    is the primary (and, after a failover, to the new one: see ``RemoteDatabase``).
 
     ``user`` and ``password`` (or a token) authenticate on a server that has users; ``tls_ca`` makes
     the connection TLS, checking the server's certificate (and its host name) against that CA, and
@@ -226,7 +328,8 @@ def connect(address: str, timeout: float = 30.0, *, user: str | None = None, pas
     as those classes. ``tls_check_hostname=False`` accepts a server certificate the CA signed whatever
     host it names (as the replication links do: their certificates may name instances, not hosts)."""
     return RemoteDatabase(address, timeout, user=user, password=password, tls_ca=tls_ca, tls_cert=tls_cert,
-                          tls_key=tls_key, tls_check_hostname=tls_check_hostname)
+                          tls_key=tls_key, tls_check_hostname=tls_check_hostname,
+                          failover_timeout_s=failover_timeout_s)
 
 
 def client_tls_context(ca: str | None, cert: str | None, key: str | None,

@@ -1,0 +1,69 @@
+"""``multisite.connect("h1:p1,h2:p2")``: the client follows the primary across a failover, with real servers.
+
+Reads and requests a deposed primary refused go to the new primary; a commit whose answer was lost
+raises CommitOutcomeUnknown and is never sent again.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import multisite
+from multisite.errors import CommitOutcomeUnknown, ConfigError, ConnectionLost
+
+
+@pytest.fixture
+def pair(cluster):
+    a, b = cluster.instance("A"), cluster.instance("B")
+    b.call("role", role="secondary")
+    cluster.link(a, b)
+    return cluster, a, b
+
+
+def test_a_multi_host_string_connects_to_the_primary_whatever_the_order(pair):
+    cluster, a, b = pair
+    with multisite.connect(f"127.0.0.1:{b.client_port},127.0.0.1:{a.client_port}") as db:
+        assert db.address == f"127.0.0.1:{a.client_port}"
+        db.create_region("acct")
+        assert db.set("acct", ("k",), 1) == 1
+
+
+def test_after_a_failover_a_lost_commit_is_unknown_and_the_next_goes_to_the_new_primary(pair):
+    cluster, a, b = pair
+    addrs = f"127.0.0.1:{a.client_port},127.0.0.1:{b.client_port}"
+    with multisite.connect(addrs, failover_timeout_s=20) as db:
+        db.create_region("acct")
+        for i in range(10):
+            db.set("acct", (i,), i)
+        cluster.wait_caught_up(a, b)
+        a.kill()
+        promoted = threading.Event()
+
+        def promote():
+            b.call("receiver.stop")
+            b.call("role", role="primary")
+            promoted.set()
+        threading.Timer(0.3, promote).start()
+        with pytest.raises(CommitOutcomeUnknown, match="not sent again"):
+            db.set("acct", ("lost?",), 1)
+        assert db.get("acct", (9,)) == 9  # a read waits for the new primary and is answered there
+        assert promoted.is_set() and db.address == f"127.0.0.1:{b.client_port}"
+        assert db.set("acct", ("after",), 2) == 11
+    with multisite.connect(f"127.0.0.1:{b.client_port}") as one:
+        assert one.get("acct", ("lost?",)) is None  # never re-sent
+
+
+def test_a_multi_host_string_without_a_primary_names_what_each_member_answered(pair):
+    cluster, a, b = pair
+    a.kill()
+    with pytest.raises(ConnectionLost, match=r"no primary among .* within 0.5 s: .*secondary"):
+        multisite.connect(f"127.0.0.1:{a.client_port},127.0.0.1:{b.client_port}", failover_timeout_s=0.5)
+
+
+def test_an_empty_or_malformed_address_list_is_refused():
+    with pytest.raises(ConfigError):
+        multisite.connect(",")
+    with pytest.raises(ConfigError):
+        multisite.connect("127.0.0.1:1,nonsense")
