@@ -197,42 +197,17 @@ class ReceiverServer:
 
     # -- one connection --------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One source's connection, from TLS and its Hello to its end: the session runs only when this
+        source may have the receiver (one at a time), and however it ends is logged, kept in
+        ``last_error`` and leaves the receiver listening for the next one."""
         addr = writer.get_extra_info("peername")
         conn = Connection(Role.RECEIVER)
         if self._tls_ctx is None:
             writer.transport.resume_reading()
         elif not await self._start_tls(writer, addr):
             return
-        try:
-            peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
-            if not isinstance(peer, Hello):
-                raise ProtocolError(f"expected Hello, got {type(peer).__name__}")
-        except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.TimeoutError,
-                MultisiteError) as e:
-            self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
-            if isinstance(e, ProtocolError):  # e.g. another protocol version: say so before closing
-                try:
-                    writer.write(Connection(Role.RECEIVER).send(error_for(e)))
-                except (MultisiteError, OSError):
-                    pass
-            await self._close(writer)
-            return
-        old = self._active
-        if old is not None and not old.done() and peer.name == self._active_peer:
-            # The same source again: the old connection is dead on its side (a cut we never saw).
-            self.log.warning("%s connected again: dropping its previous connection", peer.name)
-            if self._writer is not None:
-                self._writer.transport.abort()
-            try:
-                await asyncio.wait_for(asyncio.shield(old), 5.0)
-            except (asyncio.TimeoutError, Exception):
-                pass
-        if self._active is not None and not self._active.done():
-            self.log.warning("refusing source %s from %s: already receiving from %s", peer.name, addr,
-                             self._active_peer)
-            refusal = busy(self._active_peer)
-            writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
-            await self._close(writer)
+        peer = await self._read_hello(conn, reader, writer, addr)
+        if peer is None or not await self._take_over(conn, writer, peer, addr):
             return
         self._active, self._active_peer = asyncio.current_task(), peer.name
         self.connections += 1
@@ -259,6 +234,49 @@ class ReceiverServer:
                 self._conn = self._writer = None
                 self.state = "listening"
             await self._close(writer)
+
+    async def _read_hello(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          addr) -> Hello | None:
+        """The source's Hello, within ``handshake_timeout_s``; None, the connection logged and closed,
+        if anything else came (a peer of another protocol version is told why before the close)."""
+        try:
+            peer = await asyncio.wait_for(read_event(conn, reader), self.cfg.handshake_timeout_s)
+            if not isinstance(peer, Hello):
+                raise ProtocolError(f"expected Hello, got {type(peer).__name__}")
+            return peer
+        except (ConnectionLost, OSError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.TimeoutError,
+                MultisiteError) as e:
+            self.log.warning("connection from %s failed before its Hello: %s", addr, e or type(e).__name__)
+            if isinstance(e, ProtocolError):  # e.g. another protocol version: say so before closing
+                try:
+                    writer.write(Connection(Role.RECEIVER).send(error_for(e)))
+                except (MultisiteError, OSError):
+                    pass
+            await self._close(writer)
+            return None
+
+    async def _take_over(self, conn: Connection, writer: asyncio.StreamWriter, peer: Hello, addr) -> bool:
+        """Whether ``peer`` may have the receiver now. The source being served, connecting again, had
+        its old connection cut without our seeing it: that one is dropped. Any other source while one
+        is served is refused as busy (told, logged, closed): one source at a time."""
+        old = self._active
+        if old is not None and not old.done() and peer.name == self._active_peer:
+            # The same source again: the old connection is dead on its side (a cut we never saw).
+            self.log.warning("%s connected again: dropping its previous connection", peer.name)
+            if self._writer is not None:
+                self._writer.transport.abort()
+            try:
+                await asyncio.wait_for(asyncio.shield(old), 5.0)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        if self._active is not None and not self._active.done():
+            self.log.warning("refusing source %s from %s: already receiving from %s", peer.name, addr,
+                             self._active_peer)
+            refusal = busy(self._active_peer)
+            writer.write(conn.send(Error(refusal.code, refusal.message, refusal.common_seqno)))
+            await self._close(writer)
+            return False
+        return True
 
     async def _start_tls(self, writer: asyncio.StreamWriter, addr) -> bool:
         try:
@@ -336,26 +354,12 @@ class ReceiverServer:
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      peer: Hello) -> None:
-        loop = asyncio.get_running_loop()
+        """Handshake with the source, then stream: its batches into the receive pool (through the
+        in-filter if any, XOFF past the high-water mark), its heartbeats answered, until it ends."""
         agreed = await self._handshake(conn, reader, writer, peer)
         if agreed is None:
             return
-        stream, start = agreed
-        self.update.si_stream = stream
-        self.peer = peer.name
-        self._conn, self._writer = conn, writer
-        self._flow.reset()
-        self.state = "receiving"
-        self.last_error = None
-        self.log.info("receiving from %s at seqno %d (common point %d)%s", peer.name, start.from_seqno,
-                      start.common_seqno, "" if stream is None else f" on SI stream {stream} (group {peer.group})")
-        progress = loop.create_task(self._progress_loop(conn, writer, peer.name))
-        # A restart asked for, or the progress task failing, ends the read in progress (the stream's
-        # exception): one read awaited in this task at a time, no task and no wait on three futures
-        # per read (the receive path's cost at a few transactions per batch).
-        progress.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                                   or reader.set_exception(t.exception()))
-        self._reading = reader
+        progress = self._begin_streaming(conn, reader, writer, peer, *agreed)
         try:
             while True:
                 # Every event already in the protocol's buffer first: one large read holds many batches.
@@ -398,6 +402,27 @@ class ReceiverServer:
             progress.cancel()
             if self.filter is not None:  # the next connection restarts the stream: a new filter process
                 self.filter.kill()
+
+    def _begin_streaming(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         peer: Hello, stream: int | None, start: Start) -> asyncio.Task:
+        """Once the handshake agreed: this connection is the one the Update Process's confirmations and
+        XON go to, and its progress task runs (returned, for the session to cancel at its end)."""
+        self.update.si_stream = stream
+        self.peer = peer.name
+        self._conn, self._writer = conn, writer
+        self._flow.reset()
+        self.state = "receiving"
+        self.last_error = None
+        self.log.info("receiving from %s at seqno %d (common point %d)%s", peer.name, start.from_seqno,
+                      start.common_seqno, "" if stream is None else f" on SI stream {stream} (group {peer.group})")
+        progress = asyncio.get_running_loop().create_task(self._progress_loop(conn, writer, peer.name))
+        # A restart asked for, or the progress task failing, ends the read in progress (the stream's
+        # exception): one read awaited in this task at a time, no task and no wait on three futures
+        # per read (the receive path's cost at a few transactions per batch).
+        progress.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or reader.set_exception(t.exception()))
+        self._reading = reader
+        return progress
 
     async def _filtered(self, run, conn: Connection, writer: asyncio.StreamWriter, peer: str):
         """``run`` through the in-filter; None (the source told, nothing of the batch kept) if it failed."""
