@@ -27,7 +27,7 @@ import signal
 import ssl
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
 from ...fsutil import atomic_write
@@ -181,13 +181,8 @@ class DocServer:
     async def session(self, address: str, mode: Mode, only: set[str] | None, expect: str | None = None) -> dict:
         """One session with the docserver at ``address`` (HOST:PORT or a --peer name), this server initiating."""
         address = self.peers.get(address, address)
-        host, port = parse_hostport(address)
         t0, started_at = time.perf_counter(), time.time()
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=self._client_ctx()), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
-            raise ConnectionLost(f"cannot reach the document server at {address}: {e or 'timeout'}") from None
+        reader, writer = await self._connect(address)
         wire = DocWire(Side.INITIATOR)
 
         def pick(db: DocDB) -> bool:
@@ -206,23 +201,7 @@ class DocServer:
                 return None
 
         try:
-            req = await asyncio.to_thread(step, None)
-            while not done:
-                if isinstance(req, Pipeline):  # send them all; the generator takes the replies as they come
-                    replies: queue.Queue = queue.Queue()
-                    reading = asyncio.create_task(self._read_n(reader, wire, len(req), replies, address))
-                    for r in req:
-                        writer.write(wire.send(r))
-                    await writer.drain()
-                    req = await asyncio.to_thread(step, _replies(replies, len(req)))
-                    await reading
-                    continue
-                writer.write(wire.send(req))
-                await writer.drain()
-                reply = await _read(reader, wire, SESSION_TIMEOUT_S)
-                if reply is None:
-                    raise ConnectionLost(f"the document server at {address} closed the session")
-                req = await asyncio.to_thread(step, reply)
+            await self._exchange(step, done, reader, writer, wire, address)
             report = done[0]
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as e:
             raise ConnectionLost(f"the session with {address} was cut: {e or 'timeout'}; the next session repeats "
@@ -239,6 +218,40 @@ class DocServer:
                       "".join(f"; {d['title']}: refused: {'; '.join(d['refused'])}" for d in out["dbs"] if d["refused"]))
         self.sessions_done += 1
         return out
+
+    async def _connect(self, address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the document server at ``address`` (HOST:PORT), TLS with --tls-*, within
+        CONNECT_TIMEOUT_S; ConnectionLost naming it if it cannot be reached."""
+        host, port = parse_hostport(address)
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=self._client_ctx()), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            raise ConnectionLost(f"cannot reach the document server at {address}: {e or 'timeout'}") from None
+
+    async def _exchange(self, step: Callable[[Any], Any], done: list, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, wire: DocWire, address: str) -> None:
+        """Drive the initiator until it is done (its report in ``done``): each request it yields is
+        sent and its reply fed back, the generator's steps in a thread (they are database work). A
+        ``Pipeline`` of requests is sent at once while a task reads their replies, which the
+        generator takes as they come: one round trip for the batch, not one per request."""
+        req = await asyncio.to_thread(step, None)
+        while not done:
+            if isinstance(req, Pipeline):  # send them all; the generator takes the replies as they come
+                replies: queue.Queue = queue.Queue()
+                reading = asyncio.create_task(self._read_n(reader, wire, len(req), replies, address))
+                for r in req:
+                    writer.write(wire.send(r))
+                await writer.drain()
+                req = await asyncio.to_thread(step, _replies(replies, len(req)))
+                await reading
+                continue
+            writer.write(wire.send(req))
+            await writer.drain()
+            reply = await _read(reader, wire, SESSION_TIMEOUT_S)
+            if reply is None:
+                raise ConnectionLost(f"the document server at {address} closed the session")
+            req = await asyncio.to_thread(step, reply)
 
     async def _read_n(self, reader, wire, n: int, out: "queue.Queue", address: str) -> None:
         """Read ``n`` replies into ``out``; a failure goes in too, for the generator's thread to raise."""
