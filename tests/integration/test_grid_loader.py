@@ -5,7 +5,6 @@ fail the commit with the database's error and leave nothing committed on either 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -91,7 +90,7 @@ def test_sqlite_write_through_and_a_refused_write(make, tmp_path):
         assert p["loader"]["primary"]["state"] == "ready" and p["loader"]["primary"]["database"] == "up", p
         assert p["loader"]["buffered"] == {p["sync"][0]: 0}, p
     out = subprocess.run([sys.executable, "-c", "from multisite.cli.main import main; main()", "grid", "status",
-                          "--catalog", g.address], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, check=False)
+                          "--catalog", g.address], capture_output=True, text=True, check=False)
     assert "loader" in out.stdout and "ready" in out.stdout, out.stdout + out.stderr
     refused = sum(control.call(g.root / c, "status")["shards"][str(p)].get("loader", {}).get("refused", 0)
                   for c in ("a", "b") for p in range(2))

@@ -248,13 +248,13 @@ def test_the_console_verbs_and_status_commands(tmp_path):
         assert st_b["name"] == "B" and [d["title"] for d in st_b["databases"]] == ["P"]
         addr = st_b["listen"]
         out = run("pull", addr, "P", "--on", tmp_path / "hA")
-        assert "pull-only A ⇄ B: 1 new" in " ".join(out.split())
+        assert "pull-only A ⇄ B: 1 new" in out
         pushed = json.loads(run("push", addr, "--on", tmp_path / "hA", "--json"))
         assert pushed["mode"] == "push-only" and pushed["totals"]["new"] == 0
         rep = json.loads(run("replicate", addr, "--on", tmp_path / "hA", "--json"))
         assert rep["mode"] == "pull-push" and rep["peer"] == "B" and rep["seconds"] >= 0
         assert json.loads(run("connections", "list", "--on", tmp_path / "hA", "--json")) == []
-        table = " ".join(run("docserver", "status", tmp_path / "hA").split())
+        table = run("docserver", "status", tmp_path / "hA")
         assert "2 replicator(s)" in table and "Names" in table and "P" in table
         out = run("replicate", "127.0.0.1:1", "--on", tmp_path / "hA", ok=False)
         assert "CONNECTION_LOST" in out and "cannot reach" in out

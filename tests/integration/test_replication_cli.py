@@ -23,8 +23,7 @@ MULTISITE = shutil.which("multisite", path=str(Path(sys.executable).parent)) or 
 
 
 def ms(*args: object, ok: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "500"}  # rich wraps text output at the terminal width
-    res = subprocess.run([MULTISITE, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run([MULTISITE, *map(str, args)], capture_output=True, text=True, timeout=120)
     if ok and res.returncode != 0:
         raise AssertionError(f"`multisite {' '.join(map(str, args))}` failed ({res.returncode}): "
                              f"{res.stdout}{res.stderr}")

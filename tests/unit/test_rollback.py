@@ -241,7 +241,7 @@ def test_a_lost_file_path_that_is_wrong_is_a_config_error_not_a_damaged_file(tmp
             LostFile.read(wrong)
 
 
-def test_supplementary_rollback_in_one_of_several_streams_and_its_lost_file_numbering(tmp_path, monkeypatch):
+def test_supplementary_rollback_in_one_of_several_streams_and_its_lost_file_numbering(tmp_path):
     """Streams 1 and 2 from two groups, interleaved with P's own: rolling stream 2 back past its
     seqno 3 takes every later transaction off (any stream), resets each stream to what remains, and
     the lost file says its seqnos are P's and its stream seqnos the sources', naming each stream's group."""
@@ -251,7 +251,6 @@ def test_supplementary_rollback_in_one_of_several_streams_and_its_lost_file_numb
 
     from click.testing import CliRunner
 
-    from multisite.cli import output
     from multisite.cli.main import cli
     from multisite.instance.instance_file import StreamInfo
     from multisite.journal.lostfile import NUMBERING_SI
@@ -261,7 +260,6 @@ def test_supplementary_rollback_in_one_of_several_streams_and_its_lost_file_numb
     def rec(origin: str, seqno: int) -> Record:
         return Record(seqno, 0, seqno, origin, 0.0, [Update(SET, "t", (f"{origin}{seqno}",), encode_value(seqno))])
 
-    monkeypatch.setattr(output.console, "width", 200)  # a table this wide wraps its headings at 80
     root = multisite.create(tmp_path / "P", name="P", group="si", supplementary=True, durability="none")
     with multisite.open(root) as p:
         p.create_region("t")

@@ -26,6 +26,14 @@ def _fields(text: str) -> dict:
     return v
 
 
+# ``doc list`` shows the start of each document's fields (``doc get UNID`` shows them all), and says so.
+FIELDS_SUMMARY_CHARS = 60
+
+
+def _summary(text: str) -> str:
+    return text if len(text) <= FIELDS_SUMMARY_CHARS else text[:FIELDS_SUMMARY_CHARS] + "…"
+
+
 @click.group()
 def db() -> None:
     """Document databases (multi-master): create, inspect, set ACLs and forms, replicate on one machine.
@@ -67,7 +75,7 @@ def db_info(dir: str, as_json: bool) -> None:
         print_json(info)
         return
     table(f"database {info['title']}", ["property", "value"],
-          [(k, json.dumps(v) if isinstance(v, dict) else v) for k, v in info.items()])
+          [(k, json.dumps(v) if isinstance(v, dict) else v) for k, v in info.items()], whole=["value"])
 
 
 @db.command("acl")
@@ -191,7 +199,7 @@ def doc_list(dir: str, as_json: bool, deleted: bool) -> None:
         return
     table("documents", ["unid", "form", "seq", "conflict", "deleted", "fields"],
           [(x["unid"], x["form"], x["seq"], "yes" if x["conflict"] else "", "yes" if x["deleted"] else "",
-            json.dumps(x["fields"])[:60]) for x in docs])
+            _summary(json.dumps(x["fields"]))) for x in docs], whole=["unid"])
 
 
 @click.group()
@@ -273,7 +281,8 @@ def docserver_status(home: str, as_json: bool) -> None:
     console.print(f"document server {st['name']} (pid {st['pid']}) on {st['listen']}: {st['replicators']} "
                   f"replicator(s), {len(st['active'])} busy, {st['queued']} queued, {st['sessions_done']} sessions done")
     table("databases", ["title", "replica ID", "database ID", "change no", "path"],
-          [(d["title"], d["replica_id"], d["db_id"], d["changeno"], d["path"]) for d in st["databases"]])
+          [(d["title"], d["replica_id"], d["db_id"], d["changeno"], d["path"]) for d in st["databases"]],
+          whole=["replica ID", "database ID", "path"])
 
 
 def _print_report(rep: dict, as_json: bool) -> None:
@@ -291,7 +300,8 @@ def _print_report(rep: dict, as_json: bool) -> None:
             rows.append((d["title"], way, s["new"], s["updated"], s["deleted"], s["conflicts"], s["merged"],
                          "; ".join(d["refused"]) if way == "pulled" else ""))
     if rows:
-        table("databases", ["database", "way", "new", "updated", "deleted", "conflicts", "merged", "refused"], rows)
+        table("databases", ["database", "way", "new", "updated", "deleted", "conflicts", "merged", "refused"], rows,
+              whole=["database"])
     else:
         console.print("no database in common (matching replica ID) that both servers may replicate")
 
@@ -348,10 +358,10 @@ def connections_list(home: str, as_json: bool) -> None:
 
     table("connections", ["unid", "source → destination", "mode", "databases", "schedule", "enabled", "last run",
                           "next run", "last result"],
-          [(r["unid"][:12], f"{r.get('source')} → {r.get('destination')}", r.get("mode"), r.get("databases"),
+          [(r["unid"], f"{r.get('source')} → {r.get('destination')}", r.get("mode"), r.get("databases"),
             r.get("at") or f"{r.get('range')} every {r.get('interval_s')} s", r.get("enabled"),
             when(r.get("last_run")), when(r.get("next_run")), r.get("last_result") or r.get("error") or "-")
-           for r in rows])
+           for r in rows], whole=["unid", "source → destination"])
 
 
 def register(cli: click.Group) -> None:

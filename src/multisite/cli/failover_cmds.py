@@ -118,7 +118,7 @@ def lost_show(file: str, as_json: bool) -> None:
             rows.append((t["seqno"], stream, t["stream_seqno"], t["origin"], u["op"], u["region"], u["key"],
                          u.get("value", u.get("killed")), u.get("before")))
     cols = ["seqno (local)" if si else "seqno", "stream", "stream seqno (source)" if si else "stream seqno"]
-    table("lost transactions", cols + ["origin", "op", "region", "key", "value", "before"], rows)
+    table("lost transactions", cols + ["origin", "op", "region", "key", "value", "before"], rows, whole=["key"])
 
 
 @lost.command("may-have-changed")

@@ -131,7 +131,7 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
             ", ".join(p["async"]) or "-", p["epoch"],
             " ".join(f"{c}={s}" for c, s in sorted(p["seqnos"].items())) or "-",
             " ".join(f"{c}={n}" for c, n in sorted(p.get("backlog", {}).items())) or "-")
-           for p in st["partitions"]])
+           for p in st["partitions"]], whole=["primary"])  # replica lists wrap between addresses
     if any("loader" in p for p in st["partitions"]):  # issue 16
         rows = []
         for p in st["partitions"]:
@@ -149,7 +149,8 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
                       f"{max(lags, default=0)} transaction(s) behind a primary)")
     table("containers", ["name", "state", "zone", "address", "last heartbeat", "shards", "primaries"],
           [(c["name"], "up" if c["up"] else "down", c["zone"] or "-", c["address"],
-            f"{c['last_heartbeat_age_s']:.1f} s ago", c["shards"], c["primaries"]) for c in st["containers"]])
+            f"{c['last_heartbeat_age_s']:.1f} s ago", c["shards"], c["primaries"]) for c in st["containers"]],
+          whole=["name", "address"])
     if st["under_replicated"]:
         table("under-replicated", ["partition", "role", "placed/wanted", "blocks commits", "why"],
               [(u["partition"], u["role"], f"{u['placed']}/{u['wanted']}", "yes" if u["blocks_commits"] else "no",

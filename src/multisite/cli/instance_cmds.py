@@ -67,15 +67,15 @@ def show_cmd(dir: str, as_json: bool) -> None:
         ("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(inst.created))),
     ])
     table("source slots", ["name", "kind", "mode", "last sent", "last confirmed"],
-          [(s.name, s.kind, s.mode, s.last_sent, s.last_confirmed) for s in inst.slots.values()])
+          [(s.name, s.kind, s.mode, s.last_sent, s.last_confirmed) for s in inst.slots.values()], whole=["name"])
     table("history", ["start seqno", "root primary", "role", "upstream", "stream", "stream start"],
           [(h.start_seqno, h.root_primary, h.role, h.upstream or "-", h.stream, h.stream_start)
-           for h in inst.history])
+           for h in inst.history], whole=["root primary", "upstream"])
     if inst.supplementary:
         table("SI streams (0: this instance's own)", ["stream", "source group", "root primary", "last stream seqno",
                                                       "history records"],
               [(n, st.source_group, st.root_primary or "-", st.last_stream_seqno, len(st.history))
-               for n, st in sorted(inst.streams.items())])
+               for n, st in sorted(inst.streams.items())], whole=["source group", "root primary"])
 
 
 @click.command("backup")

@@ -101,7 +101,7 @@ def repair_cmd(dir: str, yes: bool, as_json: bool) -> None:
     table("journal damage", ["segment", "offset", "last intact seqno", "damaged bytes", "intact records after",
                              "store seqno"],
           [(Path(p.segment).name, p.offset, p.last_intact_seqno, p.damaged_bytes,
-            f"{len(after)} (seqnos {after[0]}..{after[-1]})", p.store_seqno)])
+            f"{len(after)} (seqnos {after[0]}..{after[-1]})", p.store_seqno)], whole=["segment"])
     for name, seqno in p.confirmed.items():
         console.print(f"secondary {name} confirmed up to seqno {seqno}: after the cut it is ahead, and rolls back "
                       f"to {p.last_intact_seqno} when it next connects (multisite rollback --fetchresync)")
@@ -167,7 +167,8 @@ def consumers_cmd(dir: str, forget_name: str | None, as_json: bool) -> None:
         return
     table(f"journal consumers of {dir}", ["consumer", "consumed up to seqno", "updated (UTC)"],
           [[p.name, f"{p.last_confirmed:,}",
-            dt.datetime.fromtimestamp(p.updated, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")] for p in rows])
+            dt.datetime.fromtimestamp(p.updated, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")] for p in rows],
+          whole=["consumer"])
 
 
 @journal.command("archive")
@@ -248,7 +249,8 @@ def _check_archive(url: str, as_json: bool) -> None:
         print_json(rep.to_dict())
     else:
         if rep.damaged:
-            table(f"damaged files in {url}", ["file", "problem"], [[d["path"], d["problem"]] for d in rep.damaged])
+            table(f"damaged files in {url}", ["file", "problem"], [[d["path"], d["problem"]] for d in rep.damaged],
+                  whole=["file"])
         console.print(f"checked {rep.files} archived file(s) of {rep.instance} (seqnos {rep.first_archived}.."
                       f"{rep.last_archived}): {len(rep.damaged)} damaged")
     if rep.damaged:

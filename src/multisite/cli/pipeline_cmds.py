@@ -294,7 +294,8 @@ def verify_cmd(a, b, at, out, engine, master, confs, as_json):
         if rep.sample:
             table(f"differences (first {len(rep.sample)})", ["difference", "region", "key", "value in A",
                                                             "value in B"],
-                  [[r["difference"], r["region"], r["key_text"], r["value_a"], r["value_b"]] for r in rep.sample])
+                  [[r["difference"], r["region"], r["key_text"], r["value_a"], r["value_b"]] for r in rep.sample],
+                  whole=["key"])
         console.print(f"{rep.summary()} ({rep.seconds:.1f}s)"
                       + (f"; differences in {rep.diff_path}" if rep.diff_path else ""))
     if not rep.equal:

@@ -138,7 +138,8 @@ _simple("deactivate", "source.deactivate", "Make an active Source Server passive
 def _source_table(res: dict) -> None:
     table(f"source server for {res['secondary']}", ["field", "value"],
           [(k, res[k]) for k in ("pid", "state", "mode", "connect", "seqno", "last_sent", "last_confirmed",
-                                 "backlog", "reading_from", "lag_s", "connects", "filter", "last_error", "log")])
+                                 "backlog", "reading_from", "lag_s", "connects", "filter", "last_error", "log")],
+          whole=["value"])
 
 
 @source.command("status")
@@ -229,7 +230,8 @@ def receiver_status(dir, as_json) -> None:
         return
     table("receiver server", ["field", "value"],
           [(k, res.get(k)) for k in ("pid", "state", "listen", "source", "seqno", "received_seqno", "backlog",
-                                     "receive_pool_bytes", "xoff", "filter", "last_error", "log")])
+                                     "receive_pool_bytes", "xoff", "filter", "last_error", "log")],
+          whole=["value"])
 
 
 @click.group()

@@ -95,11 +95,12 @@ def status_cmd(dir: str, as_json: bool) -> None:
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])
-               for n, s in st["sources"].items()])
+               for n, s in st["sources"].items()], whole=["secondary"])
     if st["receiver"]:
         r = st["receiver"]
         table("receiver server", ["state", "source", "listen", "received", "applied", "backlog"],
-              [(r["state"], r["source"], r["listen"], r["received_seqno"], r["seqno"], r["backlog"])])
+              [(r["state"], r["source"], r["listen"], r["received_seqno"], r["seqno"], r["backlog"])],
+              whole=["source", "listen"])
 
 
 def _cpu_list(cpus: list[int]) -> str:

@@ -80,7 +80,7 @@ def list_cmd(dir: str, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table("users", ["name", "role", "by"], [(r["name"], r["role"], r["by"]) for r in rows])
+    table("users", ["name", "role", "by"], [(r["name"], r["role"], r["by"]) for r in rows], whole=["name"])
 
 
 def register(cli: click.Group) -> None:
