@@ -75,8 +75,8 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
     undone); None, having done nothing, for any other batch."""
     st = core.store
     regions = st.regions
-    if core.info.role != "primary" or not _only_sets(txns, regions):
-        return None
+    if core.info.role != "primary" or core.lease_ended() or not _only_sets(txns, regions):
+        return None  # a fenced primary: prepare_each refuses each transaction
     out: list[int | Exception] = [0] * len(txns)
     keyed: list[tuple[int, list[Op], list[bytes]]] = []
     for i, ops in enumerate(txns):
@@ -148,6 +148,8 @@ def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int
             commit_time: float | None = None) -> tuple[int, bytes]:
     """Under the commit lock: apply to the store, assign the seqno, frame the journal record."""
     core.check_open()
+    if core.lease_until is not None and not replicated_apply:
+        core.check_lease()
     st = core.store
     regions = st.regions
     for op in ops:

@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from ..errors import RegionNotFound, StorageFull, StoreLost, TransactionError
+from ..errors import NotPrimary, RegionNotFound, StorageFull, StoreLost, TransactionError
 from ..instance import instance_file as ifile
 from ..instance.layout import Layout
 from ..journal import records as journal_records
@@ -52,10 +52,24 @@ class Core:
         self.commit_listeners: list[Callable[[int, list[bytes]], None]] = []  # (first seqno, frames)
         self.rollback_listeners: list[Callable[[int], None]] = []
         self.last_flush = time.monotonic()
+        # HA fencing (ha/): the monotonic time after which local commits are refused, None without a
+        # lease. Checked under the commit lock, before a seqno is assigned.
+        self.lease_until: float | None = None
 
     def check_open(self) -> None:
         if self.closed:
             raise TransactionError(f"instance {self.layout.root} is closed")
+
+    def lease_ended(self) -> bool:
+        """True once the leader lease this primary commits under can have ended (``lease_until``)."""
+        until = self.lease_until
+        return until is not None and time.monotonic() >= until
+
+    def check_lease(self) -> None:
+        """NotPrimary once the lease has ended (``lease_ended``)."""
+        if self.lease_ended():
+            raise NotPrimary(f"instance {self.name} is fenced: its leader lease was not renewed in time, so "
+                             f"another member may be primary now; write to the cluster's primary")
 
     def region(self, name: str) -> RegionInfo:
         r = self.store.regions.get(name)

@@ -236,6 +236,11 @@ class Database:
         the commit lock until the returned batch is ``commit()``-ed or ``abort()``-ed (see ``prepared``)."""
         return prepared.prepare_batch(self._core, txns)
 
+    def set_lease(self, until: float | None) -> None:
+        """Commit only until the monotonic time ``until`` (a leader lease, ``ha/``): past it every local
+        commit raises NotPrimary, checked under the commit lock. None: no lease (the default)."""
+        self._core.lease_until = until
+
     def flush_if_due(self) -> None:
         """Commit the store now if enough commits or time passed since the last flush (as every commit
         does by itself unless it was written with ``flush_store=False``)."""
