@@ -57,6 +57,13 @@ class NotAnInstance(MultisiteError):
     code = "NOT_AN_INSTANCE"
 
 
+class UnsafePermissions(ConfigError):
+    """A directory multisite keeps data in (an instance, a document database, a server's home) can be
+    written by every user of the host: refused, naming the directory and the ``chmod`` that fixes it."""
+
+    code = "UNSAFE_PERMISSIONS"
+
+
 class InstanceExists(MultisiteError):
     code = "INSTANCE_EXISTS"
 

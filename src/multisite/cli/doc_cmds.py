@@ -48,15 +48,19 @@ def db() -> None:
 @click.option("--replica-of", "replica_of", default=None,
               help="A document database directory, or a replica ID (16 hex digits): make a new replica of it.")
 @click.option("--durability", type=click.Choice(["fsync", "group", "none"]), default="fsync", show_default=True)
-def db_create(dir: str, title: str, replica_of: str | None, durability: str) -> None:
-    """Create a document database (a new replica ID, or --replica-of an existing one).
+@click.option("--group-read", is_flag=True,
+              help="Let the directory's group read the data (directory 0750, files 0640); by default only its "
+                   "owner may (0700, 0600).")
+def db_create(dir: str, title: str, replica_of: str | None, durability: str, group_read: bool) -> None:
+    """Create a document database (a new replica ID, or --replica-of an existing one), readable by its
+    owner only (0700, files 0600), or by its group too with --group-read.
 
     Example: multisite db create /data/b --title Profiles --replica-of /data/a
     """
     rid = None
     if replica_of:
         rid = docdb.read_identity(replica_of)["replica_id"] if Path(replica_of).is_dir() else replica_of
-    with docdb.create(dir, title, replica_id=rid, durability=durability) as d:
+    with docdb.create(dir, title, replica_id=rid, durability=durability, group_read=group_read) as d:
         console.print(f"document database {title!r} created in {dir}: replica ID {d.replica_id}, "
                       f"database ID {d.db_id}")
 

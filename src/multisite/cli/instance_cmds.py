@@ -31,15 +31,19 @@ def instance() -> None:
               help="Journal segment size limit.")
 @click.option("--journal-pool-mib", type=click.IntRange(1, MAX_MIB), default=64, show_default=True,
               help="Journal pool size.")
+@click.option("--group-read", is_flag=True,
+              help="Let the directory's group read the data (directory 0750, files 0640); by default only its "
+                   "owner may (0700, 0600).")
 def create_cmd(dir: str, name: str, group: str, supplementary: bool, durability: str, segment_mib: int,
-               journal_pool_mib: int) -> None:
-    """Create an empty instance.
+               journal_pool_mib: int, group_read: bool) -> None:
+    """Create an empty instance: a directory only its owner may read (0700, files 0600), or its group
+    too with --group-read.
 
     Example: multisite instance create /data/A --name A --group bank
     """
     root = database.create(dir, name, group=group, supplementary=supplementary, durability=durability,
                            segment_bytes=segment_mib * 1024 * 1024,
-                           journal_pool_bytes=journal_pool_mib * 1024 * 1024)
+                           journal_pool_bytes=journal_pool_mib * 1024 * 1024, group_read=group_read)
     click.echo(f"created instance {name} (group {group}{', supplementary' if supplementary else ''}) at {root}")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import ConfigError, InstanceExists, JournalGap, RegionNotFound, TransactionError
+from ..fsutil import make_dir, make_root
 from ..instance import instance_file as ifile
 from ..instance.layout import InstanceLock, Layout
 from ..journal.durability import Durability
@@ -32,8 +33,10 @@ from .transaction import ThreadState, Transaction
 
 def create(path: str | os.PathLike, name: str, *, group: str = "default", supplementary: bool = False,
            durability: str | Durability = Durability.FSYNC, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-           journal_pool_bytes: int = 64 * 1024 * 1024) -> Path:
-    """Create a new, empty instance directory named ``name`` in LMS group ``group``."""
+           journal_pool_bytes: int = 64 * 1024 * 1024, group_read: bool = False) -> Path:
+    """Create a new, empty instance directory named ``name`` in LMS group ``group``: 0700 and its files
+    0600, or with ``group_read`` 0750 and 0640 (its group may read the data: a backup or a monitor
+    running as another user of that group)."""
     if not ifile.valid_name(name):
         raise ConfigError(f"instance name {name!r} must be letters, digits, '-', '_' or '.'")
     durability = Durability.parse(durability)
@@ -48,8 +51,9 @@ def create(path: str | os.PathLike, name: str, *, group: str = "default", supple
         raise InstanceExists(f"{lay.root} exists and is a file, not a directory; choose an empty or new directory")
     if lay.root.exists() and any(lay.root.iterdir()):
         raise InstanceExists(f"{lay.root} exists and is not empty; choose an empty or new directory")
+    make_root(lay.root, group_read=group_read)
     for d in lay.dirs():
-        d.mkdir(parents=True, exist_ok=True)
+        make_dir(d)
     create_segment(lay.journal, 1, 1, 0)
     Store(lay.store_file).close()
     inst = ifile.InstanceFile(name=name, group=group, supplementary=supplementary, created=time.time(),

@@ -7,6 +7,10 @@
     <instance>/log/           server logs
     <instance>/run/           pid files and sockets of running servers
     <instance>/lock           held (flock) by the owning process; holds its pid
+
+The directory is 0700 and everything in it 0700 (directories) or 0600 (files), or 0750 and 0640 for an
+instance created with ``--group-read``: each is made with the mode ``fsutil`` takes from the directory
+it is made in. An instance directory that every user may write is refused at every open.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InstanceLocked, NotAnInstance
+from ..fsutil import check_not_world_writable, file_mode
 
 INSTANCE_FILE = "instance.msi"
 PID_WAIT_S = 0.5  # how long a second opener waits for the owner's pid to appear in the lock file
@@ -77,6 +82,8 @@ class Layout:
         if not lay.instance_file.exists() or not lay.journal.is_dir():
             raise NotAnInstance(f"{lay.root} is not a multisite instance (no {INSTANCE_FILE} or journal/); "
                                 f"create one with `multisite instance create {lay.root} --name NAME`")
+        for d in [lay.root, *lay.dirs()]:
+            check_not_world_writable(d, "instance directory")
         return lay
 
 
@@ -88,7 +95,7 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, file_mode(self.path.parent))
         deadline = time.monotonic() + PID_WAIT_S
         while True:
             try:

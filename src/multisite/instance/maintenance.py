@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, InstanceExists, JournalCorrupt, MultisiteError
-from ..fsutil import atomic_write, fsync_dir
+from ..fsutil import GROUP_READ_DIR_MODE, atomic_write, copy_file, create_file, fsync_dir, make_dir, make_root
 from ..journal.reader import iter_frames
 from ..journal.recovery import JournalState, recover_journal
 from ..journal.segments import SEGMENT_HEADER_SIZE, SUFFIX, SegmentInfo, SegmentView, list_segments, read_header
@@ -103,8 +103,10 @@ def backup(src: str | Path, dest: str | Path) -> BackupReport:
 
 
 def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> BackupReport:
+    # As private as the instance: 0700 and 0600, or 0750 and 0640 for one created with --group-read.
+    make_root(out.root, group_read=lay.root.stat().st_mode & 0o777 == GROUP_READ_DIR_MODE)
     for d in out.dirs():
-        d.mkdir(parents=True, exist_ok=True)
+        make_dir(d)
     copied = 0
     seqno = 0
     if lay.store_file.exists():  # else the copy, as the source, rebuilds its store from the whole journal
@@ -113,7 +115,7 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     segs = list_segments(lay.journal)
     for i, s in enumerate(segs):
         try:
-            shutil.copyfile(s.path, out.journal / s.path.name)
+            copy_file(s.path, out.journal / s.path.name)
         except FileNotFoundError:
             if i + 1 == len(segs):
                 raise  # the newest segment is never pruned: something else removed it
@@ -128,7 +130,7 @@ def _backup(lay: Layout, out: Layout, inst: ifile.InstanceFile, acked: int) -> B
     _check_copied_journal(lay, out, seqno, acked)
     lost = [f for f in lay.lost.glob("*") if f.is_file()]
     for f in lost:
-        shutil.copyfile(f, out.lost / f.name)
+        copy_file(f, out.lost / f.name)
     ifile.save(out.instance_file, inst)
     synced = [*(out.journal.glob("*" + SUFFIX)), *(out.lost / f.name for f in lost)]
     if users_path(lay.root).exists():  # the client port's users (instance.users): a restored copy keeps them
@@ -147,7 +149,7 @@ def _copy_store(lay: Layout, out: Layout) -> int:
     """Copy the store (a committed snapshot, through SQLite's backup API); returns its applied seqno."""
     try:
         src_conn = sqlite3.connect(f"file:{lay.store_file}?mode=ro", uri=True)
-        dst_conn = sqlite3.connect(str(out.store_file))
+        dst_conn = sqlite3.connect(str(create_file(out.store_file)))
         try:
             src_conn.backup(dst_conn)
             row = dst_conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import JournalCorrupt
-from ..fsutil import fsync_dir, truncate_file
+from ..fsutil import fsync_dir, make_dir, truncate_file
 from ..journal.lostfile import write_lost_file
 from ..journal.records import FRAME_HEADER_SIZE, Record, decode_payload
 from ..journal.segments import SegmentView, ScanResult, list_segments
@@ -72,7 +72,7 @@ def repair(root: str | os.PathLike) -> RepairPlan | None:
                                  f"not be cut: {p.refused}", path=p.segment, offset=p.offset)
         info = ifile.load(lay.instance_file)
         if records:
-            lay.lost.mkdir(exist_ok=True)
+            make_dir(lay.lost)
             p.lost_file = str(write_lost_file(
                 lay.lost, instance=info.name, group=info.group, records=records, common_seqno=p.last_intact_seqno,
                 si_streams=info.si_streams(),

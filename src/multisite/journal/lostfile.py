@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import ConfigError, KeyTypeError, LostFileCorrupt
-from ..fsutil import fsync_dir, write_all
+from ..fsutil import file_mode, fsync_dir, write_all
 from ..keys import check_key
 from .extract import record_to_dict
 from .reader import iter_records
@@ -95,7 +95,7 @@ def write_lost_file(lost_dir: Path, *, instance: str, group: str, records: list[
     crc = zlib.crc32(body)
     body += _line({"end": True, "count": len(records), "crc32": crc})
     tmp = path.with_name("." + path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode(lost_dir))
     try:
         write_all(fd, body, str(path))
         os.fsync(fd)

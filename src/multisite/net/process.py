@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 from ..errors import MultisiteError
+from ..fsutil import check_not_world_writable, create_file, make_dir
 
 
 def wait_exit(pid: int, timeout: float) -> int:
@@ -50,9 +51,10 @@ def run_logged(root: Path, log_name: str, log_format: str, server: Callable[[], 
     """The body of a grid process's ``main``: make ``root``'s log/ and run/, send the multisite log to
     ``log/<log_name>``, run ``server()`` until it ends; a MultisiteError is logged, printed as
     ``error: ...`` and ends the process with ``exit_code``."""
+    check_not_world_writable(root, "server directory")
     for sub in ("log", "run"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    h = logging.FileHandler(root / "log" / log_name)
+        make_dir(root / sub)
+    h = logging.FileHandler(create_file(root / "log" / log_name))
     h.setFormatter(logging.Formatter(log_format))
     logging.getLogger("multisite").addHandler(h)
     logging.getLogger("multisite").setLevel(logging.INFO)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, JournalCorrupt
+from ..fsutil import create_file, make_dir
 from ..journal.segments import SEGMENT_HEADER_SIZE
 from ..journal.sidecars import Sidecar, index_dir
 from . import columns as C
@@ -110,8 +111,8 @@ class PieceWriter:
         self.tmp: Path | None = None
         self._w = None
         try:
-            self.dir.mkdir(exist_ok=True)
-            self.tmp = self.dir / f".piece-{os.getpid()}-{id(self):x}.tmp"
+            make_dir(self.dir)
+            self.tmp = create_file(self.dir / f".piece-{os.getpid()}-{id(self):x}.tmp")  # the journal's mode
             self._w = pq.ParquetWriter(self.tmp, self.schema, compression=PIECE_COMPRESSION,
                                        use_dictionary=PIECE_DICTIONARY_COLUMNS)
         except OSError:

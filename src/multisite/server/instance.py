@@ -30,6 +30,7 @@ import msgspec
 
 from .. import engine
 from ..errors import ConfigError, MultisiteError, RegionNotFound, ServerError
+from ..fsutil import atomic_write, create_file
 from ..journal.records import KILL, SET, ZKILL
 from ..keys import check_key, decode_key, encode_key
 from ..values import decode_value, encode_value
@@ -55,7 +56,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def component_logger(root: Path, name: str, filename: str, parent: str = "multisite") -> logging.Logger:
     log = logging.getLogger(f"{parent}.{name}")  # parent: the server's logger (one per instance served)
     if not any(getattr(h, "_ms_file", None) == filename for h in log.handlers):
-        h = logging.FileHandler(root / "log" / filename)
+        h = logging.FileHandler(create_file(root / "log" / filename))
         h.setFormatter(logging.Formatter(LOG_FORMAT))
         h._ms_file = filename  # type: ignore[attr-defined]
         log.addHandler(h)
@@ -143,7 +144,7 @@ class InstanceServer:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
                 "started": self.started_at, "log": str(self.root / "log" / "server.log"),
                 "cpus": sorted(os.sched_getaffinity(0)), "metrics_port": self.metrics.port if self.metrics else None}
-        (self.root / "run" / "server.json").write_text(json.dumps(info))
+        atomic_write(self.root / "run" / "server.json", json.dumps(info).encode())
 
     async def _shutdown(self, ctl, cli_srv, timeout_s: float = 5.0) -> None:
         self.log.info("shutting down")
@@ -509,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics", default=None)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
-    h = logging.FileHandler(root / "log" / "server.log")
+    h = logging.FileHandler(create_file(root / "log" / "server.log"))
     h.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("multisite").addHandler(h)
     logging.getLogger("multisite").setLevel(logging.INFO)

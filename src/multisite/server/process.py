@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, ServerError
+from ..fsutil import create_file
 from ..instance.layout import Layout
 from ..net import control
 from ..net.process import wait_exit
@@ -44,7 +45,7 @@ def start_server(root: Path, listen: str | None, cpus: str | None = None, keepal
         check_keepalive(keepalive)
     if metrics:
         parse_hostport(metrics)
-    out = open(lay.log / "server.out", "ab")
+    out = open(create_file(lay.log / "server.out"), "ab")
     cmd = [sys.executable, "-m", "multisite.server.instance", str(lay.root)] + (["--listen", listen] if listen else [])
     cmd += ["--cpus", cpus] if cpus else []
     cmd += ["--keepalive", str(keepalive)] if keepalive is not None else []

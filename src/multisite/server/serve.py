@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 
 from ..errors import ServerError
+from ..fsutil import create_file
 from ..instance.layout import Layout
 from .clients import KEEPALIVE_S, check_keepalive
 from .instance import LOG_FORMAT, InstanceServer
@@ -100,7 +101,7 @@ def serve(path: str | os.PathLike, listen: str | None = None, *, keepalive_s: in
     if listen:
         parse_hostport(listen)  # a wrong address is an error here, in the caller's thread
     check_keepalive(keepalive_s)
-    handler = logging.FileHandler(root / "log" / "server.log")
+    handler = logging.FileHandler(create_file(root / "log" / "server.log"))
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     # A logger of its own (and its components' below it): two instances served in one process must
     # not write into each other's logs, as they did through the one "multisite" logger.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import MultisiteError, StorageFull, StoreCorrupt, StoreLost
+from ..fsutil import create_file, make_dir
 from ..keys import KILL_END
 
 SCHEMA = """
@@ -56,7 +57,8 @@ class RegionInfo:
 
 class Store:
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(path.parent)
+        create_file(path)  # 0600, not SQLite's 0644; SQLite gives its -wal and -shm files the database's mode
         self.path = path
         self.conn: sqlite3.Connection | None = None
         self.lost: StoreLost | None = None  # set when SQLite dropped the open transaction (see _failed)

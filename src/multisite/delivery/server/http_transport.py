@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from ..message import MAX_MESSAGE_BYTES
 from .transport import SUFFIX, register_scheme
 from ...errors import DeliveryConfigError
-from ...fsutil import atomic_write
+from ...fsutil import atomic_write, make_dir
 
 log = logging.getLogger("multisite.delivery")
 
@@ -91,7 +91,7 @@ class HttpOutbox:
             self.retry()
             waiting = any(self.spool.glob("*" + SUFFIX))
         if waiting or not self._post(name, data):  # behind older ones, or undeliverable now: it waits
-            self.spool.mkdir(parents=True, exist_ok=True)
+            make_dir(self.spool)
             atomic_write(self.spool / name, data)
 
     def close(self) -> None:
@@ -107,7 +107,7 @@ class HttpInbox:
             self.server = ThreadingHTTPServer((host or "127.0.0.1", int(port)), self._handler(Path(inbox)))
         except (ValueError, OSError) as e:
             raise DeliveryConfigError(f"--listen-http {listen!r}: {e}") from e
-        Path(inbox).mkdir(parents=True, exist_ok=True)
+        make_dir(Path(inbox))
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="delivery-http", daemon=True)
         self.thread.start()

@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ...errors import DeliveryConfigError, DeliveryError
-from ...fsutil import atomic_write
+from ...fsutil import atomic_write, make_dir
 from .transport import register_scheme
 
 log = logging.getLogger("multisite.delivery")
@@ -104,7 +104,7 @@ class MqttFeeder:
     def __init__(self, address: str, inbox: Path, client_id: str):
         self.host, self.port, self.topic = parse_address(address)
         self.inbox = Path(inbox)
-        self.inbox.mkdir(parents=True, exist_ok=True)
+        make_dir(self.inbox)
         self.last_arrival = 0.0
         self.count = 0
         self.client = _client(client_id, persistent=True)

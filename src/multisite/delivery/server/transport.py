@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from ...errors import DeliveryConfigError
-from ...fsutil import atomic_write, fsync_dir
+from ...fsutil import atomic_write, fsync_dir, make_dir
 from ..message import Message
 
 SUFFIX = ".msg"
@@ -52,7 +52,7 @@ class FileOutbox:
         self.folder = Path(folder)
 
     def send(self, name: str, data: bytes) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_dir(self.folder)
         atomic_write(self.folder / name, data)
 
     def close(self) -> None:
@@ -77,7 +77,7 @@ class Inbox:
     def reject(self, path: Path, reason: str) -> Path:
         """Move an unreadable message aside (``rejected/``), with a ``.why`` file saying why."""
         dest = self.folder / REJECTED
-        dest.mkdir(exist_ok=True)
+        make_dir(dest)
         target = dest / path.name
         try:
             atomic_write(dest / (path.name + ".why"), (reason + "\n").encode())

@@ -87,8 +87,9 @@ def read_identity(path: str | os.PathLike) -> dict:
 
 def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None,
            durability: str = "fsync", clock: Clock | None = None, rand: Rand | None = None,
-           segment_bytes: int | None = None) -> "DocDB":
-    """Create a new document database at ``path`` (a new replica of ``replica_id`` if given) and open it."""
+           segment_bytes: int | None = None, group_read: bool = False) -> "DocDB":
+    """Create a new document database at ``path`` (a new replica of ``replica_id`` if given) and open it:
+    a directory 0700 and its files 0600, or 0750 and 0640 with ``group_read`` (as ``engine.create``)."""
     if not isinstance(title, str) or not title.strip():
         raise ConfigError("a document database needs a title (--title)")
     rand = rand or _rand64
@@ -100,7 +101,7 @@ def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None
             raise ConfigError(e.message) from None
     replica_id = replica_id or new_id(rand())
     db_id = new_id(rand())
-    engine.create(path, f"docdb-{db_id}", durability=durability,
+    engine.create(path, f"docdb-{db_id}", durability=durability, group_read=group_read,
                   **({"segment_bytes": segment_bytes} if segment_bytes else {}))
     db = engine.open(path)
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, ServerError
+from ...fsutil import check_not_world_writable, create_file, make_dir, make_root
 from ...net import control
 from ...net.process import wait_exit
 from ...net.tls import parse_hostport
@@ -34,8 +35,11 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     for d in dirs + ([address_book] if address_book else []):
         read_identity(d)  # not a document database: an error here, naming it
     home = Path(home).absolute()
+    if not home.exists():
+        make_root(home)  # 0700: its run/ holds the address book's state, its log/ what peers sent
+    check_not_world_writable(home, "document server home")
     for sub in ("log", "run"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
+        make_dir(home / sub)
     if control.is_running(home):
         raise ServerError(f"a document server is already running with home {home}")
     cmd = [sys.executable, "-m", "multisite.multimaster.server.docserver", str(home), *[str(Path(d).absolute()) for d in dirs],
@@ -52,7 +56,7 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     if metrics:
         parse_hostport(metrics)
         cmd += ["--metrics", metrics]
-    out = open(home / "log" / "docserver.out", "ab")
+    out = open(create_file(home / "log" / "docserver.out"), "ab")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S

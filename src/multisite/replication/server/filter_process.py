@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, FilterError
+from ...fsutil import create_file
 from ...journal.records import FrameRun
 from ..filters import AnswerReader, FilterSpec, encode_message, filter_run, function_answerer, load_function
 
@@ -76,7 +77,7 @@ class Filter:
     def _start(self) -> subprocess.Popen:
         if self._proc is not None:
             return self._proc
-        err = open(self.stderr_path, "ab") if self.stderr_path else subprocess.DEVNULL
+        err = open(create_file(self.stderr_path), "ab") if self.stderr_path else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(self.spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                           bufsize=0, start_new_session=True, close_fds=True)
