@@ -177,6 +177,12 @@ class ConnectionLost(MultisiteError):
     code = "CONNECTION_LOST"
 
 
+class CoordinatorUnavailable(MultisiteError):
+    """No member of the etcd cluster answered (or none with a majority): HA decisions wait for it."""
+
+    code = "COORDINATOR_UNAVAILABLE"
+
+
 class ServerError(MultisiteError):
     """A server process could not be started, stopped or reached."""
 

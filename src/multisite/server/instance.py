@@ -208,6 +208,12 @@ class InstanceServer:
         except OSError:
             pass
 
+    async def ctl_lease(self, until: float | None = None) -> dict:
+        """HA fencing (``ha/manager.py``): local commits only until the monotonic time ``until`` (the
+        machine's clock, shared with the manager's process); None: no lease."""
+        self.db.set_lease(None if until is None else float(until))
+        return {"pid": os.getpid(), "until": until}
+
     async def ctl_ping(self) -> dict:
         return {"pid": os.getpid(), "in_process": self.in_process}
 
