@@ -129,3 +129,19 @@ def test_a_leader_never_takes_commits_at_or_after_its_lease_could_expire(sent, t
     act = decide(View(True, Leader("a", 1), (Member("a", "G", seqno=1, role="primary"),)), me, sent + later, t)
     if later >= ttl:
         assert act.kind is Kind.FENCE
+
+
+def test_a_switchover_makes_the_leader_hand_over_and_only_the_target_campaign():
+    ms = members(("a", 20, "primary"), ("b", 20, "secondary"), ("c", 20, "secondary"))
+    leader = Local("a", "primary", 20, leading_term=3, renewed_sent_at=10.0)
+    act = decide(View(True, Leader("a", 3), ms, 3, handover="c"), leader, 10.1, T)
+    assert act.kind is Kind.HANDOVER and act.leader == "c"
+    gone = View(True, None, ms, 3, handover="c")
+    assert decide(gone, Local("b", "secondary", 20, leader_gone_since=0.0), 1.0, T).kind is Kind.WAIT
+    assert decide(gone, Local("c", "secondary", 20, leader_gone_since=0.0), 1.0, T).kind is Kind.CAMPAIGN
+
+
+def test_a_switchover_target_that_lacks_transactions_is_not_preferred():
+    ms = members(("b", 19, "secondary"), ("c", 20, "secondary"))
+    gone = View(True, None, ms, 3, handover="b")
+    assert decide(gone, Local("c", "secondary", 20, leader_gone_since=0.0), 1.0, T).kind is Kind.CAMPAIGN

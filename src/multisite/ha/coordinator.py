@@ -6,7 +6,9 @@ Keys, under ``decide.cluster_prefix(cluster)``:
 - ``members/<name>``: a member's JSON record under the member's own lease (gone when it stops renewing);
 - ``leader``: ``{"name", "term"}`` under the leader's lease of ``ttl_s``, created only by a
   transaction that finds it absent, so at most one member holds it;
-- ``term``: the highest term ever taken, written in the same transaction (terms never go back).
+- ``term``: the highest term ever taken, written in the same transaction (terms never go back);
+- ``switchover``: the member a planned switchover hands the key to, under a lease of its own (a
+  request nobody carries out expires).
 
 etcd is reached through etcd3gw over its v3 JSON gateway (``docs/decisions.md``); its calls block, so
 each runs in a thread. Several endpoints: a call that cannot reach one tries the next; when none
@@ -24,7 +26,8 @@ from urllib.parse import urlsplit
 from etcd3gw.lease import Lease
 
 from ..errors import ConfigError, CoordinatorUnavailable
-from .decide import GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, Leader, Member, View, cluster_prefix
+from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Leader, Member, View,
+                     cluster_prefix)
 
 TERM_KEY = "term"
 ETCD_TIMEOUT_S = 1.0  # one HTTP call to one etcd member
@@ -115,7 +118,7 @@ class Coordinator:
             rows = await self._run(lambda c: c.get_prefix(self.prefix))
         except CoordinatorUnavailable:
             return View(False)
-        leader, members, term = None, [], 0
+        leader, members, term, handover = None, [], 0, None
         for value, meta in rows:
             key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
             rest = key[len(self.prefix):]
@@ -124,12 +127,14 @@ class Coordinator:
                 leader = Leader(d["name"], int(d["term"]), int(meta.get("mod_revision", 0)))
             elif rest == TERM_KEY:
                 term = int(value)
+            elif rest == SWITCHOVER_KEY:
+                handover = value.decode()
             elif rest.startswith(MEMBERS_PREFIX):
                 try:
                     members.append(Member(**json.loads(value)))
                 except (TypeError, ValueError):
                     continue  # a record of another version: not a candidate
-        return View(True, leader, tuple(sorted(members)), term)
+        return View(True, leader, tuple(sorted(members)), term, handover)
 
     # -- the leader key --------------------------------------------------------------------------
     async def campaign(self, term: int, ttl_s: float) -> bool:
@@ -170,6 +175,15 @@ class Coordinator:
         lease, self._leader_lease = self._leader_lease, None
         if lease is not None:
             await self._run(lambda c: Lease(lease, c).revoke())
+
+    async def request_switchover(self, to: str, ttl_s: float) -> None:
+        """Ask the leader to hand the key to ``to`` (the request ends with its lease)."""
+        def put(c):
+            c.put(self.prefix + SWITCHOVER_KEY, to, lease=c.lease(max(1, round(ttl_s))))
+        await self._run(put)
+
+    async def clear_switchover(self) -> None:
+        await self._run(lambda c: c.delete(self.prefix + SWITCHOVER_KEY))
 
     async def close(self) -> None:
         lease, self._member_lease = self._member_lease, None

@@ -38,6 +38,7 @@ from enum import StrEnum
 LEADER_KEY = "leader"
 MEMBERS_PREFIX = "members/"
 GROUP_KEY = "group"
+SWITCHOVER_KEY = "switchover"  # a planned handover: the name of the member to hand the leader key to
 FENCE_MARGIN_FRACTION = 0.25  # of the lease: stop taking commits this long before the lease can end
 RENEW_FRACTION = 1 / 3  # renew the leader lease this often (of ttl_s)
 SETTLE_S_DEFAULT = 0.3  # after the leader key goes: wait for every member's fresh seqno before choosing
@@ -78,6 +79,7 @@ class View:
     leader: Leader | None = None
     members: tuple[Member, ...] = ()
     last_term: int = 0  # the highest term ever written (terms never go back)
+    handover: str | None = None  # ``ha switchover --to``: the member the leader hands over to
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Kind(StrEnum):
     SOURCES = "sources"  # as leader: start sources to members that have none (``targets``)
     REJOIN = "rejoin"  # roll back with fetchresync against ``leader`` (client address), then follow it
     FOLLOW = "follow"  # run a receiver for ``leader``'s sources (nothing to roll back)
+    HANDOVER = "handover"  # as leader, switchover: stop commits, drain to ``leader`` (the target), give up the key
     WAIT = "wait"  # nothing to do yet (``reason``)
 
 
@@ -180,6 +183,8 @@ def _as_leader(view: View, me: Local, now: float, timing: Timing) -> Action:
         return Action(Kind.FENCE, term=me.leading_term, reason="the leader key is gone or another member's")
     if me.role != "primary":
         return Action(Kind.PROMOTE, term=me.leading_term, targets=_others(view, me.name))
+    if view.reachable and view.handover and view.handover != me.name and _member(view, view.handover):
+        return Action(Kind.HANDOVER, term=me.leading_term, leader=view.handover, reason="switchover")
     missing = tuple(m.name for m in view.members if m.name != me.name and m.role != "primary"
                     and m.replication) if view.reachable else ()
     return Action(Kind.SOURCES, term=me.leading_term, targets=missing)
@@ -191,6 +196,9 @@ def _leaderless(view: View, me: Local, now: float, timing: Timing) -> Action:
         return Action(Kind.WAIT, reason="leader gone: waiting for every member's seqno")
     group = next((m.group for m in view.members if m.name == me.name), None)
     best = candidate(view.members, group)
+    target = _member(view, view.handover) if view.handover else None
+    if target is not None and best is not None and target.seqno >= best.seqno and target.group == best.group:
+        best = target  # a switchover's target, once it has everything
     if best is None or best.name != me.name:
         return Action(Kind.WAIT, reason=f"leader gone: {best.name if best else 'nobody'} is the candidate")
     return Action(Kind.CAMPAIGN, term=view.last_term + 1, targets=_others(view, me.name))
@@ -205,6 +213,10 @@ def _as_follower(view: View, me: Local) -> Action:
     if me.following != leader.name:
         return Action(Kind.FOLLOW, term=leader.term, leader=leader.name)
     return Action(Kind.WAIT, term=leader.term, leader=leader.name, reason="following")
+
+
+def _member(view: View, name: str) -> Member | None:
+    return next((m for m in view.members if m.name == name), None)
 
 
 def _others(view: View, name: str) -> tuple[str, ...]:

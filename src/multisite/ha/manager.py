@@ -28,6 +28,7 @@ from .coordinator import Coordinator
 from .decide import Action, Kind, Local, Member, Timing, View, decide, fence_deadline
 
 CONTROL_TIMEOUT_S = 10.0  # one control call to the managed server
+HANDOVER_TIMEOUT_S = 10.0  # a switchover's target must confirm everything within this, or it is called off
 IDLE_TICK_S = 0.05  # how often a member without the lease looks at etcd (detection of a lost leader)
 FOLLOW_KW = {"autorollback": True}  # a receiver that rolls back on its own if its history diverged
 
@@ -169,6 +170,8 @@ class HAManager:
             await self._sources(view, act.targets)
         elif act.kind is Kind.REJOIN:
             await self._rejoin(view, act)
+        elif act.kind is Kind.HANDOVER:
+            await self._hand_over(act.leader)
         elif act.kind is Kind.FOLLOW:
             await self._follow_receiver()
             self.local = replace(self.local, following=act.leader)
@@ -189,6 +192,8 @@ class HAManager:
             await self.inst.call("role", role="primary")
         await self.inst.refresh()
         self.log.warning("ha: %s is primary (term %s)", self.name, self.local.leading_term)
+        if view.handover == self.name:
+            await self.coord.clear_switchover()
         await self._sources(view, tuple(m.name for m in view.members if m.name != self.name))
 
     async def _sources(self, view: View, targets: tuple[str, ...]) -> None:
@@ -207,6 +212,30 @@ class HAManager:
                 self._event(f"source to {name} at {m.replication}")
             elif src.get("connect") not in (None, m.replication):
                 await self.inst.call("source.activate", secondary=name, connect=m.replication)
+
+    async def _hand_over(self, target: str) -> None:
+        """A switchover: stop taking commits, wait until ``target`` confirmed every transaction, then
+        give the key up (``target`` is then the only candidate); nothing goes to a lost file."""
+        await self.inst.call("lease", until=0.0)
+        deadline = time.monotonic() + HANDOVER_TIMEOUT_S
+        while True:
+            await self.inst.refresh()
+            src = self.inst.source(target) or {}
+            if src.get("last_confirmed", -1) >= self.inst.seqno:
+                break
+            if time.monotonic() > deadline:
+                self.log.warning("ha: switchover to %s: it did not confirm seqno %d within %g s; leading on",
+                                 target, self.inst.seqno, HANDOVER_TIMEOUT_S)
+                await self.coord.clear_switchover()
+                await self.inst.call("lease", until=fence_deadline(self.local.renewed_sent_at or 0.0, self.timing))
+                return
+            sent = time.monotonic()
+            if await self.coord.renew():  # keep the key while draining (commits stay closed)
+                self.local = replace(self.local, renewed_sent_at=sent)
+            await asyncio.sleep(0.01)
+        self.log.warning("ha: switchover: %s has every transaction (seqno %d); handing the key over", target,
+                         self.inst.seqno)
+        await self._fence(f"switchover to {target}")
 
     async def _fence(self, reason: str) -> None:
         """Stop taking commits now, then stop the sources and give the key up (etcd may be gone)."""

@@ -1,0 +1,186 @@
+"""``multisite ha start|stop|status|failover-preview|switchover``: automatic failover for log shipping.
+
+Each member of a cluster runs an HA manager beside its instance server (``ha start``); the managers
+coordinate through etcd (``ha/DESIGN.md``). ``status``, ``failover-preview`` and ``switchover`` read
+and write etcd only, so they run from any machine that reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError, ServerError
+from ..ha.coordinator import Coordinator
+from ..ha.decide import View, candidate, lacking
+from ..ha.process import start_ha, stop_ha
+from ..instance.layout import Layout
+from ..net import control
+from ..server.process import start_server
+from .output import HostPort, console, print_json, table
+
+SWITCHOVER_REQUEST_TTL_S = 30.0  # a switchover request nobody carries out expires
+SWITCHOVER_MAX_LAG_DEFAULT = 10_000  # transactions behind the primary a switchover target may be
+
+
+@click.group()
+def ha() -> None:
+    """Automatic failover of a log-shipping cluster through etcd (a manager beside each instance server)."""
+
+
+@ha.command("start")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--cluster", required=True, help="The cluster's name in etcd (one LMS group).")
+@click.option("--etcd", required=True, metavar="URLS", help="etcd's client URLs: http://H:P[,http://H:P...].")
+@click.option("--ttl", type=float, default=1.0, show_default=True,
+              help="Seconds of the primary's lease: a primary that cannot renew stops taking commits before it "
+                   "ends; a lost primary is replaced about this long after it is lost.")
+@click.option("--min-confirm", type=int, default=0, show_default=True,
+              help="Acknowledge a commit only once this many secondaries confirmed they hardened it.")
+@click.option("--replication", type=HostPort(listen=True), default="127.0.0.1:0", show_default=True,
+              help="HOST:PORT this member's Receiver Server listens on (published for the primary's sources).")
+@click.option("--listen", type=HostPort(listen=True), default="127.0.0.1:0", show_default=True,
+              help="With no server running: the client port of the server that ha start starts.")
+def start_cmd(dir: str, cluster: str, etcd: str, ttl: float, min_confirm: int, replication: str,
+              listen: str) -> None:
+    """Start the HA manager of DIR's instance (and its server when none runs); it joins the cluster.
+
+    Example: multisite ha start /data/A --cluster orders --etcd http://10.0.0.1:2379,http://10.0.0.2:2379
+    """
+    root = Layout.existing(dir).root
+    if not control.is_running(root):
+        info = start_server(root, listen)
+        console.print(f"instance server started: pid {info['pid']}, clients on port {info['client_port']}")
+    info = start_ha(root, cluster, etcd, ttl_s=ttl, min_confirm=min_confirm, replication=replication)
+    console.print(f"HA manager started: pid {info['pid']}, cluster {cluster}, replication on {info['replication']}, "
+                  f"log {root / 'log' / 'ha.log'}")
+
+
+@ha.command("stop")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+def stop_cmd(dir: str) -> None:
+    """Stop DIR's HA manager (a leader gives its key up at once); the instance server goes on serving.
+
+    Example: multisite ha stop /data/A
+    """
+    pid = stop_ha(Path(dir))
+    console.print(f"HA manager stopped (pid {pid})" if pid else f"no HA manager runs for {dir}")
+
+
+def _view(cluster: str, etcd: str) -> View:
+    coord = Coordinator(cluster, etcd, name="(cli)", ttl_s=1.0)
+    view = asyncio.run(coord.view())
+    if not view.reachable:
+        raise ServerError(f"no etcd member answered at {etcd}")
+    return view
+
+
+def status_rows(view: View) -> list[dict]:
+    """One row a member: role, seqno, backlog behind the leader, addresses, whether it leads."""
+    lead = next((m for m in view.members if view.leader and m.name == view.leader.name), None)
+    top = lead.seqno if lead else max((m.seqno for m in view.members), default=0)
+    return [{"name": m.name, "role": m.role, "leader": bool(view.leader and view.leader.name == m.name),
+             "seqno": m.seqno, "backlog": max(0, top - m.seqno), "client": m.client, "replication": m.replication,
+             "group": m.group} for m in view.members]
+
+
+@ha.command("status")
+@click.option("--cluster", required=True)
+@click.option("--etcd", required=True, metavar="URLS")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def status_cmd(cluster: str, etcd: str, as_json: bool) -> None:
+    """The cluster as etcd has it: the leader and its term, every member's role, seqno and backlog.
+
+    Example: multisite ha status --cluster orders --etcd http://127.0.0.1:2379 --json
+    """
+    view = _view(cluster, etcd)
+    rows = status_rows(view)
+    out = {"cluster": cluster, "leader": view.leader.name if view.leader else None,
+           "term": view.leader.term if view.leader else view.last_term, "members": rows,
+           "switchover": view.handover}
+    if as_json:
+        print_json(out)
+        return
+    table(f"cluster {cluster}: leader {out['leader'] or '(none)'}, term {out['term']}",
+          ["member", "role", "leader", "seqno", "backlog", "client", "replication"],
+          [[r["name"], r["role"], "*" if r["leader"] else "", r["seqno"], r["backlog"], r["client"], r["replication"]]
+           for r in rows])
+
+
+@ha.command("failover-preview")
+@click.option("--cluster", required=True)
+@click.option("--etcd", required=True, metavar="URLS")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def preview_cmd(cluster: str, etcd: str, as_json: bool) -> None:
+    """For every member: the transactions others have that it lacks, i.e. what would go to lost files if it
+    were promoted now; and which member a failover would choose.
+
+    Example: multisite ha failover-preview --cluster orders --etcd http://127.0.0.1:2379
+    """
+    view = _view(cluster, etcd)
+    best = candidate(view.members)
+    rows = []
+    for m in view.members:
+        lacks = lacking(view.members, m.name)
+        rows.append({"name": m.name, "seqno": m.seqno, "chosen": best is not None and best.name == m.name,
+                     "lacks": {n: {"count": k, "seqnos": [view_seqno(view, n) - k + 1, view_seqno(view, n)]}
+                               for n, k in lacks.items()},
+                     "would_lose": max(lacks.values(), default=0)})
+    if as_json:
+        print_json({"cluster": cluster, "candidate": best.name if best else None, "members": rows})
+        return
+    table(f"failover preview of {cluster}: a failover now promotes {best.name if best else '(nobody)'}",
+          ["member", "seqno", "chosen", "would lose", "lacks (member: seqnos)"],
+          [[r["name"], r["seqno"], "*" if r["chosen"] else "", r["would_lose"],
+            "; ".join(f"{n}: {v['seqnos'][0]}..{v['seqnos'][1]}" for n, v in r["lacks"].items())] for r in rows])
+
+
+def view_seqno(view: View, name: str) -> int:
+    return next(m.seqno for m in view.members if m.name == name)
+
+
+@ha.command("switchover")
+@click.option("--cluster", required=True)
+@click.option("--etcd", required=True, metavar="URLS")
+@click.option("--to", "to", required=True, help="The member to make primary.")
+@click.option("--max-lag", type=int, default=SWITCHOVER_MAX_LAG_DEFAULT, show_default=True,
+              help="Refuse a target further behind the primary than this many transactions.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the handover.")
+def switchover_cmd(cluster: str, etcd: str, to: str, max_lag: int, timeout: float) -> None:
+    """Planned handover: the primary stops taking commits, drains to --to, and hands it the key; nothing goes
+    to a lost file.
+
+    Example: multisite ha switchover --cluster orders --etcd http://127.0.0.1:2379 --to B
+    """
+    view = _view(cluster, etcd)
+    names = [m.name for m in view.members]
+    if to not in names:
+        raise ConfigError(f"switchover --to {to!r}: not a member of cluster {cluster!r} "
+                          f"(its members are {', '.join(names) or 'none'})")
+    if view.leader is None:
+        raise ServerError(f"cluster {cluster!r} has no leader now: a failover is under way; try again")
+    if view.leader.name == to:
+        raise ConfigError(f"switchover --to {to!r}: it is the primary already")
+    lag = view_seqno(view, view.leader.name) - view_seqno(view, to)
+    if lag > max_lag:
+        raise ConfigError(f"switchover --to {to!r}: it lags the primary {view.leader.name} by {lag:,} transactions "
+                          f"(more than --max-lag {max_lag:,}); wait for it to catch up")
+    coord = Coordinator(cluster, etcd, name="(cli)", ttl_s=1.0)
+    t0 = time.monotonic()
+    asyncio.run(coord.request_switchover(to, SWITCHOVER_REQUEST_TTL_S))
+    while time.monotonic() - t0 < timeout:
+        v = asyncio.run(coord.view())
+        if v.leader is not None and v.leader.name == to and any(m.name == to and m.role == "primary"
+                                                                 for m in v.members):
+            console.print(f"switchover done: {to} is primary (term {v.leader.term}) after "
+                          f"{time.monotonic() - t0:.2f} s")
+            return
+        time.sleep(0.05)
+    raise ServerError(f"switchover to {to!r} did not finish within {timeout:g} s: see the members' log/ha.log")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(ha)
