@@ -16,6 +16,7 @@ measured. Reads (get/items/info) run on the loop at once; they never wait behind
 such a short one. A connection may pipeline; its replies go out in order (``ClientSession``).
 Anything else (create_region, a commit on a secondary, where the engine's own path decides) runs in
 a small worker pool, one request of a connection at a time. docs/decisions.md says what was measured.
+The sync thread lives in ``server.syncer``.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from ..errors import AuthenticationRequired, ConfigError, MultisiteError, Remote
 from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
 from . import client_auth
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
+from .syncer import Syncer
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
 KEEPALIVE_PROBES = 3
 BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
 WRITE_BUFFER_BYTES = 1 << 20  # replies held for a client that does not read them; its reading pauses past it
-FLUSH_CHECK_S = 0.05  # how often the sync thread asks whether the store's periodic commit is due
 WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
 # A group's fdatasync runs on the loop itself (no hand-off to the sync thread and back) when nothing
 # else waits for the loop: no other connection has a request unanswered and no earlier group is
@@ -50,7 +51,6 @@ WORKERS = 4  # threads running requests that may block on the commit lock or an 
 # and a read arriving meanwhile must not wait long. docs/decisions.md, "The client commit path, second
 # pass" has the figures.
 INLINE_SYNC_MAX_S = 0.0005
-SYNC_EWMA_WEIGHT = 0.2  # weight of the newest fdatasync in the running estimate of their duration
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -209,25 +209,20 @@ class ClientListener:
         self.groups = 0  # fdatasyncs of gathered groups (status, benchmarks)
         self.batched = 0  # commits written in gathered batches
         self.batches = 0  # batches written
-        self.sync_s = 0.0  # seconds spent hardening (the sync thread, and the loop's inline fdatasyncs)
         self.inline = 0  # groups hardened on the loop itself (INLINE_SYNC_MAX_S)
         self.inline_sync_max_s = INLINE_SYNC_MAX_S
-        self._sync_ewma_s: float | None = None  # recent fdatasync duration; None until one was measured
-        self._flush_checked = 0.0  # perf_counter of the last flush_if_due
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
-        self._sync_cond = threading.Condition()
-        self._sync_stop = False
         self._loop = new_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(sock, started), name="clients-loop", daemon=True)
         self._thread.start()
         started.wait()
-        self._sync_thread = threading.Thread(target=self._sync_loop, name="clients-sync", daemon=True)
+        self._syncer = Syncer(self._db, self._gathering, self._loop, self._synced, log)  # clients-sync
         if self._db is not None:
-            self._sync_thread.start()
+            self._syncer.start()
         log.info("client listener on %s:%d: one %s event loop over every connection%s", host, self.port,
                  type(self._loop).__module__.split(".")[0],
                  ", commits gathered into group commits" if self._db is not None else "")
@@ -253,7 +248,7 @@ class ClientListener:
     def stats(self) -> dict:
         """Commits gathered: how many, in how many written batches and fdatasync'd groups."""
         return {"commits": self.batched, "batches": self.batches, "groups": self.groups,
-                "inline": self.inline, "sync_s": round(self.sync_s, 3)}
+                "inline": self.inline, "sync_s": round(self._syncer.sync_s, 3)}
 
     def _opened(self, conn: _Connection, transport: asyncio.Transport) -> None:
         conn.transport = transport
@@ -487,14 +482,14 @@ class ClientListener:
             if inline:
                 self._harden_inline(token)
             elif token is not None:
-                self._kick_sync()
+                self._syncer.kick()
         for session in {r.session for r in reqs}:
             self._after(session)
 
     def _inline_ok(self, n: int) -> bool:
         """Whether this batch of ``n`` commits is hardened on the loop (see INLINE_SYNC_MAX_S): nothing
         else waits for it, and recent fdatasyncs were short."""
-        ewma = self._sync_ewma_s
+        ewma = self._syncer.ewma_s
         if ewma is None or ewma > self.inline_sync_max_s or self._gathering.waiting_sync:
             return False
         unanswered = 0
@@ -504,61 +499,9 @@ class ClientListener:
 
     def _harden_inline(self, token: object) -> None:
         """fdatasync the batch just written, here on the loop, and answer it (as ``_synced``)."""
-        err = self._harden(token)
+        err = self._syncer.harden(token)
         self.inline += 1
         self._synced(self._gathering.written_total, err, inline=True)
-
-    def _harden(self, token: object) -> BaseException | None:
-        """One timed fdatasync (either thread); the error the commits it covers are answered with, or
-        None. The running estimate of their duration is updated without a lock: a float store is
-        atomic, and an update lost to the other thread only delays the choice by one group."""
-        t0 = time.perf_counter()
-        err: BaseException | None = None
-        try:
-            self._db.harden(token)
-        except BaseException as e:  # noqa: BLE001 - the commits it covers are answered with it
-            err = e
-        took_s = time.perf_counter() - t0
-        self.sync_s += took_s
-        ewma = self._sync_ewma_s
-        self._sync_ewma_s = took_s if ewma is None else ewma + SYNC_EWMA_WEIGHT * (took_s - ewma)
-        return err
-
-    def _sync_loop(self) -> None:
-        """The sync thread: one fdatasync after another while commits are written, each for every
-        batch written until it starts (the token is read then: what the loop wrote meanwhile joins the
-        group), without going back to the loop in between; the loop answers each group. And the
-        store's periodic commit when due, also for commits with nothing to harden (durability none,
-        unreplicated regions): it fsyncs too, so not on the loop; a failure there is the store's,
-        logged by the engine, never the commits'."""
-        hard = 0
-        while True:
-            with self._sync_cond:
-                while (nxt := self._gathering.to_harden(hard)) is None and not self._sync_stop:
-                    # a read without the lock: a stale answer only delays the check by one wait
-                    if self._db.store.dirty and time.perf_counter() - self._flush_checked >= FLUSH_CHECK_S:
-                        break
-                    self._sync_cond.wait(FLUSH_CHECK_S)
-            if nxt is not None:
-                token, upto = nxt
-                err = self._harden(token)
-                hard = upto
-                try:
-                    self._loop.call_soon_threadsafe(self._synced, upto, err)
-                except RuntimeError:  # the loop is closed: nobody left to answer
-                    return
-            elif self._sync_stop:
-                return  # stopping, nothing left to harden
-            if time.perf_counter() - self._flush_checked >= FLUSH_CHECK_S:
-                self._flush_checked = time.perf_counter()
-                try:
-                    self._db.flush_if_due()
-                except MultisiteError as e:
-                    self._log.warning("the store could not be flushed after client commits: %s", e)
-
-    def _kick_sync(self) -> None:
-        with self._sync_cond:
-            self._sync_cond.notify()
 
     def _synced(self, upto: int, err: BaseException | None, inline: bool = False) -> None:
         if err is not None:
@@ -641,11 +584,7 @@ class ClientListener:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout_s)
             self._workers.shutdown(wait=False, cancel_futures=True)
-            with self._sync_cond:
-                self._sync_stop = True
-                self._sync_cond.notify()
-            if self._sync_thread.is_alive():
-                self._sync_thread.join()
+            self._syncer.stop()
 
 
 def _peer(addr: Any) -> str:
