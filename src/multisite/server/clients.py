@@ -16,7 +16,8 @@ measured. Reads (get/items/info) run on the loop at once; they never wait behind
 such a short one. A connection may pipeline; its replies go out in order (``ClientSession``).
 Anything else (create_region, a commit on a secondary, where the engine's own path decides) runs in
 a small worker pool, one request of a connection at a time. docs/decisions.md says what was measured.
-The sync thread lives in ``server.syncer``.
+The sync thread lives in ``server.syncer``; on a TLS client port, a connection's TLS runs over memory
+buffers on the loop (``server.memtls``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..errors import AuthenticationRequired, ConfigError, MultisiteError, Remote
 from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
 from . import client_auth
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
+from .memtls import MemoryTLS
 from .syncer import Syncer
 
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
@@ -104,7 +106,7 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self.open = False  # counted among the listener's connections
         self.addr: Any = None
-        self.tls: _TLS | None = None  # on a TLS client port, once the first bytes said TLS
+        self.tls: MemoryTLS | None = None  # on a TLS client port, once the first bytes said TLS
         self.tls_pending = False  # a TLS port: the first bytes decide (a plain client gets a plain error)
         self.gate: Any = None  # net.client_auth.Gate: who this client is and what it may do
         self.handshake_timer: asyncio.TimerHandle | None = None
@@ -125,57 +127,6 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         self.lis._flow(self)
-
-
-class _TLS:
-    """Server-side TLS over memory buffers (``ssl.SSLObject``): the connection's bytes stay on the
-    loop's transport, and the first bytes can be looked at before any handshake."""
-
-    def __init__(self, ctx: ssl.SSLContext):
-        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.obj = ctx.wrap_bio(self._in, self._out, server_side=True)
-        self.done = False
-        self.peer_closed = False  # the client sent its close_notify: it is done with this connection
-
-    def receive(self, data: bytes) -> tuple[bytes, bytes]:
-        """Received bytes in; (plain bytes for the protocol, TLS bytes to send). ssl.SSLError when the
-        handshake fails (the alert to send is left in ``pending()``)."""
-        self._in.write(data)
-        if not self.done:
-            try:
-                self.obj.do_handshake()
-                self.done = True
-            except ssl.SSLWantReadError:
-                return b"", self._out.read()
-        chunks = []
-        while True:
-            try:
-                chunk = self.obj.read(1 << 17)
-            except ssl.SSLWantReadError:
-                break
-            except ssl.SSLZeroReturnError:
-                self.peer_closed = True
-                break
-            if not chunk:  # what an SSLObject's read gives once the peer's close_notify has come
-                self.peer_closed = True
-                break
-            chunks.append(chunk)
-        return b"".join(chunks), self._out.read()
-
-    def pending(self) -> bytes:
-        return self._out.read()
-
-    def close_notify(self) -> bytes:
-        """Our close_notify, answering the client's (its TLS close waits for it, else for its timeout)."""
-        try:
-            self.obj.unwrap()
-        except ssl.SSLError:
-            pass
-        return self._out.read()
-
-    def send(self, data: bytes) -> bytes:
-        self.obj.write(data)
-        return self._out.read()
 
 
 class ClientListener:
@@ -327,7 +278,7 @@ class ClientListener:
                 conn.transport.write(encode([None, False, [AuthenticationRequired.code, PLAIN_REFUSED]]))
                 self._refuse(conn, f"not TLS: {PLAIN_REFUSED}")
                 return None
-            conn.tls = _TLS(self._auth.ssl_context)
+            conn.tls = MemoryTLS(self._auth.ssl_context)
         try:
             plain, out = conn.tls.receive(data)
         except ssl.SSLError as e:
