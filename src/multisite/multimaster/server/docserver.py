@@ -26,8 +26,9 @@ import queue
 import signal
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
 from ...fsutil import atomic_write
