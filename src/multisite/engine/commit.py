@@ -154,15 +154,13 @@ def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int
     regions = st.regions
     for op in ops:
         if op[0] not in OPS:
-            raise TransactionError(f"update {op[0]!r} to region {op[1]!r} is not one of set ({SET}), kill "
-                                   f"({KILL}) or zkill ({ZKILL})")
+            raise _not_an_update(op)
         r = regions.get(op[1])
         if r is None:
             if not replicated_apply:
                 core.region(op[1])
         elif r.replicated and not replicated_apply and core.info.role != "primary":
-            raise NotPrimary(f"instance {core.name} is a replicating secondary: it accepts no "
-                             f"application updates to replicated region {op[1]!r}; write to its primary")
+            raise _not_primary(core, op[1])
     updates: list[Update] = []
     touched: set[str] = set()
     i, n = 0, len(ops)
@@ -204,4 +202,16 @@ def prepare(core: Core, ops: list[Op], *, origin: str | None = None, stream: int
     # stream seqnos stay contiguous, as they do when BC keeps the primary's frame.
     return core.seal(updates, touched, origin=origin, stream=stream, stream_seqno=stream_seqno,
                      commit_time=commit_time, keep_empty=replicated_apply)
+
+
+def _not_an_update(op: Op) -> TransactionError:
+    """What refuses an update whose opcode is none of set, kill or zkill (built only then)."""
+    return TransactionError(f"update {op[0]!r} to region {op[1]!r} is not one of set ({SET}), kill "
+                            f"({KILL}) or zkill ({ZKILL})")
+
+
+def _not_primary(core: Core, region: str) -> NotPrimary:
+    """What refuses an application update to a replicated region on a secondary (built only then)."""
+    return NotPrimary(f"instance {core.name} is a replicating secondary: it accepts no "
+                      f"application updates to replicated region {region!r}; write to its primary")
 
