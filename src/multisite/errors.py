@@ -324,6 +324,15 @@ class ReplicaMismatch(DocumentError):
     code = "REPLICA_MISMATCH"
 
 
+class ReplicationRefused(DocumentError):
+    """A replication session ran, but a direction it was asked for was refused for some database (an
+    ACL, a replica the peer does not hold): the report names each. The CLI exits with ``exit_code``
+    (not 1: a script can tell "ran, partly refused" from "did not run")."""
+
+    code = "REPLICATION_REFUSED"
+    exit_code = 3
+
+
 class AccessDenied(DocumentError):
     """A database's ACL refuses a server: it may not see the database, or (a reader) may not push to it."""
 

@@ -262,3 +262,60 @@ def test_the_console_verbs_and_status_commands(tmp_path):
         for home in (tmp_path / "hA", tmp_path / "docserver-B"):
             if (home / "run" / "docserver.json").exists():
                 run("docserver", "stop", home)
+
+
+def test_a_refused_push_exits_3_and_an_unknown_peer_is_named(dc):
+    """`push B --on HOME` where B lets A only read: the report's pushed row names the refusal and the
+    command exits 3 (REPLICATION_REFUSED) naming the direction; a name that is not one of HOME's peers
+    is refused before any session, listing those it knows."""
+    from click.testing import CliRunner
+
+    from multisite.cli.main import cli
+
+    b = dc.server("B", ["P"], start=False)
+    with docdb.open(b.path("P")) as p:
+        p.set_access("A", "reader")
+    dc.start(b)
+    a = dc.server("A", ["P"], replica_of=b, start=False)
+    a.options["start"] = {"peers": {"B": b.address}}
+    dc.start(a)
+    _create(dc, a, {"x": 1})
+    res = CliRunner().invoke(cli, ["push", "B", "--on", str(a.home)])
+    assert res.exit_code == 3, res.output
+    assert "REPLICATION_REFUSED: push to B refused for P (push: ACCESS_DENIED" in res.output
+    assert [ln for ln in res.output.splitlines() if "pushed" in ln and "ACCESS_DENIED" in ln]
+    res = CliRunner().invoke(cli, ["pull", "B", "--on", str(a.home)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["push", "C", "--on", str(a.home)])
+    assert res.exit_code == 1 and f"'C' is not a known peer of the document server of {a.home}" in res.output
+    assert f"B ({b.address})" in res.output and "expected HOST:PORT" not in res.output
+
+
+def test_a_document_server_that_goes_away_mid_request_is_called_a_document_server(tmp_path):
+    """A control connection cut during `replicate` (the server died) names the document server."""
+    import socket
+    import threading
+
+    from multisite.multimaster.server.process import call
+    from multisite.net.control import control_address
+
+    home = tmp_path / "home"
+    home.mkdir()
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(control_address(home.absolute()))
+    srv.listen(1)
+
+    def die_mid_request() -> None:
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.close()
+    t = threading.Thread(target=die_mid_request)
+    t.start()
+    try:
+        with pytest.raises(ServerError, match="the document server of .* closed the control connection during "
+                                              "'replicate'") as e:
+            call(home, "replicate", server="B", mode="push-only")
+        assert "instance server" not in str(e.value)
+    finally:
+        t.join(timeout=10)
+        srv.close()

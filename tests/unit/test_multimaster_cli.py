@@ -57,3 +57,38 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path):
     (tmp_path / "plain").mkdir()
     res = run("db", "info", tmp_path / "plain", ok=False)
     assert "NOT_A_DOCUMENT_DATABASE" in res.output
+
+
+def test_doc_get_shows_each_revision_with_its_origin(tmp_path):
+    a = tmp_path / "a"
+    run("db", "create", a, "--title", "P", "--durability", "none")
+    unid = run("doc", "create", a, "F", '{"n": 1}').output.strip()
+    first = json.loads(run("doc", "get", a, unid).output)
+    run("doc", "update", a, unid, '{"n": 2}')
+    run("doc", "update", a, unid, '{"n": 3}')
+    got = json.loads(run("doc", "get", a, unid).output)
+    assert got["seq"] == 3 and [r["seq"] for r in got["revisions"]] == [1, 2]
+    assert got["revisions"][0] == {"seq": 1, "time_us": first["seq_time_us"], "origin": first["origin"]}
+    assert all(r["origin"] == got["origin"] for r in got["revisions"])  # every version made here
+
+
+def test_a_refused_direction_exits_3_naming_it(tmp_path):
+    """`b` lets `a` read only: a's push is refused (ACCESS_DENIED) and said so, in the pushed row and on
+    stderr, with exit status 3; a's pull exits 0; b pulling from a reader of its own is refused too."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run("db", "create", a, "--title", "P", "--durability", "none")
+    run("db", "create", b, "--title", "P", "--replica-of", a, "--durability", "none")
+    run("doc", "create", a, "F", '{"n": 1}')
+    run("db", "acl", b, "a", "reader")
+    res = run("db", "replicate", a, b, "--mode", "push-only", ok=False)
+    assert res.exit_code == 3, res.output
+    assert "REPLICATION_REFUSED: push to b refused for P (push: ACCESS_DENIED" in res.output
+    pushed = [ln for ln in res.output.splitlines() if "pushed" in ln and "│" in ln]
+    pulled = [ln for ln in res.output.splitlines() if "pulled" in ln and "│" in ln]
+    assert "ACCESS_DENIED" in pushed[0] and "ACCESS_DENIED" not in pulled[0]
+    res = run("db", "replicate", a, b, "--mode", "push-only", "--json", ok=False)
+    rep = json.loads(res.stdout)
+    assert res.exit_code == 3 and rep["refused_ways"] == ["push"] and list(rep["dbs"][0]["refused_ways"]) == ["push"]
+    assert json.loads(run("db", "replicate", a, b, "--mode", "pull-only", "--json").output)["refused_ways"] == []
+    res = run("db", "replicate", b, a, "--mode", "pull-only", ok=False)  # b's own ACL: it takes nothing from a reader
+    assert res.exit_code == 3 and "pull from a refused for P (a is a reader of P here" in res.output

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ReplicationRefused
 from ..multimaster.server import docdb
 from ..multimaster.session import Mode, run_local, summary
-from ..multimaster.server.process import call, start_docserver, stop_docserver
+from ..multimaster.server.process import call, known_peers, resolve_peer, start_docserver, stop_docserver
 from .output import HostPort, console, print_json, table
 
 
@@ -117,7 +118,8 @@ def db_form(dir: str, name: str, merge: bool) -> None:
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default="pull-push", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def db_replicate(a: str, b: str, mode: str, as_json: bool) -> None:
-    """Replicate two replicas on this machine (no server): A initiates, in MODE.
+    """Replicate two replicas on this machine (no server): A initiates, in MODE. Exits 3
+    (REPLICATION_REFUSED) when a direction was refused, as ``replicate`` does.
 
     Example: multisite db replicate /data/a /data/b --mode pull-push
     """
@@ -126,6 +128,7 @@ def db_replicate(a: str, b: str, mode: str, as_json: bool) -> None:
         rep = run_local(da, dbb, Mode(mode), server_a=str(Path(a).name), server_b=str(Path(b).name)).to_dict()
     rep["seconds"] = round(time.perf_counter() - t0, 3)
     _print_report(rep, as_json)
+    _exit_if_refused(rep)
 
 
 @click.group()
@@ -299,15 +302,34 @@ def _print_report(rep: dict, as_json: bool) -> None:
                   f"({t['unchanged']} unchanged) in {rep.get('seconds', 0):.3f} s")
     rows = []
     for d in rep["dbs"]:
-        for way in ("pulled", "pushed"):
-            s = summary(__import__("collections").Counter(d[way]))
+        for way, refused in (("pulled", _refused(d, "pull")), ("pushed", _refused(d, "push"))):
+            s = summary(Counter(d[way]))
             rows.append((d["title"], way, s["new"], s["updated"], s["deleted"], s["conflicts"], s["merged"],
-                         "; ".join(d["refused"]) if way == "pulled" else ""))
+                         "; ".join(refused)))
     if rows:
         table("databases", ["database", "way", "new", "updated", "deleted", "conflicts", "merged", "refused"], rows,
               whole=["database"])
     else:
         console.print("no database in common (matching replica ID) that both servers may replicate")
+
+
+def _refused(d: dict, way: str) -> list[str]:
+    """What was refused of ``way`` (pull, push) for the database of report row ``d``."""
+    if "refused_ways" not in d:  # a report from a server before the ways were told apart
+        return d["refused"] if way == "pull" else []
+    return d["refused_ways"].get(way, [])
+
+
+def _exit_if_refused(rep: dict) -> None:
+    """A session that ran but had a direction refused is not a success: REPLICATION_REFUSED (exit 3),
+    naming each refused direction, its databases and the first reason."""
+    parts = []
+    for way in rep.get("refused_ways", []):
+        dbs = [d for d in rep["dbs"] if _refused(d, way)]
+        parts.append(f"{way} {'from' if way == 'pull' else 'to'} {rep['peer']} refused for "
+                     f"{', '.join(d['title'] for d in dbs)} ({_refused(dbs[0], way)[0]})")
+    if parts:
+        raise ReplicationRefused("; ".join(parts) + ". The report above shows what did replicate")
 
 
 def _verb(mode: Mode, name: str, doc_: str):
@@ -318,21 +340,38 @@ def _verb(mode: Mode, name: str, doc_: str):
                   help="HOME of the local document server whose Replicator runs the session.")
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
     def verb(server: str, database: str | None, home: str, as_json: bool) -> None:
-        rep = call(Path(home), "replicate", server=server, db=database, mode=mode.value)
+        peers = known_peers(Path(home))
+        if peers is not None:
+            resolve_peer(server, peers, f"of {home}")  # an unknown name: said so, with the names it knows
+        try:
+            rep = call(Path(home), "replicate", server=server, db=database, mode=mode.value)
+        except ConfigError as e:
+            if peers is None and ":" not in server:  # the server took it for an address
+                raise ConfigError(f"{server!r} is not a known peer of the document server of {home} (its "
+                                  f"peers are the --peer NAME=HOST:PORT it was started with); give a peer's "
+                                  f"name or HOST:PORT ({e.message})") from None
+            raise
         _print_report(rep, as_json)
+        _exit_if_refused(rep)
     return verb
+
+
+_EXIT_STATUS = """
+
+Exit status: 0 when every direction asked for replicated; 3 (REPLICATION_REFUSED) when the session ran
+but a direction was refused for some database (an ACL; the report names each); 1 for any other error."""
 
 
 replicate_cmd = _verb(Mode.PULL_PUSH, "replicate", """Pull then push every database in common with SERVER
 (HOST:PORT or a --peer name), or only DATABASE (title or replica ID).
 
-Example: multisite replicate 127.0.0.1:7301 Profiles --on /data/srvA""")
+Example: multisite replicate 127.0.0.1:7301 Profiles --on /data/srvA""" + _EXIT_STATUS)
 pull_cmd = _verb(Mode.PULL_ONLY, "pull", """Pull from SERVER what changed there (one way).
 
-Example: multisite pull B --on /data/srvA""")
+Example: multisite pull B --on /data/srvA""" + _EXIT_STATUS)
 push_cmd = _verb(Mode.PUSH_ONLY, "push", """Push to SERVER what changed here (one way).
 
-Example: multisite push B --on /data/srvA""")
+Example: multisite push B --on /data/srvA""" + _EXIT_STATUS)
 
 
 @click.group()

@@ -1,7 +1,8 @@
 """The ``multisite`` command: verbs grouped by part, thin over the Python API.
 
-Errors of the MultisiteError tree print as one line (code and message) with exit status 1;
-``--debug`` shows the traceback instead.
+Errors of the MultisiteError tree print as one line (code and message) with exit status 1, or the
+error's own ``exit_code`` (3: a replication session ran but a direction was refused); ``--debug``
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Root(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"error: {e}", err=True)
-            sys.exit(1)
+            sys.exit(getattr(e, "exit_code", 1))
 
 
 @click.group(cls=Root)

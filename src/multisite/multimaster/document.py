@@ -151,7 +151,8 @@ class Doc:
         """The document as a user (CLI, JSON) sees it."""
         return {"unid": self.unid, "form": self.form, "fields": self.fields, "seq": self.seq,
                 "seq_time_us": self.time_us, "origin": self.origin, "oid": self.oid.hex(),
-                "revisions": [t for t, _ in self.revisions], "deleted": self.deleted,
+                "revisions": [{"seq": k, "time_us": t, "origin": o} for k, (t, o) in enumerate(self.revisions, 1)],
+                "deleted": self.deleted,
                 "conflict": self.is_conflict}
 
 

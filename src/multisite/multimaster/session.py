@@ -59,6 +59,11 @@ class Mode(str, Enum):
     def pushes(self) -> bool:
         return self in (Mode.PULL_PUSH, Mode.PUSH_ONLY)
 
+    @property
+    def ways(self) -> tuple[str, ...]:
+        """The directions this mode asks for, as a report names them: ``pull``, ``push``."""
+        return tuple(w for w, on in (("pull", self.pulls), ("push", self.pushes)) if on)
+
     @classmethod
     def parse(cls, text: str) -> "Mode":
         try:
@@ -70,15 +75,26 @@ class Mode(str, Enum):
 
 @dataclass
 class DbReport:
+    """What moved for one database, and what was refused: ``refused`` every refusal's text,
+    ``refused_ways`` the same by the direction it stopped (``pull``, ``push``; one that stopped the
+    database before either, an ACL giving the peer no access, is under each direction asked)."""
+
     title: str
     replica_id: str
     pulled: Counter = field(default_factory=Counter)
     pushed: Counter = field(default_factory=Counter)
     refused: list[str] = field(default_factory=list)
+    refused_ways: dict[str, list[str]] = field(default_factory=dict)
+
+    def refuse(self, ways: Iterable[str], text: str) -> None:
+        self.refused.append(text)
+        for w in ways:
+            self.refused_ways.setdefault(w, []).append(text)
 
     def to_dict(self) -> dict:
         return {"title": self.title, "replica_id": self.replica_id, "pulled": dict(self.pulled),
-                "pushed": dict(self.pushed), "refused": list(self.refused)}
+                "pushed": dict(self.pushed), "refused": list(self.refused),
+                "refused_ways": {w: list(t) for w, t in self.refused_ways.items()}}
 
 
 @dataclass
@@ -97,9 +113,13 @@ class SessionReport:
             t.update(d.pushed)
         return summary(t)
 
+    def refused_ways(self) -> list[str]:
+        """The directions refused for at least one database (a script's exit status: see ``cli``)."""
+        return [w for w in ("pull", "push") if any(w in d.refused_ways for d in self.dbs)]
+
     def to_dict(self) -> dict:
         return {"server": self.server, "peer": self.peer, "mode": self.mode, "totals": self.totals(),
-                "dbs": [d.to_dict() for d in self.dbs], "notes": list(self.notes)}
+                "dbs": [d.to_dict() for d in self.dbs], "notes": list(self.notes), "refused_ways": self.refused_ways()}
 
 
 def summary(c: Counter) -> dict[str, int]:
@@ -144,17 +164,17 @@ def initiate(local: dict[str, Any], server: str, mode: Mode, *, only: Callable[[
         report.dbs.append(rep)
         mine = db.access(peer)
         if mine == "none":
-            rep.refused.append(f"{peer} has no access to {db.title} here: nothing replicated")
+            rep.refuse(mode.ways, f"{peer} has no access to {db.title} here: nothing replicated")
             continue
         bm = yield GetBookmarks(rid, db.db_id)
         if isinstance(bm, Refused):
-            rep.refused.append(f"{bm.code}: {bm.message}")
+            rep.refuse(mode.ways, f"{bm.code}: {bm.message}")
             continue
         assert isinstance(bm, Bookmarks)
         echo: set = set()  # versions pulled from the peer and kept as they came: it need not get them back
         if mode.pulls:
             if mine != "writer":
-                rep.refused.append(f"{peer} is a {mine} of {db.title} here: its changes are not pulled")
+                rep.refuse(["pull"], f"{peer} is a {mine} of {db.title} here: its changes are not pulled")
             else:
                 yield from _pull(db, rid, bm, rep, history_key(bm.db_id, peer), echo)
         if mode.pushes:
@@ -172,7 +192,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
     while True:
         page = yield Changes(rid, since, CHANGES_PAGE_ENTRIES)
         if isinstance(page, Refused):
-            rep.refused.append(f"pull: {page.code}: {page.message}")
+            rep.refuse(["pull"], f"pull: {page.code}: {page.message}")
             return
         assert isinstance(page, ChangePage)
         snap = db.current_at(u for u, *_ in page.entries)
@@ -187,13 +207,13 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
         replies = (yield Pipeline(Fetch(rid, b) for b in batches)) if batches else iter(())
         for i, got in enumerate(replies):
             if isinstance(got, Refused):
-                rep.refused.append(f"pull: {got.code}: {got.message}")
+                rep.refuse(["pull"], f"pull: {got.code}: {got.message}")
                 return
             assert isinstance(got, Docs)
             try:
                 docs = _decode_docs(got.docs)
             except MalformedDocument as e:  # nothing of the batch is applied, the bookmark stays
-                rep.refused.append(f"pull: {e}")
+                rep.refuse(["pull"], f"pull: {e}")
                 return
             last_batch = i == len(batches) - 1
             rep.pulled.update(db.apply_incoming(docs, peer_db_id=key, bookmark=page.last if last_batch else None,
@@ -205,7 +225,7 @@ def _pull(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
             break
     ack = yield PullDone(rid, db.db_id, since)
     if isinstance(ack, Refused):
-        rep.refused.append(f"pull done: {ack.code}: {ack.message}")
+        rep.refuse(["pull"], f"pull done: {ack.code}: {ack.message}")
 
 
 def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) -> Generator[Any, Any, None]:
@@ -227,7 +247,7 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
             final_chunk = start + CHANGES_PAGE_ENTRIES >= len(changes)
             want = yield Offer(rid, _entries(chunk))
             if isinstance(want, Refused):
-                rep.refused.append(f"push: {want.code}: {want.message}")
+                rep.refuse(["push"], f"push: {want.code}: {want.message}")
                 return
             assert isinstance(want, Want)
             rep.pushed["same"] += len(chunk) - len(want.unids)
@@ -238,7 +258,7 @@ def _push(db: Any, rid: str, bm: Bookmarks, rep: DbReport, key: str, echo: set) 
                               for i, b in enumerate(batches))
             for got in (yield pushes):
                 if isinstance(got, Refused):
-                    rep.refused.append(f"push: {got.code}: {got.message}")
+                    rep.refuse(["push"], f"push: {got.code}: {got.message}")
                     return
                 assert isinstance(got, Applied)
                 rep.pushed.update(got.counts)

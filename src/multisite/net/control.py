@@ -1,4 +1,5 @@
-"""The control channel between the CLI and a running instance server.
+"""The control channel between the CLI and a running server: an instance server, and with ``request``'s
+``kind`` the other processes that answer on one (a document server; the grid's catalog and containers).
 
 JSON lines over a Unix socket in the abstract namespace (named after the instance directory, so
 there is no path-length limit and nothing to clean up after a crash). One request, one reply::
@@ -29,30 +30,37 @@ def control_address(root: Path) -> str:
 
 
 def call(root: Path, op: str, timeout: float = CONTROL_TIMEOUT_S, **args: Any) -> Any:
-    """Send one request to the server of ``root``; raise the server's error as a MultisiteError."""
+    """Send one request to the instance server of ``root``; raise the server's error as a MultisiteError."""
+    return request(root, op, args, timeout=timeout)
+
+
+def request(root: Path, op: str, args: dict[str, Any], *, timeout: float = CONTROL_TIMEOUT_S,
+            kind: str = "instance server", start: str = "multisite server start {root}") -> Any:
+    """One request to the ``kind`` of server running for ``root`` (its errors name it so: "the document
+    server of …"; ``start`` is the command that starts one, told when none runs)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect(control_address(root))
     except (ConnectionRefusedError, FileNotFoundError):
         s.close()
-        raise ServerError(f"no instance server is running for {root}; start one with "
-                          f"`multisite server start {root}`") from None
+        raise ServerError(f"no {kind} is running for {root}; start one with `{start.format(root=root)}`") from None
     except OSError as e:
         s.close()
-        raise ServerError(f"cannot reach the instance server of {root}: {e.strerror or e}") from None
+        raise ServerError(f"cannot reach the {kind} of {root}: {e.strerror or e}") from None
     try:
         s.sendall((json.dumps({"op": op, "args": args}) + "\n").encode())
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)
             if not chunk:
-                raise ServerError(f"the instance server of {root} closed the control connection during {op!r}")
+                raise ServerError(f"the {kind} of {root} closed the control connection during {op!r} (did it "
+                                  f"exit? its log says why)")
             buf += chunk
     except socket.timeout:
-        raise ServerError(f"the instance server of {root} did not answer {op!r} within {timeout:.0f} s") from None
+        raise ServerError(f"the {kind} of {root} did not answer {op!r} within {timeout:.0f} s") from None
     except OSError as e:  # e.g. reset by a server that exited while starting or stopping
-        raise ServerError(f"the control connection to the instance server of {root} failed during {op!r}: "
+        raise ServerError(f"the control connection to the {kind} of {root} failed during {op!r}: "
                           f"{e.strerror or e}") from None
     finally:
         s.close()

@@ -14,12 +14,36 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, ServerError
-from ...fsutil import check_not_world_writable, create_file, make_dir, make_root
+from ...fsutil import atomic_write, check_not_world_writable, create_file, make_dir, make_root
 from ...net import control
 from ...net.process import wait_exit
 from ...net.tls import parse_hostport
 
 START_TIMEOUT_S = 30.0
+PEERS_FILE = "peers.json"  # in run/: the --peer names it was started with, for the console verbs to check
+
+
+def resolve_peer(server: str, peers: dict[str, str], where: str) -> str:
+    """The address of ``server``: a --peer name's, or ``server`` itself when it is HOST:PORT; a name
+    the server does not know is a ConfigError listing those it knows."""
+    if server in peers:
+        return peers[server]
+    try:
+        parse_hostport(server)
+    except ConfigError:
+        known = ", ".join(f"{n} ({a})" for n, a in sorted(peers.items())) or "none"
+        raise ConfigError(f"{server!r} is not a known peer of the document server {where} (its peers: {known}); "
+                          f"give a peer's name or HOST:PORT, or start the server with --peer {server}=HOST:PORT"
+                          ) from None
+    return server
+
+
+def known_peers(home: Path) -> dict[str, str] | None:
+    """The --peer names the document server of ``home`` was started with (None: not recorded)."""
+    try:
+        return json.loads((Path(home).absolute() / "run" / PEERS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, replicators: int = 1,
@@ -56,6 +80,9 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     if metrics:
         parse_hostport(metrics)
         cmd += ["--metrics", metrics]
+    for a in (peers or {}).values():
+        parse_hostport(a)  # a wrong address is an error here, naming it, not in the server's log
+    atomic_write(home / "run" / PEERS_FILE, json.dumps(peers or {}).encode())
     out = open(create_file(home / "log" / "docserver.out"), "ab")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
@@ -77,15 +104,10 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
 
 
 def call(home: Path, op: str, timeout: float = control.CONTROL_TIMEOUT_S, **args: Any) -> Any:
-    """One control request to the document server whose home is ``home``."""
-    home = Path(home).absolute()
-    try:
-        return control.call(home, op, timeout=timeout, **args)
-    except ServerError as e:
-        if "no instance server" in e.message:
-            raise ServerError(f"no document server is running with home {home}; start one with "
-                              f"`multisite docserver start`") from None
-        raise
+    """One control request to the document server whose home is ``home`` (its errors name the document
+    server: one that exits mid-session is not "the instance server")."""
+    return control.request(Path(home).absolute(), op, args, timeout=timeout, kind="document server",
+                           start="multisite docserver start DIR... --name NAME --home {root}")
 
 
 def stop_docserver(home: Path, timeout: float = 10.0) -> int:
