@@ -45,7 +45,7 @@ def _register() -> None:
     cli.add_command(journal_cmds.journal)
     cli.add_command(demo.demo)
     for name in ("server_cmds", "replication_cmds", "failover_cmds", "pipeline_cmds", "grid_cmds", "delivery_cmds",
-                 "doc_cmds", "user_cmds", "dashboard_cmds",
+                 "doc_cmds", "user_cmds", "dashboard_cmds", "ha_cmds",
                  "config_opts"):  # last: gives --config to the start commands registered before it
         try:
             mod = __import__(f"multisite.cli.{name}", fromlist=["register"])

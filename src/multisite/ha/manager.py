@@ -152,8 +152,8 @@ class HAManager:
             await self.inst.call("lease", until=fence_deadline(sent, self.timing))
 
     async def _publish(self) -> None:
-        m = Member(self.name, self.group, self.cfg.client_address, self.replication, self.inst.seqno,
-                   self.inst.role)
+        listening = "" if self.replication.endswith(":0") else self.replication  # no receiver yet
+        m = Member(self.name, self.group, self.cfg.client_address, listening, self.inst.seqno, self.inst.role)
         await self.coord.publish(m)
 
     async def _act(self, act: Action, view: View) -> None:
@@ -269,8 +269,8 @@ class HAManager:
         if rep.get("rolled_back"):
             self._event(f"rolled back against {leader.name}: {rep}")
             self.log.warning("ha: %s rolled back against the new primary %s: %s", self.name, leader.name, rep)
-        await self.inst.call("lease", until=None)
-        await self._follow_receiver()
+        await self._follow_receiver()  # a secondary now: its role refuses commits from here on
+        await self.inst.call("lease", until=None)  # never lifted before, or a demoted primary takes commits
         self.local = replace(self.local, rejoined_term=act.term, following=act.leader)
 
     async def _follow_receiver(self) -> None:

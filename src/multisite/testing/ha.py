@@ -1,0 +1,279 @@
+"""A log-shipping cluster under HA managers, for tests, the bench and the demo (issue 25).
+
+    c = HACluster(tmp_path, etcd.endpoints, ["A", "B", "C"], ttl_s=1.0)
+    c.start()                       # instances, servers, one HA manager each
+    c.wait_primary(); c.wait_followers()
+    w = c.writer()                  # a thread committing through the multi-host client
+    c.lose_host(c.primary())        # SIGKILL of the server and its manager
+    ...
+    w.stop(); c.wait_identical(); c.check_acknowledged(w)
+
+Every part is real: each server and each manager is a process of its own; the managers talk to a real
+etcd; the writer is a ``multisite.connect`` client with every member's address.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import engine as database
+from ..errors import CommitOutcomeUnknown, ConnectionLost, MultisiteError, ServerError
+from ..ha.process import run_file, start_ha, stop_ha
+from ..journal.lostfile import LostFile, list_lost_files
+from ..net import control
+from ..server.client import RemoteDatabase
+from ..server.process import start_server, stop_server
+from .checks import wait_until
+
+REGION = "acct"
+
+
+@dataclass
+class Writer:
+    """A thread committing ``(REGION, (i,), i)`` one at a time; what was acknowledged, refused, unknown."""
+
+    addresses: str
+    acked: dict[int, int] = field(default_factory=dict)  # i -> seqno
+    unknown: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    ack_times: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, i)
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ha-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        db = RemoteDatabase(self.addresses, failover_timeout_s=30)
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            try:
+                seqno = db.set(REGION, (i,), i)
+            except CommitOutcomeUnknown:
+                self.unknown.append(i)
+                continue
+            except MultisiteError as e:
+                self.refused.append(i)
+                self.errors.append(f"{e.code}: {e.message}")
+                time.sleep(0.01)
+                continue
+            self.acked[i] = seqno
+            self.ack_times.append((time.monotonic(), i))
+        db.close()
+
+    def wait_commit_after(self, t: float, timeout_s: float) -> float:
+        """The monotonic time of the first acknowledged commit after ``t``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            after = [x for x, _ in self.ack_times[-50:] if x > t]
+            if after:
+                return min(after)
+            time.sleep(0.005)
+        raise ServerError(f"no commit acknowledged within {timeout_s} s after the fault; errors: {self.errors[-3:]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+class HACluster:
+    """Members named ``names`` under ``base``, each an instance server with its HA manager."""
+
+    def __init__(self, base: Path, etcd: str, names: list[str], *, ttl_s: float = 1.0, min_confirm: int = 0,
+                 cluster: str = "c1", durability: str = "group"):
+        self.base, self.etcd, self.names = Path(base), etcd, list(names)
+        self.ttl_s, self.min_confirm, self.cluster, self.durability = ttl_s, min_confirm, cluster, durability
+        self.ports: dict[str, int] = {}
+
+    # -- members ----------------------------------------------------------------------------------
+    def root(self, name: str) -> Path:
+        return self.base / name
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    @property
+    def addresses(self) -> str:
+        return ",".join(self.address(n) for n in self.names)
+
+    def start(self) -> None:
+        for n in self.names:
+            database.create(self.root(n), n, durability=self.durability)
+        for n in self.names:
+            self.start_host(n)
+
+    def start_host(self, name: str) -> None:
+        """The member's server (its client port kept across restarts) and its manager."""
+        port = self.ports.get(name, 0)
+        info = start_server(self.root(name), f"127.0.0.1:{port}")
+        self.ports[name] = info["client_port"]
+        start_ha(self.root(name), self.cluster, self.etcd, ttl_s=self.ttl_s, min_confirm=self.min_confirm)
+
+    def pids(self, name: str) -> list[int]:
+        out = []
+        for f in (self.root(name) / "run" / "server.json", run_file(self.root(name))):
+            try:
+                import json
+
+                out.append(int(json.loads(f.read_text())["pid"]))
+            except (OSError, ValueError, KeyError):
+                pass
+        return out
+
+    def lose_host(self, name: str) -> None:
+        """SIGKILL the member's server and manager at once (the machine is gone)."""
+        for pid in self.pids(name):
+            _signal(pid, signal.SIGKILL)
+        for pid in self.pids(name):
+            _reap(pid)
+
+    def restart_host(self, name: str) -> None:
+        run_file(self.root(name)).unlink(missing_ok=True)
+        self.start_host(name)
+
+    def pause_host(self, name: str) -> None:
+        for pid in self.pids(name):
+            _signal(pid, signal.SIGSTOP)
+
+    def resume_host(self, name: str) -> None:
+        for pid in self.pids(name):
+            _signal(pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        for n in self.names:
+            self.resume_host(n)
+            try:
+                stop_ha(self.root(n), timeout_s=5)
+            except MultisiteError:
+                pass
+            try:
+                if control.is_running(self.root(n)):
+                    stop_server(self.root(n), 5)
+            except MultisiteError:
+                self.lose_host(n)
+
+    # -- observing ----------------------------------------------------------------------------------
+    def status(self, name: str) -> dict | None:
+        try:
+            return control.call(self.root(name), "status", 5.0)
+        except MultisiteError:
+            return None
+
+    def primaries(self) -> list[str]:
+        return [n for n in self.names if (self.status(n) or {}).get("role") == "primary"
+                and (self.status(n) or {}).get("receiver") is None]
+
+    def primary(self) -> str:
+        p = self.primaries()
+        if len(p) != 1:
+            raise ServerError(f"expected one primary, found {p}")
+        return p[0]
+
+    def wait_primary(self, exclude: str | None = None, timeout_s: float = 20.0) -> str:
+        def one():
+            p = [n for n in self.primaries() if n != exclude]
+            return p[0] if len(p) == 1 else None
+        return wait_until(one, timeout_s=timeout_s, what=f"one primary other than {exclude}")
+
+    def wait_role(self, name: str, role: str, timeout_s: float = 20.0) -> None:
+        wait_until(lambda: (self.status(name) or {}).get("role") == role, timeout_s=timeout_s,
+                   what=f"{name} to be {role}")
+
+    def wait_followers(self, timeout_s: float = 30.0) -> None:
+        """Every running member other than the primary receives from the primary's streaming source."""
+        def ready():
+            prim = self.primaries()
+            if len(prim) != 1:
+                return False
+            st = self.status(prim[0]) or {}
+            for n in self.names:
+                if n == prim[0] or self.status(n) is None:
+                    continue
+                src = (st.get("sources") or {}).get(n)
+                if not src or src.get("state") != "streaming":
+                    return False
+            return True
+        wait_until(ready, timeout_s=timeout_s, what="every member following the primary")
+
+    def wait_identical(self, timeout_s: float = 30.0) -> None:
+        """Every running member at the primary's seqno with the same rows."""
+        def same():
+            seqnos = {n: (self.status(n) or {}).get("seqno") for n in self.names}
+            return len(set(seqnos.values())) == 1 and None not in seqnos.values()
+        wait_until(same, timeout_s=timeout_s, what="members at one seqno")
+        dumps = {n: self.rows(n) for n in self.names}
+        first = dumps[self.names[0]]
+        for n, d in dumps.items():
+            if d != first:
+                raise AssertionError(f"{n} differs from {self.names[0]}: {len(d)} rows vs {len(first)}")
+
+    def rows(self, name: str) -> dict:
+        with RemoteDatabase(self.address(name)) as db:
+            if REGION not in db.regions():
+                return {}
+            return dict(db.items(REGION))
+
+    def client(self) -> RemoteDatabase:
+        return RemoteDatabase(self.addresses, failover_timeout_s=30)
+
+    def writer(self) -> Writer:
+        with self.client() as db:
+            db.create_region(REGION)
+        return Writer(self.addresses)
+
+    def lost_rows(self) -> set[tuple]:
+        """Keys of every lost-transaction file of every member."""
+        keys = set()
+        for n in self.names:
+            for path in list_lost_files(self.root(n) / "lost"):
+                for t in LostFile.read(path).transactions:
+                    for u in t["updates"]:
+                        keys.add(tuple(u["key"]))
+        return keys
+
+    def check_acknowledged(self, w: Writer) -> None:
+        """Every acknowledged commit is on the primary or in a lost file; nothing refused is anywhere."""
+        rows = self.rows(self.primary())
+        lost = self.lost_rows()
+        missing = [i for i in w.acked if (i,) not in rows and (i,) not in lost]
+        assert not missing, f"acknowledged commits silently lost: {missing[:10]} (of {len(missing)})"
+        present = [i for i in w.refused if (i,) in rows]
+        assert not present, f"refused commits present: {present[:10]}"
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run([sys.executable, "-c", "from multisite.cli.main import main; main()", *args],
+                             capture_output=True, text=True, timeout=120)
+        if check and out.returncode:
+            raise ServerError(f"multisite {' '.join(args)} failed: {out.stderr.strip()}")
+        return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)

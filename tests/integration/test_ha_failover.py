@@ -1,0 +1,106 @@
+"""Automatic failover of a log-shipping cluster through a real 3-member etcd (issue 25).
+
+Three instance servers, each with its HA manager process, a writer through a multi-host client; the
+primary's server and manager are SIGKILLed (the host is lost), paused, or switched over. Checked:
+a new primary takes commits, every acknowledged commit is on the new primary or in the old
+primary's lost file, the old primary rejoins, and all members end identical.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import multisite
+from multisite.errors import CommitOutcomeUnknown, ConnectionLost, NotPrimary
+from multisite.ha.process import run_file, start_ha, stop_ha
+from multisite.journal.lostfile import list_lost_files
+from multisite.testing.ha import HACluster
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def ha(tmp_path, etcd_cluster):
+    c = HACluster(tmp_path, etcd_cluster.endpoints, ["A", "B", "C"], ttl_s=1.0, cluster=f"t-{tmp_path.name}")
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_the_first_member_leads_and_the_others_follow(ha):
+    lead = ha.wait_primary()
+    assert lead == "A"
+    ha.wait_followers()
+    with ha.client() as db:
+        db.create_region("acct")
+        db.set("acct", (1,), 1)
+    ha.wait_identical()
+
+
+def test_primary_host_lost_a_secondary_takes_over_and_the_old_primary_rejoins(ha):
+    ha.wait_primary()
+    ha.wait_followers()
+    w = ha.writer()
+    time.sleep(0.5)
+    old = ha.primary()
+    t_kill = time.monotonic()
+    ha.lose_host(old)
+    new = ha.wait_primary(exclude=old, timeout_s=10)
+    assert new != old
+    first = w.wait_commit_after(t_kill, timeout_s=10)
+    assert first - t_kill < 5.0, f"first commit {first - t_kill:.2f} s after the kill"
+    time.sleep(0.3)
+    w.stop()
+    ha.restart_host(old)  # rejoins: rolls back what only it had, then follows
+    ha.wait_followers()
+    ha.wait_identical()
+    ha.check_acknowledged(w)
+
+
+def test_a_paused_primary_is_fenced_and_demoted_when_it_resumes(ha):
+    ha.wait_primary()
+    ha.wait_followers()
+    w = ha.writer()
+    time.sleep(0.3)
+    old = ha.primary()
+    ha.pause_host(old)
+    new = ha.wait_primary(exclude=old, timeout_s=10)
+    time.sleep(0.5)
+    ha.resume_host(old)
+    ha.wait_role(old, "secondary", timeout_s=10)
+    with pytest.raises((NotPrimary, ConnectionLost)):
+        with multisite.connect(ha.address(old)) as db:
+            db.set("acct", ("on-old",), 1)
+    w.stop()
+    ha.wait_followers()
+    ha.wait_identical()
+    ha.check_acknowledged(w)
+    assert ha.primary() == new
+
+
+def test_switchover_hands_over_without_a_lost_file(ha):
+    ha.wait_primary()
+    ha.wait_followers()
+    w = ha.writer()
+    time.sleep(0.3)
+    ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "C")
+    assert ha.primary() == "C"
+    time.sleep(0.3)
+    w.stop()
+    ha.wait_followers()
+    ha.wait_identical()
+    ha.check_acknowledged(w)
+    assert not any(list_lost_files(ha.root(n) / "lost") for n in ha.names)
+
+
+def test_switchover_refuses_an_unknown_or_current_member(ha):
+    ha.wait_primary()
+    out = ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "Z", check=False)
+    assert out.returncode == 1 and "not a member" in out.stderr and "A, B, C" in out.stderr
+    out = ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "A", check=False)
+    assert out.returncode == 1 and "primary already" in out.stderr
