@@ -117,7 +117,8 @@ def repair_cmd(dir: str, yes: bool, as_json: bool) -> None:
 
 @journal.command("index")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--jobs", type=int, default=None, help="Worker processes (default: the cores).")
+@click.option("--jobs", type=click.IntRange(1, 1024), default=None,
+              help="Worker processes (default: the usable cores, at most 8, as many as the free memory holds).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (stable shape).")
 def index_cmd(dir: str, jobs: int | None, as_json: bool) -> None:
     """Write the journal index: columnar copies of journal frames that Spark reads instead of decoding.
@@ -130,11 +131,13 @@ def index_cmd(dir: str, jobs: int | None, as_json: bool) -> None:
     from .output import print_json
 
     rep = index_journal(dir, jobs=jobs)
+    for note in rep.notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
         print_json(rep.to_dict())
     else:
         console.print(f"indexed {rep.frames:,} transaction(s), {rep.rows:,} update(s) of {rep.instance} into "
-                      f"{rep.pieces_written} piece(s) in {rep.seconds:.1f} s")
+                      f"{rep.pieces_written} piece(s) in {rep.seconds:.1f} s with {rep.jobs} process(es)")
 
 
 @journal.command("consumers")

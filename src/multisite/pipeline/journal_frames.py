@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from . import columns as C
 from .plan import InstanceRef, chunks, instance_ref
 from .segment_index import INDEX_MIN_BYTES, PIECE_COLUMNS, index_fields, piece_fields_serve
 
 DEFAULT_COLUMNS = list(C.JOURNAL_COLUMNS)
+
+# Local worker processes of ``index_journal``: one per usable core (the affinity mask, not the host's
+# cores, which a container or a shared machine does not give), at most INDEX_JOBS_MAX, and no more than
+# the available memory holds at INDEX_WORKER_BYTES each (a worker decoding a sealed 64 MiB segment
+# peaks near 300 MiB; the bound keeps twice that).
+INDEX_JOBS_MAX = 8
+INDEX_WORKER_BYTES = 600 * 1024 * 1024
 
 
 @dataclass
@@ -33,9 +41,61 @@ class IndexReport:
     frames: int
     rows: int
     seconds: float
+    jobs: int = 1
+    notes: list[str] = field(default_factory=list)  # e.g. a worker that died and what was done instead
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_index_jobs(available_bytes: int | None = None, cores: int | None = None) -> int:
+    """The local worker processes ``index_journal`` starts when not told (see INDEX_JOBS_MAX)."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    jobs = min(cores, INDEX_JOBS_MAX)
+    if available_bytes is not None:
+        jobs = min(jobs, available_bytes // INDEX_WORKER_BYTES)
+    return max(1, jobs)
+
+
+def run_workers(fn: Callable[[Any], Any], items: list, jobs: int) -> tuple[list, list[str]]:
+    """``fn`` of each item in ``jobs`` spawned processes, results in order, and notes. A worker that
+    dies (killed: the out-of-memory killer under load, a signal) breaks the whole pool
+    (``BrokenProcessPool``): what it finished is kept, and what it left is done here, one at a time,
+    and said so in the notes. An exception ``fn`` raises is raised as it is."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    out: list = [None] * len(items)
+    left: list[int] = []
+    # spawn: the caller may hold threads (Spark's gateway, Arrow's pools) that fork would copy mid-lock
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(fn, it) for it in items]
+        for i, f in enumerate(futures):
+            try:
+                out[i] = f.result()
+            except BrokenProcessPool:
+                left.append(i)
+    notes = []
+    if left:
+        notes.append(f"a worker process died ({jobs} were running; killed by a signal or the out-of-memory "
+                     f"killer, see `dmesg`); the {len(left)} run(s) not done were indexed in this process, one "
+                     f"at a time (--jobs 1 does so from the start)")
+        for i in left:
+            out[i] = fn(items[i])
+    return out, notes
 
 
 def _index_one(args) -> tuple[int, int]:
@@ -61,22 +121,21 @@ def index_journal(instance: str, *, from_seqno: int = 1, to_seqno: int | None = 
     ref = instance_ref(instance)
     todo = [(c, ref.region_schemas) for c in chunks(ref, from_seqno, to_seqno, index="auto",
                                                       index_min_bytes=index_min_bytes) if c.write_piece]
+    notes: list[str] = []
+    if jobs is not None and jobs < 1:
+        from ..errors import ConfigError
+        raise ConfigError(f"jobs must be 1 or more, got {jobs}")
+    jobs = min(jobs or default_index_jobs(_available_bytes()), max(1, len(todo)))
     if not todo:
         done = []
     elif spark is not None:
         done = spark.sparkContext.parallelize(todo, len(todo)).map(_index_one).collect()
+    elif jobs == 1:
+        done = [_index_one(t) for t in todo]
     else:
-        jobs = jobs or os.cpu_count() or 1
-        if jobs == 1 or len(todo) == 1:
-            done = [_index_one(t) for t in todo]
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            # spawn: the caller may hold threads (Spark's gateway, Arrow's pools) that fork would copy mid-lock
-            with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-                done = list(pool.map(_index_one, todo))
-    return IndexReport(ref.name, len(done), sum(f for f, _ in done), sum(r for _, r in done), time.time() - t0)
+        done, notes = run_workers(_index_one, todo, jobs)
+    return IndexReport(ref.name, len(done), sum(f for f, _ in done), sum(r for _, r in done), time.time() - t0,
+                       jobs, notes)
 
 
 def _ddl(columns: list[str], fields: dict) -> str:
