@@ -49,7 +49,8 @@ from .loader_runner import ShardLoader, make_loader
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
 from .catalog import LOG_FORMAT, read_message
-from .shard import PrimaryShard, ReplicaShard, Request, ShardRefusal, read_into, restore_interrupted_swap
+from .replica import ReplicaShard, restore_interrupted_swap
+from .shard import PrimaryShard, Request, ShardRefusal, read_into
 from ...net.tls import parse_hostport
 
 RECONNECT_S = 0.5
