@@ -1,12 +1,12 @@
 """The container process (``python -m multisite.grid.server.container DIR --catalog HOST:PORT --listen HOST:PORT``).
 
 One process hosting many shards, each a multisite instance under DIR named ``<grid>-p<partition>``,
-opened in-process with ``multisite.engine`` and driven by ``grid_shard`` (a primary takes commits and
-ships them, a replica follows its primary). It registers with the catalog, heartbeats (each open
-shard's seqno, and for each primary the synchronous replicas it counts current), and applies every
-``Assignments`` in a task of its own: creates or opens each assigned shard's instance, hands roles
-over (a primary finishes its batch first), and closes those no longer assigned (their directories
-stay: a shard that comes back reopens its data). Every heartbeat is answered (``HeartbeatAck``); the
+opened in-process with ``multisite.engine`` and driven by ``primary.PrimaryShard`` (a primary takes
+commits and ships them) or ``replica.ReplicaShard`` (a replica follows its primary). It registers
+with the catalog, heartbeats (each open shard's seqno, and for each primary the synchronous replicas
+it counts current), and applies every ``Assignments`` in a task of its own: creates or opens each
+assigned shard's instance, hands roles over (a primary finishes its batch first), and closes those
+no longer assigned (their directories stay: a shard that comes back reopens its data). Every heartbeat is answered (``HeartbeatAck``); the
 lease on this container's primaries runs from the sending of the last answered one.
 
 A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting); a catalog that
@@ -49,8 +49,9 @@ from .loader_runner import ShardLoader, make_loader
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
 from .catalog import LOG_FORMAT, read_message
+from .primary import PrimaryShard
 from .replica import ReplicaShard, restore_interrupted_swap
-from .shard import PrimaryShard, Request, ShardRefusal, read_into
+from .shard import Request, ShardRefusal, read_into
 from ...net.tls import parse_hostport
 
 RECONNECT_S = 0.5
@@ -207,7 +208,7 @@ class ContainerServer:
         self._sent[ack] = time.monotonic()
         currency = self.currency()
         for p, (_, names) in currency.items():
-            self.shards[p].primary.in_flight_reports[ack] = frozenset(names)
+            self.shards[p].primary.lease.sent(ack, frozenset(names))
         self._reports[ack] = currency
         # a primary's seqno is its last committed one, not one of a batch still being voted on
         seqnos = {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
@@ -232,12 +233,7 @@ class ContainerServer:
             sh = self.shards.get(p)
             if sh is None or sh.primary is None or sh.primary.epoch != epoch:
                 continue
-            for a in [a for a in sh.primary.in_flight_reports if a <= msg.ack]:
-                del sh.primary.in_flight_reports[a]
-            if p in msg.stale:  # the catalog moved the partition on (possibly because of this report)
-                sh.primary.deposed = True
-            else:
-                sh.primary.reported = frozenset(names)
+            sh.primary.lease.answered(msg.ack, frozenset(names), p in msg.stale)
 
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
@@ -381,7 +377,7 @@ class ContainerServer:
             writer.write(encode(Failed(0, FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
                                                                 f"{sub.partition}")))
         else:
-            await sh.primary.serve(sub, reader, writer, wire)
+            await sh.primary.feeds.serve(sub, reader, writer, wire)
         await writer.drain()
 
     async def _client(self, hello: Open, reader, writer, wire: DataWire) -> None:
