@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup postgres browser demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth bench-ops clean
+.PHONY: setup postgres browser etcd demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth bench-ops clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(BROKER): $(BIN)/python
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
 	touch $@
 
-setup: $(STAMP) $(BROKER) postgres browser
+setup: $(STAMP) $(BROKER) postgres browser etcd
 
 # The dashboard's test drives a real headless Chromium through selenium: Debian's chromium and
 # chromium-driver, installed here when missing (as root; the test skips, saying so, where none can be had).
@@ -32,6 +32,15 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver); \
 	else echo "no chromium/chromedriver found: install them (Debian: apt-get install chromium chromium-driver) for the dashboard test"; fi
+
+# The HA tests, bench and demo start a throwaway 3-member etcd (testing/etcd.py): Debian's etcd-server
+# (3.4), and nftables for the network-partition tests; installed here when missing (CI runs as root).
+etcd:
+	@if command -v etcd >/dev/null && command -v nft >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server nftables || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server nftables); \
+	else echo "no etcd found: install it (Debian: apt-get install etcd-server nftables) for the HA tests"; fi
 
 # The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
 # Debian's package installed here (CI runs as root).
