@@ -14,7 +14,7 @@ next commit, but every shard holds the primary's frames byte for byte, so the fr
 
 - ``Loader``: the contract a user's database implements (``multisite.grid.Loader``), with its errors.
 
-The I/O (the databases, the shards) is in ``server/loader_runner.py`` and ``server/shard.py``.
+The I/O (the databases, the shards) is in ``server/loader_runner.py`` and ``server/primary.py``.
 """
 
 from __future__ import annotations
