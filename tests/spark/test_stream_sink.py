@@ -70,3 +70,21 @@ def test_pipeline_stream_cli_writes_the_change_table_and_goes_on_from_its_checkp
     from multisite.instance.layout import Layout
 
     assert {p.name for p in consumers.load_all(Layout.existing(root))} == {"changes"}
+
+
+def test_pipeline_stream_whose_query_dies_says_so_and_exits_non_zero(spark, tmp_path):
+    """The first batch cannot be written (its directory's name is taken by a file): the query dies in
+    foreachBatch, and the command says so, naming the stream and the cause, with exit status 1."""
+    from click.testing import CliRunner
+
+    from multisite.cli.main import cli
+
+    root = build(tmp_path / "A", "A", [[("set", "log", (i,), i)] for i in range(1, 6)])
+    table = tmp_path / "changes"
+    table.mkdir()
+    (table / "batch=00000000").write_text("not a directory")
+    r = CliRunner().invoke(cli, ["pipeline", "stream", str(root), "--to", str(table), "--seconds", "120", "--json"])
+    assert r.exit_code == 1, r.output
+    assert f"error: PIPELINE: the stream of {root} into {table} (after 0 batch(es), 0 row(s)) stopped: its query " \
+           f"died:" in r.output, r.output
+    assert "NotADirectoryError: [Errno 20] Not a directory" in r.output and "Traceback" not in r.output

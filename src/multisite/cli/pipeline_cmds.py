@@ -181,7 +181,9 @@ def stream_cmd(instance, to, checkpoint, consumer, max_transactions_per_batch, a
     """Keep a Parquet change table current from a live instance, a micro-batch or two behind.
 
     Micro-batches back to back, each written as one Parquet file TO/batch=N/part-00000.parquet
-    (complete when it appears); a restart goes on from the checkpoint, each transaction once.
+    (complete when it appears); a restart goes on from the checkpoint, each transaction once. A stream
+    whose query dies (or ends by itself) ends the command with `error: PIPELINE: …` naming the cause
+    and exit status 1.
     Example: multisite pipeline stream /data/A --to /lake/A-changes
     """
     from ..pipeline.stream_sink import stream_changes

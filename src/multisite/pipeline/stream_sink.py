@@ -15,13 +15,19 @@ checkpoint with the same rows) replaces its own file, so every transaction lands
 write nothing. Rows stay on the driver only for the batch's duration: size batches with the source's
 ``max_transactions_per_batch`` when a stream starts far behind.
 
-``stream_changes`` (``multisite pipeline stream DIR --to TABLE``) runs such a stream for users.
+``stream_changes`` (``multisite pipeline stream DIR --to TABLE``) runs such a stream for users, and
+``await_stream`` makes sure it never ends silently: a query that died is a ``PipelineError`` saying why.
+A fatal error of the JVM (a ``StackOverflowError`` in regex code was seen in the shared Spark log) can
+end the query's thread with no exception recorded, and ``awaitTermination`` then returns as if the
+query had finished: a stream that is not ``availableNow`` never finishes by itself, so that is an error
+too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,15 +128,49 @@ def stream_changes(instance: str, table: str, *, checkpoint: str | None = None, 
     q = writer.start()
     if progress:
         progress(f"streaming {instance} -> {dest} (checkpoint {ckpt})")
+    await_stream(q, available_now=available_now, seconds_s=seconds_s,
+                 what=lambda: f"the stream of {instance} into {dest} (after {sink.batches} batch(es), {sink.rows} "
+                              f"row(s))")
+    return StreamReport(str(instance), str(dest), ckpt, sink.batches, sink.rows, round(time.monotonic() - t0, 3))
+
+
+_ERROR_LINE = re.compile(r"^[\w.]+(Error|Exception)(: .*)?$")
+
+
+def _why(e: BaseException) -> str:
+    """A query's exception in a line: Spark's first line (without the Python traceback it opens, when the
+    foreachBatch function raised) and the error that traceback ends with."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    head = lines[0].split("Traceback (most recent call last):")[0].rstrip(" :")
+    errors = [ln for ln in lines[1:] if _ERROR_LINE.match(ln)]
+    return head + (f": {errors[-1]}" if errors else "")
+
+
+def await_stream(q, *, available_now: bool, seconds_s: float | None, what) -> None:
+    """Wait for the streaming query ``q``: until it finishes (``available_now``), ``seconds_s`` pass
+    (then it is stopped), or for ever. A query that died, or that ended by itself when only a stop
+    could end it, raises PipelineError naming ``what()`` and why (see the module's text)."""
     try:
-        if available_now:
-            q.awaitTermination()
-        else:
-            q.awaitTermination(seconds_s) if seconds_s is not None else q.awaitTermination()
+        try:
+            if seconds_s is not None and not available_now:
+                ended = q.awaitTermination(seconds_s)  # False: still running when the time was up
+            else:
+                q.awaitTermination()
+                ended = True
+        except Exception as e:  # noqa: BLE001 - pyspark's StreamingQueryException: the query died
+            raise PipelineError(f"{what()} stopped: its query died: {_why(e)}") from None
     finally:
         if q.isActive:
             q.stop()
     failed = q.exception()
     if failed is not None:
-        raise PipelineError(f"the stream of {instance} into {dest} stopped: {failed}")
-    return StreamReport(str(instance), str(dest), ckpt, sink.batches, sink.rows, round(time.monotonic() - t0, 3))
+        raise PipelineError(f"{what()} stopped: its query died: {_why(failed)}")
+    status = (getattr(q, "status", None) or {}).get("message", "")
+    if "exception" in status.lower():  # Spark's "Terminated with exception: …", the exception itself lost
+        raise PipelineError(f"{what()} stopped: {status}")
+    if ended and not available_now:
+        raise PipelineError(f"{what()} ended by itself, with no error recorded by Spark (status {status!r}): "
+                            f"a fatal error in the JVM (a StackOverflowError, out of memory) ends a query so; the "
+                            f"Spark driver's log says which. Run it again: it goes on from its checkpoint")
