@@ -56,8 +56,6 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
 
     Refused (``HistoryMismatch``) when the replica's transactions up to its seqno are not the source's,
     and (``ConfigError``) when ``to_seqno`` is below the replica's seqno; ``to_seqno`` equal to it does nothing."""
-    from pyspark.sql import functions as F
-
     from ..store.sqlite import Store
     from .env import session
 
@@ -67,95 +65,126 @@ def fold(source: str, replica: str, from_seqno: int | None = None, to_seqno: int
     lock.acquire()
     try:
         store = Store(rlay.store_file)
-        r_seqno = store.applied_seqno
-        first, last = journal_bounds(str(rlay.root))
-        if last != r_seqno:
-            store.close()
-            raise ConfigError(f"replica {rlay.root} has journal records past its store (seqno {last} vs "
-                              f"{r_seqno}); open it once so that recovery rolls its store forward, then fold")
-        lo = r_seqno + 1 if from_seqno is None else from_seqno
-        if lo != r_seqno + 1:
-            store.close()
-            raise ConfigError(f"replica {rlay.root} is at seqno {r_seqno}: the fold must start at {r_seqno + 1}, "
-                              f"not {lo}")
-        ref = with_archive(source, archive)
-        if not ref.path:
-            store.close()
-            raise ConfigError(f"{source} is a journal archive: fold needs the source's instance directory (the "
-                              f"replica adopts its history records); give the directory, with the archive as "
-                              f"--archive {source}")
-        s_first, s_last = ref_bounds(ref)
-        hi = s_last if to_seqno is None else to_seqno
-        if hi < r_seqno:  # before any Spark read: fold only moves a replica forward
-            store.close()
-            if to_seqno is not None:
-                raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno}, past --to {hi}: fold only "
-                                  f"brings a replica forward; give --to {r_seqno} or later (or leave it out), or, "
-                                  f"to take the replica back to {hi}, roll it back instead (multisite rollback "
-                                  f"{rlay.root} --resync {hi})")
-            raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno} and source {ref.name} ends at "
-                              f"{s_last}: there is nothing to fold, and a replica ahead of its source must be rolled "
-                              f"back to their common point first (multisite rollback {rlay.root} --resync SEQNO)")
-        if hi > s_last or lo < s_first:
-            store.close()
-            raise JournalGap(f"source {ref.name} holds seqnos {s_first}..{s_last}; cannot fold {lo}..{hi}")
-        try:
-            # against the directory's own journal (or, past it, the history records), not the archive
-            _check_same_history(ref.name, Layout.existing(ref.path), *journal_bounds(ref.path), rlay, first, r_seqno)
-        except HistoryMismatch:
+        try:  # nothing is written before the range is agreed, so closing (which flushes) is harmless
+            ref, lo, hi = _fold_range(source, archive, rlay, store.applied_seqno, from_seqno, to_seqno)
+        except (ConfigError, JournalGap, HistoryMismatch):
             store.close()
             raise
-        if hi == r_seqno:  # nothing to fold: leave the replica (and its journal) as it is
+        if hi == store.applied_seqno:  # nothing to fold: leave the replica (and its journal) as it is
             store.close()
             return FoldReport(source, str(rlay.root), lo, hi, 0, 0, 0, time.time() - t0)
         spark = spark or session()
         if progress:
             progress(f"folding {ref.name} seqnos {lo}..{hi} into {rlay.root}")
-        cols = {"seqno": "bigint", "ord": "int", "op": "string", "region": "string", "key_text": "string",
-                "key_bytes": "binary", "value_raw": "binary"}
-        events = (spark.read.format("multisite").schema(C.ddl(cols)).option("from_seqno", lo)
-                  .option("to_seqno", hi).load(load_paths(ref)))
-        pts, kills = final_state(events, ["key_bytes", "value_raw"], has_base=False)
-        kill_rows = events.where(F.col("op") == "kill").select("region", "key_bytes").distinct()
-        n_updates = events.count()
-        src_regions = store_regions(Layout.existing(ref.path))
-
-        def rid(name: str) -> int:
-            r = store.regions.get(name)
-            if r is None:
-                repl, schema = src_regions.get(name, (True, None))
-                r = store.create_region(name, repl, schema)
-            return r.id
-
-        n_kills = 0
-        for row in kill_rows.toLocalIterator():
-            store.delete_subtree(rid(row["region"]), bytes(row["key_bytes"]))
-            n_kills += 1
-        n_points = 0
-        for row in pts.select("region", "op", "key_bytes", "value_raw").toLocalIterator(prefetchPartitions=True):
-            r, kb = rid(row["region"]), bytes(row["key_bytes"])
-            if row["op"] == "set":
-                store.put(r, kb, bytes(row["value_raw"]))
-            else:
-                store.delete(r, kb)
-            n_points += 1
-            if progress and n_points % APPLY_BATCH_ROWS == 0:
-                progress(f"applied {n_points:,} keys")
-        touched = set(store.regions)
-        store.mark_applied(hi, touched)
+        n_updates, n_kills, n_points = _apply_fold(spark, ref, lo, hi, store, progress)
+        store.mark_applied(hi, set(store.regions))
         store.flush()  # then the journal: see DESIGN.md on an interrupted fold
         store.close()
         _restart_journal(rlay, hi)
-        inst = ifile.load(rlay.instance_file)
-        inst.seqno = hi
-        # The replica now holds a prefix of the source's history: adopt it, as a Receiver Server does
-        # after its handshake, so that the next fold (or replication) can check it.
-        src_info = ifile.load(Layout.existing(ref.path).instance_file)
-        inst.history = to_records([e for e in to_entries(src_info.history) if e.start_seqno <= hi], ref.name)
-        ifile.save(rlay.instance_file, inst)
+        _adopt_history(rlay, ref, hi)
     finally:
         lock.release()
     return FoldReport(source, str(rlay.root), lo, hi, n_updates, n_kills, n_points, time.time() - t0)
+
+
+def _fold_range(source: str, archive: str | None, rlay: Layout, r_seqno: int, from_seqno: int | None,
+                to_seqno: int | None):
+    """The source and the seqnos ``lo..hi`` to fold onto the replica at ``r_seqno``: ``(ref, lo, hi)``.
+
+    Every refusal is decided here, before any Spark read and before the replica's store is written: the
+    replica's journal must not run past its store, the fold must start right after the replica's seqno,
+    only move it forward, stay within what the source holds, and continue the source's own history."""
+    first, last = journal_bounds(str(rlay.root))
+    if last != r_seqno:
+        raise ConfigError(f"replica {rlay.root} has journal records past its store (seqno {last} vs "
+                          f"{r_seqno}); open it once so that recovery rolls its store forward, then fold")
+    lo = r_seqno + 1 if from_seqno is None else from_seqno
+    if lo != r_seqno + 1:
+        raise ConfigError(f"replica {rlay.root} is at seqno {r_seqno}: the fold must start at {r_seqno + 1}, "
+                          f"not {lo}")
+    ref = with_archive(source, archive)
+    if not ref.path:
+        raise ConfigError(f"{source} is a journal archive: fold needs the source's instance directory (the "
+                          f"replica adopts its history records); give the directory, with the archive as "
+                          f"--archive {source}")
+    s_first, s_last = ref_bounds(ref)
+    hi = s_last if to_seqno is None else to_seqno
+    if hi < r_seqno:  # before any Spark read: fold only moves a replica forward
+        _refuse_backwards(rlay, r_seqno, ref.name, s_last, hi, explicit=to_seqno is not None)
+    if hi > s_last or lo < s_first:
+        raise JournalGap(f"source {ref.name} holds seqnos {s_first}..{s_last}; cannot fold {lo}..{hi}")
+    # against the directory's own journal (or, past it, the history records), not the archive
+    _check_same_history(ref.name, Layout.existing(ref.path), *journal_bounds(ref.path), rlay, first, r_seqno)
+    return ref, lo, hi
+
+
+def _refuse_backwards(rlay: Layout, r_seqno: int, src_name: str, s_last: int, hi: int, *, explicit: bool) -> None:
+    """Refuse a fold that would end below the replica's seqno, saying whether ``--to`` or the source is why."""
+    if explicit:
+        raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno}, past --to {hi}: fold only "
+                          f"brings a replica forward; give --to {r_seqno} or later (or leave it out), or, "
+                          f"to take the replica back to {hi}, roll it back instead (multisite rollback "
+                          f"{rlay.root} --resync {hi})")
+    raise ConfigError(f"replica {rlay.root} is already at seqno {r_seqno} and source {src_name} ends at "
+                      f"{s_last}: there is nothing to fold, and a replica ahead of its source must be rolled "
+                      f"back to their common point first (multisite rollback {rlay.root} --resync SEQNO)")
+
+
+def _apply_fold(spark, ref, lo: int, hi: int, store, progress) -> tuple[int, int, int]:
+    """Fold the source's ``lo..hi`` with Spark and apply it to ``store``: ``(updates read, kills, points)``.
+
+    Kills are applied first (they only delete), then every surviving point; nothing is committed here."""
+    from pyspark.sql import functions as F
+
+    cols = {"seqno": "bigint", "ord": "int", "op": "string", "region": "string", "key_text": "string",
+            "key_bytes": "binary", "value_raw": "binary"}
+    events = (spark.read.format("multisite").schema(C.ddl(cols)).option("from_seqno", lo)
+              .option("to_seqno", hi).load(load_paths(ref)))
+    pts, _kills = final_state(events, ["key_bytes", "value_raw"], has_base=False)
+    kill_rows = events.where(F.col("op") == "kill").select("region", "key_bytes").distinct()
+    n_updates = events.count()
+    rid = _region_ids(store, store_regions(Layout.existing(ref.path)))
+    n_kills = 0
+    for row in kill_rows.toLocalIterator():
+        store.delete_subtree(rid(row["region"]), bytes(row["key_bytes"]))
+        n_kills += 1
+    n_points = 0
+    for row in pts.select("region", "op", "key_bytes", "value_raw").toLocalIterator(prefetchPartitions=True):
+        r, kb = rid(row["region"]), bytes(row["key_bytes"])
+        if row["op"] == "set":
+            store.put(r, kb, bytes(row["value_raw"]))
+        else:
+            store.delete(r, kb)
+        n_points += 1
+        if progress and n_points % APPLY_BATCH_ROWS == 0:
+            progress(f"applied {n_points:,} keys")
+    return n_updates, n_kills, n_points
+
+
+def _region_ids(store, src_regions: dict):
+    """A lookup from region name to the replica's region id, creating a region the replica lacks with the
+    source's replication flag and schema (a fold may bring the first keys of a region)."""
+
+    def rid(name: str) -> int:
+        r = store.regions.get(name)
+        if r is None:
+            repl, schema = src_regions.get(name, (True, None))
+            r = store.create_region(name, repl, schema)
+        return r.id
+
+    return rid
+
+
+def _adopt_history(rlay: Layout, ref, hi: int) -> None:
+    """Record the replica at ``hi`` with the source's history records up to ``hi``.
+
+    The replica now holds a prefix of the source's history: adopting it, as a Receiver Server does after
+    its handshake, lets the next fold (or replication) check it."""
+    inst = ifile.load(rlay.instance_file)
+    inst.seqno = hi
+    src_info = ifile.load(Layout.existing(ref.path).instance_file)
+    inst.history = to_records([e for e in to_entries(src_info.history) if e.start_seqno <= hi], ref.name)
+    ifile.save(rlay.instance_file, inst)
 
 
 def _same_txn(rec) -> tuple:
