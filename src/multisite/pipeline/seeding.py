@@ -77,15 +77,10 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     first, last = ref_bounds(ref)
     if at is not None and at > last:
         raise ConfigError(f"instance {ref.name} ends at seqno {last}; cannot take its state at {at}")
-    from .state_source import _ro, consistent_store
+    from .state_source import consistent_store
 
     store_file = consistent_store(lay)
-    conn = _ro(store_file)
-    try:
-        row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
-        store_seqno = row[0] if row else 0
-    finally:
-        conn.close()
+    store_seqno = _store_seqno(store_file)
     # "Now" is the store copy's seqno when a live instance flushed its store past the journal end read
     # above (the journal always holds the store's seqno): the store alone, no journal read, no pruning.
     at = max(last, store_seqno) if at is None else at
@@ -93,14 +88,7 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
     jcols = ["seqno", "ord", "op", *cols]
     journal = (spark.read.format("multisite").schema(_journal_ddl(jcols, fields)).load(load_paths(ref)))
     if at >= store_seqno:
-        all_state = {**C.STATE_COLUMNS, **C.STATE_EXTRA_COLUMNS}
-        base = (spark.read.format("multisite_state")
-                .schema(C.ddl({n: all_state[n] for n in cols if n != "fields"}, fields))
-                .option("store_files", json.dumps({ref.name: store_file}))
-                .option("regions", ",".join(replicated)).load(ref.path)
-                .where(F.col("region").isin(replicated) if replicated else F.lit(False))
-                .withColumn("seqno", F.lit(store_seqno).cast("bigint"))
-                .withColumn("ord", F.lit(-1)).withColumn("op", F.lit("set")))
+        base = _store_base(spark, ref, store_file, store_seqno, cols, fields, replicated)
         if at == store_seqno:
             return base.select(*cols), at
         events = base.select(*jcols).unionByName(
@@ -115,6 +103,37 @@ def state_df(spark, instance: str, at: int | None = None, *, with_fields: bool =
                             f"(--archive URL), or take the snapshot at {store_seqno} or later")
     pts, _ = final_state(events, [c for c in cols if c not in ("region", "key_text")], has_base=has_base)
     return pts.where(F.col("op") == "set").select(*cols), at
+
+
+def _store_seqno(store_file: str) -> int:
+    """The applied seqno of the consistent store copy ``store_file`` (0 when it has applied none).
+
+    Read from the copy, not the live store: the copy is what the state is read from, and a live instance
+    may have flushed its store further since."""
+    from .state_source import _ro
+
+    conn = _ro(store_file)
+    try:
+        row = conn.execute("SELECT v FROM meta WHERE k='applied_seqno'").fetchone()
+        return row[0] if row else 0
+    finally:
+        conn.close()
+
+
+def _store_base(spark, ref, store_file: str, store_seqno: int, cols: list[str], fields: dict,
+                replicated: list[str]):
+    """The store copy's replicated keys as ``set`` events at ``store_seqno`` (``ord`` -1), the base on
+    which ``final_state`` folds the journal's later records."""
+    from pyspark.sql import functions as F
+
+    all_state = {**C.STATE_COLUMNS, **C.STATE_EXTRA_COLUMNS}
+    return (spark.read.format("multisite_state")
+            .schema(C.ddl({n: all_state[n] for n in cols if n != "fields"}, fields))
+            .option("store_files", json.dumps({ref.name: store_file}))
+            .option("regions", ",".join(replicated)).load(ref.path)
+            .where(F.col("region").isin(replicated) if replicated else F.lit(False))
+            .withColumn("seqno", F.lit(store_seqno).cast("bigint"))
+            .withColumn("ord", F.lit(-1)).withColumn("op", F.lit("set")))
 
 
 def _archived_state_df(spark, ref, at: int | None, *, with_fields: bool, payload: list[str] | None):
