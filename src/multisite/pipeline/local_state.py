@@ -153,31 +153,51 @@ def _roll(regions: dict[str, _Region], records, replicated: set[str] | None) -> 
 def state_at(path: str, at: int | None = None) -> tuple[State, int]:
     """``(state, seqno)`` of an instance or snapshot directory at ``at`` (default: its end)."""
     if is_snapshot(path):
-        import pyarrow.parquet as pq
-
-        seqno = _snapshot_seqno(path)
-        if at is not None and at != seqno:
-            raise ConfigError(f"snapshot {path} is at seqno {seqno}, not {at}")
-        out: State = {}
-        for f in sorted((Path(path) / "state").glob("*.parquet")):
-            t = pq.read_table(f, columns=["region", "key_bytes", "value_raw"]).to_pydict()
-            out.update(zip(zip(t["region"], t["key_bytes"]), t["value_raw"]))
-        return out, seqno
+        return _snapshot_state(path, at)
     from .archive import is_archive
+
+    if is_archive(path):
+        return _archive_state(path, at)
+    return _instance_state(path, at)
+
+
+def _snapshot_state(path: str, at: int | None) -> tuple[State, int]:
+    """A snapshot's state: its Parquet rows as they are (it holds one seqno, so ``at`` can only be that)."""
+    import pyarrow.parquet as pq
+
+    seqno = _snapshot_seqno(path)
+    if at is not None and at != seqno:
+        raise ConfigError(f"snapshot {path} is at seqno {seqno}, not {at}")
+    out: State = {}
+    for f in sorted((Path(path) / "state").glob("*.parquet")):
+        t = pq.read_table(f, columns=["region", "key_bytes", "value_raw"]).to_pydict()
+        out.update(zip(zip(t["region"], t["key_bytes"]), t["value_raw"]))
+    return out, seqno
+
+
+def _archive_state(path: str, at: int | None) -> tuple[State, int]:
+    """A journal archive's state: its journal from seqno 1 rolled forward (an archive has no store), as on
+    Spark; refused when the archive no longer starts at 1."""
+    from .plan import journal_bounds
+
+    first, last = journal_bounds(path)
+    at = last if at is None else at
+    if at > last:
+        raise ConfigError(f"the journal archive {path} ends at seqno {last}; cannot take its state at {at}")
+    if first != 1 and at >= first:
+        raise PipelineError(f"the journal archive {path} starts at seqno {first}: the state at {at} needs the "
+                            f"journal from seqno 1")
+    regions: dict[str, _Region] = {}
+    _roll(regions, _archived_records(path, 1, at), None)
+    return {(name, k): v for name, reg in regions.items() for k, v in reg.kv.items()}, at
+
+
+def _instance_state(path: str, at: int | None) -> tuple[State, int]:
+    """An instance's replicated state: its store (a consistent copy when live) rolled forward with the
+    journal after the store's seqno, or, before that seqno, its journal from seqno 1 when it still has it."""
     from .plan import instance_ref, journal_bounds
     from .state_source import consistent_store
 
-    if is_archive(path):  # the journal from seqno 1 (an archive has no store), as on Spark
-        first, last = journal_bounds(path)
-        at = last if at is None else at
-        if at > last:
-            raise ConfigError(f"the journal archive {path} ends at seqno {last}; cannot take its state at {at}")
-        if first != 1 and at >= first:
-            raise PipelineError(f"the journal archive {path} starts at seqno {first}: the state at {at} needs the "
-                                f"journal from seqno 1")
-        regions: dict[str, _Region] = {}
-        _roll(regions, _archived_records(path, 1, at), None)
-        return {(name, k): v for name, reg in regions.items() for k, v in reg.kv.items()}, at
     ref = instance_ref(path)
     lay = Layout.existing(ref.path)
     first, last = journal_bounds(ref.path)
@@ -190,15 +210,7 @@ def state_at(path: str, at: int | None = None) -> tuple[State, int]:
         at = max(last, store_seqno) if at is None else at
         regions = {r: _Region() for r in replicated}
         if at >= store_seqno:
-            conn = sqlite3.connect(f"file:{store_file}?mode=ro", uri=True)
-            try:
-                for name in replicated:
-                    reg = regions[name]
-                    reg.kv = dict(conn.execute("SELECT k, v FROM kv JOIN regions ON kv.r = regions.id "
-                                               "WHERE regions.name = ? ORDER BY k", (name,)))
-                    reg.order = list(reg.kv)
-            finally:
-                conn.close()
+            _load_store(store_file, regions)
             lo = store_seqno + 1
         elif first == 1:
             lo = 1
@@ -212,3 +224,15 @@ def state_at(path: str, at: int | None = None) -> tuple[State, int]:
     if at >= lo:
         _roll(regions, iter_records(lay.journal, lo, at), set(replicated))
     return {(name, k): v for name, reg in regions.items() for k, v in reg.kv.items()}, at
+
+
+def _load_store(store_file: str, regions: dict[str, _Region]) -> None:
+    """Fill each of ``regions`` with its keys in ``store_file``, in key order (the order a kill needs)."""
+    conn = sqlite3.connect(f"file:{store_file}?mode=ro", uri=True)
+    try:
+        for name, reg in regions.items():
+            reg.kv = dict(conn.execute("SELECT k, v FROM kv JOIN regions ON kv.r = regions.id "
+                                       "WHERE regions.name = ? ORDER BY k", (name,)))
+            reg.order = list(reg.kv)
+    finally:
+        conn.close()
