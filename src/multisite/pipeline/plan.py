@@ -328,6 +328,16 @@ def chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int = CHUN
                              f"before pruning (multisite journal archive)")
         return out + chunks(live, start, hi, chunk_bytes=chunk_bytes, strict_start=strict_start, index=index,
                             index_min_bytes=index_min_bytes, start_at=start_at)
+    return _directory_chunks(ref, lo, hi, chunk_bytes=chunk_bytes, strict_start=strict_start, index=index,
+                             index_min_bytes=index_min_bytes, start_at=start_at)
+
+
+def _directory_chunks(ref: InstanceRef, lo: int, hi: int | None, *, chunk_bytes: int, strict_start: bool,
+                      index: str, index_min_bytes: int, start_at: tuple[int, int, int] | None) -> list[Chunk]:
+    """``chunks`` of the journal in the instance's directory: segment by segment, skipping those wholly
+    before ``lo`` and stopping past ``hi``, each planned from its index pieces and walked headers
+    (``_segment_chunks``). With ``index`` ``auto``, a sealed segment asks for pieces of every run it decodes,
+    the last one (still written) only of runs of ``index_min_bytes`` or more."""
     lay = Layout.existing(ref.path)
     infos = list_segments(lay.journal)
     if strict_start and lo < infos[0].first_seqno:
