@@ -58,32 +58,50 @@ def _commit(path: Path, rows: dict) -> None:
 
 
 def act_delivery(console: Console, root: Path) -> bool:
+    """Run act 6 under ``root``: True when every remote ends with exactly its subscribed rows, HQ with
+    everything, one conflict logged and kept as HQ's copy, and every sent message confirmed."""
     console.rule("[bold]Act 6: guaranteed message delivery, a consolidated instance and three remote sites")
     rng = random.Random(5)
     top = make_topology(root / "delivery", SITES)
     console.print(f"HQ publishes {REGION} subscribed by {FIELD}; remotes {', '.join(f'{n} ({v})' for n, v in SITES.items())}; "
                   f"file transport: an inbox folder per site under {top.root / 'inbox'}")
     courier = Courier(top.inbox("paris"), top.root / "courier-paris", rng)
-    n = 0
     for rnd in range(1, ROUNDS + 1):
-        # every site changes data: HQ new orders for each site, each remote updates or adds its own rows
-        _commit(top.hq, {("o", n + i): {FIELD: v, "qty": i, "by": "HQ"} for i, v in enumerate(SITES.values())})
-        n += len(SITES)
-        for name, value in SITES.items():
-            _commit(top.remotes[name], {(name, rnd): {FIELD: value, "qty": rnd, "by": name}})
-        if rnd == 2:  # both sides change order 0 (paris's) before the next exchange: a conflict
-            _commit(top.hq, {("o", 0): {FIELD: "fr", "qty": 100, "by": "HQ"}})
-            _commit(top.remotes["paris"], {("o", 0): {FIELD: "fr", "qty": 7, "by": "paris"}})
-        online = [s for s in SITES if not (s == "oslo" and rnd in OFFLINE_ROUNDS)]
-        for name in online:
-            poll(top.remotes[name])
-        poll(top.hq)
-        courier.take()
-        courier.deliver()
-        note = "oslo offline" if "oslo" not in online else "all online"
-        with engine.open(top.hq) as db:
-            console.print(api.status_table(api.status(db), f"round {rnd} ({note}): SYSREMOTEUSER of HQ"))
+        _change_everywhere(top, rnd)
+        _exchange(console, top, courier, rnd)
     console.print("oslo is back; the courier hands over what it still holds; agents run until nothing moves")
+    _drain(top, courier)
+    return _check_end(console, top, courier)
+
+
+def _change_everywhere(top, rnd: int) -> None:
+    """Round ``rnd``'s changes: HQ new orders for each site, each remote updates or adds its own rows; in
+    round 2 HQ and Paris both change order 0 (Paris's) before the next exchange, a conflict."""
+    n = (rnd - 1) * len(SITES)  # the orders of earlier rounds
+    _commit(top.hq, {("o", n + i): {FIELD: v, "qty": i, "by": "HQ"} for i, v in enumerate(SITES.values())})
+    for name, value in SITES.items():
+        _commit(top.remotes[name], {(name, rnd): {FIELD: value, "qty": rnd, "by": name}})
+    if rnd == 2:
+        _commit(top.hq, {("o", 0): {FIELD: "fr", "qty": 100, "by": "HQ"}})
+        _commit(top.remotes["paris"], {("o", 0): {FIELD: "fr", "qty": 7, "by": "paris"}})
+
+
+def _exchange(console: Console, top, courier: Courier, rnd: int) -> None:
+    """One exchange: the agents of the sites online this round run, then HQ's, the courier takes and
+    delivers some of Paris's messages, and HQ's SYSREMOTEUSER table is printed."""
+    online = [s for s in SITES if not (s == "oslo" and rnd in OFFLINE_ROUNDS)]
+    for name in online:
+        poll(top.remotes[name])
+    poll(top.hq)
+    courier.take()
+    courier.deliver()
+    note = "oslo offline" if "oslo" not in online else "all online"
+    with engine.open(top.hq) as db:
+        console.print(api.status_table(api.status(db), f"round {rnd} ({note}): SYSREMOTEUSER of HQ"))
+
+
+def _drain(top, courier: Courier) -> None:
+    """Run every agent, the courier delivering all it holds, until nothing moves (12 passes at most)."""
     for _ in range(12):
         busy = False
         for path in top.remotes.values():
@@ -95,6 +113,11 @@ def act_delivery(console: Console, root: Path) -> bool:
         courier.deliver(everything=True)
         if not busy:
             break
+
+
+def _check_end(console: Console, top, courier: Courier) -> bool:
+    """Print and check the end state: each remote's rows against HQ's rows of its subscription, the rows
+    made at the remotes, the courier's mischief, the conflict log, and every message confirmed."""
     with engine.open(top.hq) as db:
         st = api.status(db)
         conflicts = api.conflicts(db)
