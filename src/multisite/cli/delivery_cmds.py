@@ -168,59 +168,23 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
 
     Example: multisite delivery agent /data/paris --interval 60
     """
-    import json
-
-    from ..instance.layout import Layout
-
-    logfile = Layout.existing(dir).log / "delivery-agent.log"
-    handler = logging.FileHandler(logfile)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
-    lg = logging.getLogger("multisite.delivery")
-    lg.addHandler(handler)
-    lg.setLevel(logging.INFO)
+    lg = _agent_log(dir)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    from ..delivery.server.transport import inbox_folder
     from ..delivery.server import http_transport as delivery_http, mqtt_transport as delivery_mqtt
 
     delivery_mqtt.register()
     delivery_http.register()
     with engine.open(dir) as db:
-        feeders = []
-        if listen_mqtt:
-            inbox = inbox_folder(api.status(db)["inbox"] or "")
-            feeders.append(delivery_mqtt.MqttFeeder(listen_mqtt, inbox, f"multisite-agent-{db.name}"))
-        if listen_http:
-            feeders.append(delivery_http.HttpInbox(listen_http, inbox_folder(api.status(db)["inbox"] or "")))
-        agent = Agent(db, message_bytes=message_bytes, feeders=tuple(feeders))
+        agent = Agent(db, message_bytes=message_bytes, feeders=_feeders(db, listen_mqtt, listen_http))
         lg.info("agent of %s started (pid %d)", db.name, os.getpid())
-        ms = None
-        if metrics:
-            from ..delivery.server.metrics import AgentMetrics
-
-            ms = AgentMetrics()
-            ms.status = api.status(db)
-            lg.info("metrics served on http://%s:%d/metrics", metrics.rsplit(":", 1)[0], ms.serve(metrics))
+        ms = _serve_metrics(db, metrics, lg)
         try:
             while not stop:
                 rep = agent.poll()
                 if ms is not None:
                     ms.update(rep, api.status(db), time.time())
-                line = {"received": rep.received, "applied_messages": rep.applied_messages,
-                        "applied_transactions": rep.applied_transactions, "conflicts": rep.conflicts,
-                        "duplicates": rep.duplicates, "waiting": rep.waiting, "rejected": rep.rejected,
-                        "sent_messages": rep.sent_messages, "sent_transactions": rep.sent_transactions,
-                        "resend_requests": rep.resend_requests, "link_errors": rep.link_errors, "busy": rep.busy}
-                if as_json:
-                    click.echo(json.dumps(line), nl=True)
-                elif rep.busy or rep.rejected:
-                    console.print(f"poll: applied {rep.applied_transactions} transactions in {rep.applied_messages} "
-                                  f"messages ({rep.conflicts} conflicts, {rep.duplicates} duplicates, {rep.waiting} "
-                                  f"waiting), sent {rep.sent_transactions} in {rep.sent_messages} messages")
-                for r in rep.rejected:
-                    console.print(f"[red]rejected[/red] {r}")
-                for r in rep.link_errors:
-                    console.print(f"[red]not sent[/red] to {r}")
+                _print_poll(rep, as_json)
                 if once or (until_idle and not rep.busy):
                     break
                 if not rep.busy:
@@ -230,6 +194,69 @@ def agent_cmd(dir: str, once: bool, interval: float, until_idle: bool, message_b
                 ms.close()
             agent.close()
             lg.info("agent of %s stopped", db.name)
+
+
+def _agent_log(dir: str) -> logging.Logger:
+    """The delivery logger, writing (INFO and up) to DIR/log/delivery-agent.log: an agent runs unattended,
+    so what it did and why it stopped is kept beside the instance."""
+    from ..instance.layout import Layout
+
+    logfile = Layout.existing(dir).log / "delivery-agent.log"
+    handler = logging.FileHandler(logfile)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    lg = logging.getLogger("multisite.delivery")
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    return lg
+
+
+def _feeders(db, listen_mqtt: str | None, listen_http: str | None) -> tuple:
+    """What fills the agent's inbox folder besides the file transport: an MQTT topic's subscriber and an
+    HTTP endpoint peers POST to, as ``--listen-mqtt`` and ``--listen-http`` ask."""
+    from ..delivery.server import http_transport as delivery_http, mqtt_transport as delivery_mqtt
+    from ..delivery.server.transport import inbox_folder
+
+    feeders = []
+    if listen_mqtt:
+        inbox = inbox_folder(api.status(db)["inbox"] or "")
+        feeders.append(delivery_mqtt.MqttFeeder(listen_mqtt, inbox, f"multisite-agent-{db.name}"))
+    if listen_http:
+        feeders.append(delivery_http.HttpInbox(listen_http, inbox_folder(api.status(db)["inbox"] or "")))
+    return tuple(feeders)
+
+
+def _serve_metrics(db, metrics: str | None, lg: logging.Logger):
+    """The agent's Prometheus metrics served on ``metrics`` (HOST:PORT), or None without ``--metrics``."""
+    if not metrics:
+        return None
+    from ..delivery.server.metrics import AgentMetrics
+
+    ms = AgentMetrics()
+    ms.status = api.status(db)
+    lg.info("metrics served on http://%s:%d/metrics", metrics.rsplit(":", 1)[0], ms.serve(metrics))
+    return ms
+
+
+def _print_poll(rep, as_json: bool) -> None:
+    """One poll's report: a JSON line with ``--json`` (every poll), else a line when the poll moved
+    something or rejected a message; rejected messages and links that could not send, in red, always."""
+    import json
+
+    line = {"received": rep.received, "applied_messages": rep.applied_messages,
+            "applied_transactions": rep.applied_transactions, "conflicts": rep.conflicts,
+            "duplicates": rep.duplicates, "waiting": rep.waiting, "rejected": rep.rejected,
+            "sent_messages": rep.sent_messages, "sent_transactions": rep.sent_transactions,
+            "resend_requests": rep.resend_requests, "link_errors": rep.link_errors, "busy": rep.busy}
+    if as_json:
+        click.echo(json.dumps(line), nl=True)
+    elif rep.busy or rep.rejected:
+        console.print(f"poll: applied {rep.applied_transactions} transactions in {rep.applied_messages} "
+                      f"messages ({rep.conflicts} conflicts, {rep.duplicates} duplicates, {rep.waiting} "
+                      f"waiting), sent {rep.sent_transactions} in {rep.sent_messages} messages")
+    for r in rep.rejected:
+        console.print(f"[red]rejected[/red] {r}")
+    for r in rep.link_errors:
+        console.print(f"[red]not sent[/red] to {r}")
 
 
 @delivery.command("extract")
