@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from rich import box
 from rich.console import Console, Group
@@ -21,9 +21,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from .board import read_complete_lines
-
-if TYPE_CHECKING:
-    from .grid import GridProcesses, GridWriter
 
 PHASE_TIMEOUT_S = 30.0
 REFRESH_S = 0.25
@@ -34,13 +31,32 @@ class ActFailed(Exception):
     """A phase of the act did not happen as told (the act reports it and fails)."""
 
 
+class Processes(Protocol):
+    """What the board reads of the act's ``grid.GridProcesses``."""
+
+    pids: dict[str, int | None]
+
+    def dir(self, name: str) -> Path: ...
+
+    def status(self) -> dict | None: ...
+
+
+class Writer(Protocol):
+    """What the board reads of the act's ``grid.GridWriter``."""
+
+    committed: int
+    refusals: int
+    unknowns: int
+    error: BaseException | None
+
+
 class GridBoard:
     """Placement and backlog from the catalog's status, a few times a second; events above it.
 
     A replica's backlog is its primary's seqno minus its own, as the containers last reported them in
     their heartbeats (a quarter of the heartbeat timeout apart, hence never below 0 here)."""
 
-    def __init__(self, console: Console, procs: GridProcesses, writer: GridWriter | None) -> None:
+    def __init__(self, console: Console, procs: Processes, writer: Writer | None) -> None:
         self.console, self.procs, self.writer = console, procs, writer
         self.t0 = time.monotonic()
         self.status: dict | None = None
