@@ -177,6 +177,13 @@ class ConnectionLost(MultisiteError):
     code = "CONNECTION_LOST"
 
 
+class MinConfirmTimeout(MultisiteError):
+    """A commit is hard on the primary but fewer than ``--min-confirm`` secondaries confirmed it in time:
+    it may be lost if the primary fails over now."""
+
+    code = "MIN_CONFIRM_TIMEOUT"
+
+
 class CoordinatorUnavailable(MultisiteError):
     """No member of the etcd cluster answered (or none with a majority): HA decisions wait for it."""
 

@@ -104,3 +104,28 @@ def test_switchover_refuses_an_unknown_or_current_member(ha):
     assert out.returncode == 1 and "not a member" in out.stderr and "A, B, C" in out.stderr
     out = ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "A", check=False)
     assert out.returncode == 1 and "primary already" in out.stderr
+
+
+def test_with_min_confirm_one_a_lost_primary_loses_no_acknowledged_commit(tmp_path, etcd_cluster):
+    c = HACluster(tmp_path, etcd_cluster.endpoints, ["A", "B", "C"], ttl_s=1.0, min_confirm=1,
+                  cluster=f"t-{tmp_path.name}")
+    c.start()
+    try:
+        c.wait_primary()
+        c.wait_followers()
+        w = c.writer()
+        time.sleep(0.5)
+        old = c.primary()
+        c.lose_host(old)
+        new = c.wait_primary(exclude=old, timeout_s=10)
+        time.sleep(0.5)
+        w.stop()
+        rows = c.rows(new)
+        assert len(w.acked) > 10
+        missing = [i for i in w.acked if (i,) not in rows]
+        assert not missing, f"acknowledged commits not on the new primary {new}: {missing[:10]}"
+        c.restart_host(old)
+        c.wait_followers()
+        c.wait_identical()
+    finally:
+        c.stop()

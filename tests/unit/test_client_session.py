@@ -168,3 +168,36 @@ def test_replies_always_leave_in_request_order_whatever_order_requests_finish_in
         sent += s.replies()
     assert [rep[0] for rep in sent] == list(range(len(ops)))
     assert all(msgspec.msgpack.decode(encode(rep)[4:]) == rep for rep in sent)
+
+
+def _hard(g: Gathering, *rids_seqnos: tuple[int, int], now: float = 0.0) -> tuple[ClientSession, list]:
+    s = _session(*[[rid, "commit", {}] for rid, _ in rids_seqnos])
+    reqs = _start_all(s)
+    for r in reqs:
+        g.add(r, "x")
+    g.wrote([r for r, _ in g.take_batch()], [q for _, q in rids_seqnos], token="t")
+    g.synced(g.written_total, None, now)
+    return s, reqs
+
+
+def test_with_min_confirm_a_hard_commit_is_answered_only_once_confirmed():
+    g = Gathering()
+    g.min_confirm = 1
+    s, reqs = _hard(g, (1, 10), (2, 11))
+    assert s.replies() == [] and g.waiting_confirm == 2
+    assert g.confirmed(10) == [reqs[0]] and s.replies() == [[1, True, 10]]
+    assert g.confirmed(9) == []  # confirmations never go back
+    assert g.confirmed(11) == [reqs[1]] and s.replies() == [[2, True, 11]]
+    s2, (r3,) = _hard(g, (3, 11))  # already confirmed when it became hard: answered at once
+    assert s2.replies() == [[3, True, 11]]
+
+
+def test_with_min_confirm_an_unconfirmed_commit_is_refused_after_its_timeout_naming_why():
+    g = Gathering()
+    g.min_confirm = 2
+    s, _ = _hard(g, (1, 5), now=100.0)
+    assert g.expire(100.5, 1.0, "1 of the 2 secondaries needed are connected") == []
+    (late,) = g.expire(101.0, 1.0, "1 of the 2 secondaries needed are connected")
+    ((rid, ok, (code, msg)),) = s.replies()
+    assert (rid, ok, code) == (1, False, "MIN_CONFIRM_TIMEOUT")
+    assert "hard on this primary" in msg and "2 secondaries" in msg and "1 of the 2" in msg

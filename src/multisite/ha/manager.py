@@ -89,6 +89,8 @@ class HAManager:
     async def start(self) -> None:
         """Join the cluster (its group checked); a member that is not primary listens for the leader."""
         await self.coord.join(self.group)
+        if self.cfg.min_confirm:
+            await self.inst.call("min_confirm", n=self.cfg.min_confirm)
         if self.inst.state.get("receiver") is None and self.inst.role != "primary":
             await self._follow_receiver()
         elif self.inst.state.get("receiver"):

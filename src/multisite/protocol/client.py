@@ -208,6 +208,10 @@ class Gathering:
         self._total = 0  # requests ever put into _written
         self._done = 0  # of those, answered after an fdatasync
         self.latest: tuple[object, int] | None = None  # (token hardening every written batch, _total then)
+        # --min-confirm: hard commits wait here until enough secondaries confirmed them (see ``confirmed``).
+        self.min_confirm = 0
+        self.confirmed_seqno = 0  # the highest seqno that many secondaries confirmed
+        self._unconfirmed: deque[tuple[Request, int, float]] = deque()  # (request, seqno, hard since)
 
     def to_harden(self, hard: int) -> tuple[object, int] | None:
         """``(token, count)`` to harden next when ``hard`` written commits are hard already, or None
@@ -257,19 +261,57 @@ class Gathering:
             self.latest = (token, self._total)  # one assignment: another thread reads it whole
         return answered
 
-    def synced(self, upto: int, error: BaseException | None = None) -> list[Request]:
+    def synced(self, upto: int, error: BaseException | None = None, now: float = 0.0) -> list[Request]:
         """The fdatasync of the token taken when ``upto`` requests had been written returned (or
-        failed with ``error``): answer every request up to it."""
+        failed with ``error``): answer every request up to it; with ``min_confirm``, a request whose
+        seqno the secondaries have not confirmed waits (``confirmed``, ``expire``) from ``now``."""
         answered = []
         while self._done < upto:
             req, res = self._written.popleft()
             self._done += 1
-            if error is None:
-                req.session.answer(req, True, res)
-            else:
+            if error is not None:
                 req.session.answer(req, False, error_reply(error))
+            elif self.min_confirm and isinstance(res, int) and res > self.confirmed_seqno:
+                self._unconfirmed.append((req, res, now))
+                continue
+            else:
+                req.session.answer(req, True, res)
             answered.append(req)
         return answered
+
+    @property
+    def waiting_confirm(self) -> int:
+        """Hard commits waiting for the secondaries' confirmation."""
+        return len(self._unconfirmed)
+
+    def confirmed(self, seqno: int) -> list[Request]:
+        """``min_confirm`` secondaries have confirmed (hardened) every seqno up to ``seqno``: answer the
+        commits that waited for it."""
+        self.confirmed_seqno = max(self.confirmed_seqno, seqno)
+        answered = []
+        q = self._unconfirmed
+        while q and q[0][1] <= self.confirmed_seqno:
+            req, res, _ = q.popleft()
+            req.session.answer(req, True, res)
+            answered.append(req)
+        return answered
+
+    def expire(self, now: float, timeout_s: float, why: str) -> list[Request]:
+        """Answer with ``MIN_CONFIRM_TIMEOUT`` the commits that waited ``timeout_s`` or more: they are
+        hard on this instance, but fewer than ``min_confirm`` secondaries confirmed them (``why``)."""
+        answered = []
+        q = self._unconfirmed
+        while q and now - q[0][2] >= timeout_s:
+            req, res, _ = q.popleft()
+            req.session.answer(req, False, [MIN_CONFIRM_TIMEOUT, (
+                f"commit {res} is hard on this primary but was not confirmed by {self.min_confirm} "
+                f"secondar{'y' if self.min_confirm == 1 else 'ies'} within {timeout_s:g} s ({why}): it may be "
+                f"lost if this primary fails over now")])
+            answered.append(req)
+        return answered
+
+
+MIN_CONFIRM_TIMEOUT = "MIN_CONFIRM_TIMEOUT"
 
 
 def error_reply(e: BaseException) -> list:

@@ -39,6 +39,7 @@ from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIME
 from .memtls import MemoryTLS
 from .syncer import Syncer
 
+MIN_CONFIRM_CHECK_S = 0.05  # how often answers held for --min-confirm are checked against their timeout
 MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
 KEEPALIVE_PROBES = 3
@@ -162,6 +163,8 @@ class ClientListener:
         self.batches = 0  # batches written
         self.inline = 0  # groups hardened on the loop itself (INLINE_SYNC_MAX_S)
         self.inline_sync_max_s = INLINE_SYNC_MAX_S
+        self.min_confirm_timeout_s = 0.0
+        self._confirm_why: Callable[[], str] = str
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
@@ -458,7 +461,44 @@ class ClientListener:
         if err is not None:
             self._log.error("fdatasync of client commits failed%s: %s", " (on the loop)" if inline else "", err)
         self.groups += 1
-        answered = self._gathering.synced(upto, err)
+        answered = self._gathering.synced(upto, err, time.monotonic())
+        self._answered(answered, err)
+
+    # -- --min-confirm: answers held until enough secondaries confirmed --------------------------------
+    def set_min_confirm(self, n: int, timeout_s: float, why: Callable[[], str]) -> None:
+        """Hold each commit's answer until ``n`` secondaries confirmed it (0: answer when hard here); one
+        still unconfirmed after ``timeout_s`` is answered MIN_CONFIRM_TIMEOUT naming ``why()``.
+        Thread-safe."""
+        def apply() -> None:
+            first = not self._gathering.min_confirm and n
+            self._gathering.min_confirm, self.min_confirm_timeout_s, self._confirm_why = n, timeout_s, why
+            if not n:
+                self._answered(self._gathering.confirmed(1 << 62), None)
+            elif first:
+                self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
+        self._loop.call_soon_threadsafe(apply)
+
+    def confirmed(self, seqno: int) -> None:
+        """Enough secondaries have hardened every seqno up to ``seqno`` (from the sources' thread)."""
+        if seqno > self._gathering.confirmed_seqno:
+            self._loop.call_soon_threadsafe(self._on_confirmed, seqno)
+
+    def _on_confirmed(self, seqno: int) -> None:
+        self._answered(self._gathering.confirmed(seqno), None)
+
+    def _expire_unconfirmed(self) -> None:
+        if not self._gathering.min_confirm:
+            return
+        if self._gathering.waiting_confirm:
+            late = self._gathering.expire(time.monotonic(), self.min_confirm_timeout_s, self._confirm_why())
+            if late:
+                self._log.warning("%d commits not confirmed by %d secondaries within %g s: %s", len(late),
+                                  self._gathering.min_confirm, self.min_confirm_timeout_s, self._confirm_why())
+                self._answered(late, None)
+        self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
+
+    def _answered(self, answered: list, err: BaseException | None) -> None:
+        """Metrics for requests just answered, and their connections' next requests and replies."""
         if self._observer is not None:
             if err is None:
                 now = time.perf_counter()

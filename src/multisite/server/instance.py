@@ -51,6 +51,7 @@ from ..replication.server.source import SourceConfig, SourceServer
 from ..net.tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+MIN_CONFIRM_TIMEOUT_S_DEFAULT = 5.0  # a commit waits this long for --min-confirm secondaries, then is refused
 
 
 def component_logger(root: Path, name: str, filename: str, parent: str = "multisite") -> logging.Logger:
@@ -84,6 +85,8 @@ class InstanceServer:
         self.clients: ClientListener | None = None
         self.ready = threading.Event()  # set once it serves (the control socket answers)
         self.in_process = False  # served inside an application (server.serve): its pid is the application's
+        self.min_confirm = 0  # --min-confirm (ha start): secondaries that must confirm a commit before its answer
+        self.min_confirm_timeout_s = MIN_CONFIRM_TIMEOUT_S_DEFAULT
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -214,6 +217,39 @@ class InstanceServer:
         self.db.set_lease(None if until is None else float(until))
         return {"pid": os.getpid(), "until": until}
 
+    async def ctl_min_confirm(self, n: int, timeout_s: float = MIN_CONFIRM_TIMEOUT_S_DEFAULT) -> dict:
+        """Answer a commit only once ``n`` secondaries confirmed they hardened it (0: once hard here);
+        a commit not confirmed within ``timeout_s`` is answered MIN_CONFIRM_TIMEOUT."""
+        if type(n) is not int or n < 0:
+            raise ConfigError(f"min-confirm: a number of secondaries, 0 or more, got {n!r}")
+        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 3600):
+            raise ConfigError(f"min-confirm: timeout_s must be a number of seconds above 0, got {timeout_s!r}")
+        if self.clients is None:
+            raise ConfigError("min-confirm needs the client port (server start --listen)")
+        self.min_confirm, self.min_confirm_timeout_s = n, float(timeout_s)
+        self.clients.set_min_confirm(n, float(timeout_s), self._confirm_why)
+        self.source_confirmed()
+        return {"pid": os.getpid(), "min_confirm": n, "timeout_s": timeout_s, "counting": self.confirming()}
+
+    def confirming(self) -> dict[str, int]:
+        """The secondaries that count for --min-confirm now (in a session) and what each confirmed."""
+        return {n: s.last_confirmed for n, s in self.sources.items() if s.state in ("streaming", "xoff")}
+
+    def source_confirmed(self) -> None:
+        """A source's secondary confirmed more: the ``min_confirm``-th highest confirmation is what every
+        waiting commit up to it may be answered for."""
+        n = self.min_confirm
+        if not n or self.clients is None:
+            return
+        marks = sorted(self.confirming().values(), reverse=True)
+        if len(marks) >= n:
+            self.clients.confirmed(marks[n - 1])
+
+    def _confirm_why(self) -> str:
+        c = self.confirming()
+        return (f"{len(c)} of the {self.min_confirm} secondaries needed are connected"
+                + (f" ({', '.join(f'{k} at {v}' for k, v in sorted(c.items()))})" if c else ""))
+
     async def ctl_ping(self) -> dict:
         return {"pid": os.getpid(), "in_process": self.in_process}
 
@@ -241,6 +277,8 @@ class InstanceServer:
                 "sources": {n: s.status() for n, s in self.sources.items()},
                 "receiver": self.receiver.status() if self.receiver else None,
                 "update": self.update.status(), "log": str(self.root / "log" / "server.log"),
+                "min_confirm": {"n": self.min_confirm, "timeout_s": self.min_confirm_timeout_s,
+                                "counting": self.confirming()} if self.min_confirm else None,
                 "streams": self._si_streams(),
                 "metrics": f"{self.metrics_listen.rsplit(':', 1)[0]}:{self.metrics.port}" if self.metrics else None}
 

@@ -105,6 +105,8 @@ async def _read_until_eof(reader: asyncio.StreamReader) -> None:
 class SourceServer:
     def __init__(self, server, cfg: SourceConfig, log: logging.Logger):
         self.server, self.cfg, self.log = server, cfg, log
+        # the instance server's --min-confirm count: told each time this secondary confirms more
+        self._on_confirmed = getattr(server, "source_confirmed", None)
         self.db = server.db
         self.pool = server.pool
         self.state = "passive" if cfg.passive else "starting"
@@ -421,7 +423,11 @@ class SourceServer:
                 if ev.seq:
                     self._rtt_s = max(0.0, time.time() - ev.sent_at)
                 # Never past what this instance has: the slot's confirmed seqno decides what prune keeps.
-                self.last_confirmed = min(ev.applied_seqno, self.db.seqno)
+                confirmed = min(ev.applied_seqno, self.db.seqno)
+                if confirmed > self.last_confirmed and self._on_confirmed is not None:
+                    self.last_confirmed = confirmed
+                    self._on_confirmed()
+                self.last_confirmed = confirmed
                 self.peer_received = ev.received_seqno
             elif isinstance(ev, Xoff):
                 self.log.info("XOFF from %s at received seqno %d: pausing", self.cfg.secondary, ev.received_seqno)
