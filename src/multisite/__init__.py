@@ -29,8 +29,9 @@ __all__.append("connect")
 
 async def aconnect(address: str, timeout: float = 30.0, **auth):
     """``await multisite.aconnect("HOST:PORT")``: the client for asyncio applications (``server.aclient``);
+    with ``"H1:P1,H2:P2,..."`` the primary among them, followed across failovers (``server.afailover``);
     ``auth`` as ``connect``'s."""
-    from .server.aclient import connect as _connect
+    from .server.afailover import connect as _connect
 
     return await _connect(address, timeout, **auth)
 

@@ -67,3 +67,27 @@ def test_an_empty_or_malformed_address_list_is_refused():
         multisite.connect(",")
     with pytest.raises(ConfigError):
         multisite.connect("127.0.0.1:1,nonsense")
+
+
+def test_aconnect_follows_the_primary_across_a_failover(pair):
+    import asyncio
+
+    cluster, a, b = pair
+
+    async def main():
+        db = await multisite.aconnect(f"127.0.0.1:{b.client_port},127.0.0.1:{a.client_port}",
+                                      failover_timeout_s=20)
+        assert db.address == f"127.0.0.1:{a.client_port}"
+        await db.create_region("acct")
+        seqnos = await asyncio.gather(*(db.set("acct", (i,), i) for i in range(20)))
+        assert sorted(seqnos) == list(range(1, 21))
+        cluster.wait_caught_up(a, b)
+        a.kill()
+        b.call("receiver.stop")
+        b.call("role", role="primary")
+        with pytest.raises(CommitOutcomeUnknown):
+            await db.set("acct", ("lost?",), 1)
+        assert await db.get("acct", (19,)) == 19
+        assert db.address == f"127.0.0.1:{b.client_port}" and await db.set("acct", ("after",), 1) == 21
+        await db.close()
+    asyncio.run(main())

@@ -1,0 +1,96 @@
+"""``await multisite.aconnect("h1:p1,h2:p2,...")``: the asyncio client following the primary of a cluster.
+
+The same operations as ``AsyncRemoteDatabase``: the calls go to whichever address is the primary,
+found by asking each its role, and after a failover to the new one. As in the blocking client
+(``server.client.RemoteDatabase``): reads and requests the old primary refused with NOT_PRIMARY are
+sent to the new primary; a commit whose answer was lost raises ``CommitOutcomeUnknown`` and is never
+sent again. The tasks of an application share one connection; one of them reconnects at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ..errors import (AuthenticationFailed, CommitOutcomeUnknown, ConnectionLost, MultisiteError, NotPrimary,
+                      PermissionDenied)
+from .aclient import AsyncRemoteDatabase, connect as connect_one
+from .client import CONNECT_TIMEOUT_S, FAILOVER_TIMEOUT_S, PRIMARY_POLL_S, RETRIED_OPS, parse_addresses
+
+
+class AsyncFailoverDatabase(AsyncRemoteDatabase):
+    """A multi-host string's primary (see the module docstring)."""
+
+    def __init__(self, addresses: list[str], auth: dict, failover_timeout_s: float = FAILOVER_TIMEOUT_S):
+        self.addresses, self._auth, self.failover_timeout_s = addresses, auth, failover_timeout_s
+        self._db: AsyncRemoteDatabase | None = None
+        self._reconnect = asyncio.Lock()
+        self.address = addresses[0]
+        self.user: dict | None = None
+
+    async def _primary(self) -> AsyncRemoteDatabase:
+        """The connection to the primary, opened (once for every waiting task) when there is none."""
+        async with self._reconnect:
+            if self._db is not None and self._db._broken is None:
+                return self._db
+            deadline = time.monotonic() + self.failover_timeout_s
+            while True:
+                seen = {}
+                for addr in self.addresses:
+                    try:
+                        db = await connect_one(addr, CONNECT_TIMEOUT_S, **self._auth)
+                    except (AuthenticationFailed, PermissionDenied):
+                        raise
+                    except MultisiteError as e:
+                        seen[addr] = e.code
+                        continue
+                    try:
+                        role = (await db._call("info"))["role"]
+                    except MultisiteError as e:
+                        seen[addr] = e.code
+                        await db.close()
+                        continue
+                    if role == "primary":
+                        self._db, self.address, self.user = db, addr, db.user
+                        return db
+                    seen[addr] = role
+                    await db.close()
+                if time.monotonic() >= deadline:
+                    raise ConnectionLost(f"no primary among {', '.join(self.addresses)} within "
+                                         f"{self.failover_timeout_s:g} s: "
+                                         + ", ".join(f"{a}: {w}" for a, w in seen.items()))
+                await asyncio.sleep(PRIMARY_POLL_S)
+
+    async def _call(self, op: str, **args: Any) -> Any:
+        deadline = time.monotonic() + self.failover_timeout_s
+        while True:
+            db = await self._primary()
+            try:
+                return await db._call(op, **args)
+            except NotPrimary:  # refused before it was applied: send it to the primary
+                db._fail("the server is no longer the primary")
+            except ConnectionLost as e:
+                if op not in RETRIED_OPS:
+                    raise CommitOutcomeUnknown(
+                        f"the connection to the primary {db.address} was lost before {op!r} was answered: it "
+                        f"may have committed or not (it is not sent again); the next call connects to the "
+                        f"primary of {','.join(self.addresses)}") from e
+            if time.monotonic() >= deadline:
+                raise ConnectionLost(f"{op!r} found no primary among {', '.join(self.addresses)} within "
+                                     f"{self.failover_timeout_s:g} s")
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+
+
+async def connect(address: str, timeout: float = 30.0, **auth: Any) -> AsyncRemoteDatabase:
+    """One address: ``aclient.connect``; several: the primary among them (``AsyncFailoverDatabase``)."""
+    addrs = parse_addresses(address)
+    failover_timeout_s = auth.pop("failover_timeout_s", FAILOVER_TIMEOUT_S)
+    if len(addrs) == 1:
+        return await connect_one(addrs[0], timeout, **auth)
+    db = AsyncFailoverDatabase(addrs, auth, failover_timeout_s)
+    await db._primary()
+    return db
