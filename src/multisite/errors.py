@@ -190,6 +190,12 @@ class CoordinatorUnavailable(MultisiteError):
     code = "COORDINATOR_UNAVAILABLE"
 
 
+class CoordinatorError(MultisiteError):
+    """An etcd member answered a request with an error (not a lost connection: retrying elsewhere would not help)."""
+
+    code = "COORDINATOR"
+
+
 class ServerError(MultisiteError):
     """A server process could not be started, stopped or reached."""
 

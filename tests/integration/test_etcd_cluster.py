@@ -31,6 +31,20 @@ def test_one_member_campaigns_and_the_key_ends_with_its_lease(etcd_cluster):
     assert run(b.campaign(2, 1)) is True and run(b.view()).last_term == 2
 
 
+def test_giving_up_a_lease_that_already_ended_is_no_error(etcd_cluster):
+    """A fenced leader resigns, a stopping member revokes its record's lease: after a pause longer than the
+    lease, etcd answers Not Found, which once ended the manager's loop with an uncaught exception."""
+    a = Coordinator("expired-test", etcd_cluster.endpoints, "a", ttl_s=1)
+    run(a.publish(Member("a", "G", "127.0.0.1:1", "127.0.0.1:2", 1, "secondary")))
+    assert run(a.campaign(1, 1)) is True
+    deadline = time.monotonic() + 5
+    while run(a.view()).members:  # both leases end: nobody renews them
+        assert time.monotonic() < deadline, "the member record outlived its lease"
+        time.sleep(0.05)
+    run(a.resign())
+    run(a.close())
+
+
 def test_a_member_of_another_group_is_refused(etcd_cluster):
     run(Coordinator("group-test", etcd_cluster.endpoints, "a", 1).join("G1"))
     with pytest.raises(ConfigError, match="replicates LMS group 'G1'.*another --cluster"):

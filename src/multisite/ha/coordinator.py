@@ -12,7 +12,8 @@ Keys, under ``decide.cluster_prefix(cluster)``:
 
 etcd is reached through etcd3gw over its v3 JSON gateway (``docs/decisions.md``); its calls block, so
 each runs in a thread. Several endpoints: a call that cannot reach one tries the next; when none
-answers, ``CoordinatorUnavailable`` names them all.
+answers, ``CoordinatorUnavailable`` names them all. A member that answers with an error raises
+``CoordinatorError``; revoking a lease that already expired is no error.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 
 from etcd3gw.lease import Lease
 
-from ..errors import ConfigError, CoordinatorUnavailable
+from ..errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Leader, Member, View,
                      cluster_prefix)
 
@@ -84,6 +85,9 @@ class Coordinator:
                     ex.InternalServerError) as e:
                 errors.append(f"{self.urls[k]}: {type(e).__name__}")
                 continue
+            except ex.Etcd3Exception as e:  # it answered, with an error: not for another member to retry
+                raise CoordinatorError(f"etcd at {self.urls[k]} refused a request of cluster {self.cluster!r}: "
+                                       f"{e.args[0] if e.args else ''} {(e.detail_text or '').strip()}") from None
             self._current = k
             return out
         raise CoordinatorUnavailable(f"no etcd member answered ({'; '.join(errors)}): check that etcd runs at "
@@ -91,6 +95,18 @@ class Coordinator:
 
     async def _run(self, fn: Callable[[Any], Any]) -> Any:
         return await asyncio.to_thread(self._call, fn)
+
+    async def _revoke(self, lease: int) -> None:
+        """Revoke a lease; one that already expired (etcd answers Not Found) is as good as revoked."""
+        from etcd3gw import exceptions as ex
+
+        def revoke(c):
+            try:
+                Lease(lease, c).revoke()
+            except ex.Etcd3Exception as e:
+                if "not found" not in f"{e.args} {e.detail_text}".lower():
+                    raise
+        await self._run(revoke)
 
     # -- membership ------------------------------------------------------------------------------
     async def join(self, group: str) -> None:
@@ -174,7 +190,7 @@ class Coordinator:
         """Give the leader key up (revoking the lease deletes it)."""
         lease, self._leader_lease = self._leader_lease, None
         if lease is not None:
-            await self._run(lambda c: Lease(lease, c).revoke())
+            await self._revoke(lease)
 
     async def request_switchover(self, to: str, ttl_s: float) -> None:
         """Ask the leader to hand the key to ``to`` (the request ends with its lease)."""
@@ -189,6 +205,6 @@ class Coordinator:
         lease, self._member_lease = self._member_lease, None
         if lease is not None:
             try:
-                await self._run(lambda c: Lease(lease, c).revoke())
+                await self._revoke(lease)
             except CoordinatorUnavailable:
                 pass

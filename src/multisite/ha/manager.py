@@ -105,6 +105,8 @@ class HAManager:
                 raise
             except MultisiteError as e:  # one bad pass (etcd slow, a control call refused) is logged, not fatal
                 self.log.warning("ha: %s: %s", e.code, e.message)
+            except Exception:  # nor is an unforeseen one: a manager whose loop ended would look alive and do nothing
+                self.log.exception("ha: a pass of %s's manager failed", self.name)
             await asyncio.sleep(tick)
 
     async def stop(self) -> None:
