@@ -69,16 +69,21 @@ class SourceConfig:
 
 
 async def run_together(*coros) -> None:
-    """Run coroutines until the first one fails; cancel the rest and raise that first error."""
+    """Run coroutines until the first one fails; cancel the rest and raise that first error. A caller
+    cancelled meanwhile gets CancelledError, even when a coroutine fails at the same moment: with a
+    TaskGroup (Python 3.11) the child's error won and the cancellation was lost (``source stop``
+    then waited for a session loop that went on reconnecting)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
     try:
-        async with asyncio.TaskGroup() as tg:
-            for c in coros:
-                tg.create_task(c)
-    except BaseExceptionGroup as eg:
-        for e in eg.exceptions:
-            if not isinstance(e, asyncio.CancelledError):
-                raise e from None
-        raise
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.wait(tasks)
+    failed = [t.exception() for t in sorted(tasks, key=lambda t: t not in done)
+              if not t.cancelled() and t.exception() is not None]  # each retrieved: no warning at exit
+    if failed:
+        raise failed[0]
 
 
 class _Refused(Exception):
@@ -241,6 +246,8 @@ class SourceServer:
                     end = SessionEnd.FAILED
                 backoff.ended(end, time.monotonic())
                 self._save_slot()
+                if self._stopping:  # a stop whose cancellation something swallowed: it still stops
+                    return
                 if self.active:
                     self.state = "connecting"
                     try:
