@@ -89,7 +89,7 @@ def test_switchover_hands_over_without_a_lost_file(ha):
     w = ha.writer()
     time.sleep(0.3)
     ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "C")
-    assert ha.primary() == "C"
+    assert ha.wait_primary(timeout_s=10) == "C"  # A is fenced at once, a secondary once it has rejoined
     time.sleep(0.3)
     w.stop()
     ha.wait_followers()
