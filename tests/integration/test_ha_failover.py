@@ -52,7 +52,7 @@ def test_primary_host_lost_a_secondary_takes_over_and_the_old_primary_rejoins(ha
     ha.lose_host(old)
     new = ha.wait_primary(exclude=old, timeout_s=10)
     assert new != old
-    first = w.wait_commit_after(t_kill, timeout_s=10)
+    first = w.wait_commit_after(t_kill, timeout_s=10, on=ha.address(new))
     assert first - t_kill < 5.0, f"first commit {first - t_kill:.2f} s after the kill"
     time.sleep(0.3)
     w.stop()

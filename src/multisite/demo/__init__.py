@@ -22,6 +22,9 @@ them in order, every act even after a failure, and passes only if all of them do
   and reordered, another offline for a while; every site ends with exactly its subscribed rows.
 - Act 7, ``multimaster``: two document servers write to replicas of one database and reconcile: new
   documents both ways, a field merge, a conflict document, a deletion, a scheduled connection.
+- Act 9, ``ha``: automatic failover through etcd: three members under HA managers, the primary's
+  host lost under a writer (detection, election, promotion, the writer going on), the old primary
+  rejoining by rollback, a switchover back; every acknowledged commit checked.
 - Act 8, ``pipeline``: act 2's A and B verified key by key, A exported through Spark to Parquet, a
   rollback on A retracted from the export, a small table of the analytics replica (skipped, saying
   so, only without Java).
@@ -43,6 +46,7 @@ from .crash_recovery import act_crash_recovery
 from .delivery import act_delivery
 from .failover import act_failover
 from .grid import act_grid
+from .ha import act_ha
 from .log_shipping import act_log_shipping
 from .multimaster import act_multimaster
 from .pipeline import act_pipeline
@@ -50,9 +54,9 @@ from .rolling_upgrade import act_rolling_upgrade
 
 Act = Callable[[Console, Path], bool]
 ACTS: tuple[Act, ...] = (act_crash_recovery, act_log_shipping, act_failover, act_rolling_upgrade, act_grid,
-                         act_delivery, act_multimaster, act_pipeline)
+                         act_delivery, act_multimaster, act_pipeline, act_ha)
 
-__all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_grid", "act_log_shipping",
+__all__ = ["ACTS", "act_crash_recovery", "act_delivery", "act_failover", "act_grid", "act_ha", "act_log_shipping",
            "act_multimaster", "act_pipeline", "act_rolling_upgrade", "run"]
 
 

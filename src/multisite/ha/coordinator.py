@@ -187,7 +187,7 @@ class Coordinator:
         return True
 
     async def resign(self) -> None:
-        """Give the leader key up (revoking the lease deletes it)."""
+        """Give the leader key up (revoking the lease deletes it; a lease that already ended is fine)."""
         lease, self._leader_lease = self._leader_lease, None
         if lease is not None:
             await self._revoke(lease)

@@ -163,7 +163,8 @@ class HAManager:
     async def _act(self, act: Action, view: View) -> None:
         if act.kind is Kind.WAIT:
             return
-        self._event(f"{act.kind.value} term {act.term} {act.leader} {','.join(act.targets)} {act.reason}")
+        if act.kind is not Kind.SOURCES:  # SOURCES comes every pass: _sources logs what it starts
+            self._event(f"{act.kind.value} term {act.term} {act.leader} {','.join(act.targets)} {act.reason}")
         if act.kind is Kind.FENCE:
             await self._fence(act.reason)
         elif act.kind is Kind.CAMPAIGN:
@@ -249,11 +250,17 @@ class HAManager:
             self.log.warning("ha: %s fenced: %s", self.name, reason)
             self.local = replace(self.local, leading_term=None, renewed_sent_at=None, rejoined_term=None)
         await self._give_up(reason)
-        for name in list((self.inst.state.get("sources") or {})):
+        await self._stop_sources()
+
+    async def _stop_sources(self) -> None:
+        """Stop every source of the instance (a demoted primary feeds nobody): deactivated first, so
+        the stop does not wait for a graceful close (what it had not delivered is rolled back anyway)."""
+        for name in list((await self.inst.refresh()).get("sources") or {}):
             try:
-                await self.inst.call("source.stop", secondary=name, timeout_s=0.5)
-            except MultisiteError:
-                pass
+                await self.inst.call("source.deactivate", secondary=name)
+                await self.inst.call("source.stop", secondary=name, timeout_s=0.2)
+            except MultisiteError as e:
+                self.log.info("ha: source to %s: %s", name, e)
 
     async def _give_up(self, reason: str) -> None:
         try:
@@ -267,8 +274,7 @@ class HAManager:
         leader = next((m for m in view.members if m.name == act.leader), None)
         if leader is None or not leader.client:
             return  # its record is not there yet
-        for name in list((self.inst.state.get("sources") or {})):
-            await self.inst.call("source.stop", secondary=name, timeout_s=0.5)
+        await self._stop_sources()
         rep = await self.inst.call("rollback", fetchresync=leader.client)
         if rep.get("rolled_back"):
             self._event(f"rolled back against {leader.name}: {rep}")

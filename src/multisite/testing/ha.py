@@ -43,7 +43,7 @@ class Writer:
     acked: dict[int, int] = field(default_factory=dict)  # i -> seqno
     unknown: list[int] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
-    ack_times: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, i)
+    ack_times: list[tuple[float, int, str]] = field(default_factory=list)  # (monotonic, i, primary's address)
     errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -67,16 +67,16 @@ class Writer:
                 time.sleep(0.01)
                 continue
             self.acked[i] = seqno
-            self.ack_times.append((time.monotonic(), i))
+            self.ack_times.append((time.monotonic(), i, db.address))
         db.close()
 
-    def wait_commit_after(self, t: float, timeout_s: float) -> float:
-        """The monotonic time of the first acknowledged commit after ``t``."""
+    def wait_commit_after(self, t: float, timeout_s: float, on: str | None = None) -> float:
+        """The monotonic time of the first commit acknowledged after ``t`` (by the primary at ``on``)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            after = [x for x, _ in self.ack_times[-50:] if x > t]
-            if after:
-                return min(after)
+            for x, _, addr in self.ack_times:
+                if x > t and (on is None or addr == on):
+                    return x
             time.sleep(0.005)
         raise ServerError(f"no commit acknowledged within {timeout_s} s after the fault; errors: {self.errors[-3:]}")
 

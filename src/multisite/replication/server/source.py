@@ -42,6 +42,7 @@ from .filter_process import Filter
 from ...net.tls import TLSConfig
 
 READ_CHUNK_BYTES = 256 * 1024
+STOP_WAIT_EXTRA_S = 1.0  # stop() waits for the cancelled session this long past its graceful close
 
 
 @dataclass
@@ -192,10 +193,15 @@ class SourceServer:
         self._stopping = True
         if self._task:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            # bounded: a session stuck in a close that never completes (a peer that stopped reading)
+            # must not hold the stop, or the control call that asked for it, for ever
+            wait_s = self.cfg.heartbeat_timeout_s + STOP_WAIT_EXTRA_S  # the graceful close is bounded by the first
+            done, _ = await asyncio.wait({self._task}, timeout=wait_s)
+            if not done:
+                self.log.warning("source server for %s: its session did not end within %g s of the stop; "
+                                 "left to end on its own", self.cfg.secondary, wait_s)
+            elif not self._task.cancelled():
+                self._task.exception()  # retrieved: an error after the cancel needs nothing more
         self.state = "stopped"
         if self.filter is not None:
             self.filter.kill()
