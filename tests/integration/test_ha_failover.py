@@ -8,6 +8,7 @@ primary's lost file, the old primary rejoins, and all members end identical.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -40,6 +41,13 @@ def test_the_first_member_leads_and_the_others_follow(ha):
         db.create_region("acct")
         db.set("acct", (1,), 1)
     ha.wait_identical()
+    st = json.loads(ha.cli("ha", "status", "--cluster", ha.cluster, "--etcd", ha.etcd, "--json").stdout)
+    assert st["leader"] == "A" and 0 < st["lease_left_s"] <= 1
+    rows = {r["name"]: r for r in st["members"]}
+    assert rows["A"]["role"] == "primary" and rows["B"]["role"] == rows["C"]["role"] == "secondary"
+    assert rows["B"]["lag_s"] is not None and rows["B"]["backlog"] == 0
+    pv = json.loads(ha.cli("ha", "failover-preview", "--cluster", ha.cluster, "--etcd", ha.etcd, "--json").stdout)
+    assert pv["candidate"] in ("B", "C") and all(r["would_lose"] == 0 for r in pv["members"])
 
 
 def test_primary_host_lost_a_secondary_takes_over_and_the_old_primary_rejoins(ha):
@@ -115,6 +123,9 @@ def test_with_min_confirm_one_a_lost_primary_loses_no_acknowledged_commit(tmp_pa
         c.wait_followers()
         w = c.writer()
         time.sleep(0.5)
+        st = json.loads(c.cli("ha", "status", "--cluster", c.cluster, "--etcd", c.etcd, "--json").stdout)
+        counting = {r["name"] for r in st["members"] if r["counts_for_min_confirm"]}
+        assert counting == {"B", "C"}, st
         old = c.primary()
         c.lose_host(old)
         new = c.wait_primary(exclude=old, timeout_s=10)
@@ -129,3 +140,36 @@ def test_with_min_confirm_one_a_lost_primary_loses_no_acknowledged_commit(tmp_pa
         c.wait_identical()
     finally:
         c.stop()
+
+
+def test_switchover_refuses_a_lagging_member(ha):
+    ha.wait_primary()
+    ha.wait_followers()
+    with ha.client() as db:
+        db.create_region("acct")
+        for i in range(30):
+            db.set("acct", (i,), i)
+    ha.wait_identical()
+    ha.pause_host("C")  # it stops receiving; its record ages out, so a new one is published on resume
+    try:
+        with ha.client() as db:
+            for i in range(30, 60):
+                db.set("acct", (i,), i)
+        out = ha.cli("ha", "switchover", "--cluster", ha.cluster, "--etcd", ha.etcd, "--to", "C", "--max-lag", "5",
+                     check=False)
+        assert out.returncode == 1 and ("lags the primary" in out.stderr or "not a member" in out.stderr), out.stderr
+    finally:
+        ha.resume_host("C")
+
+
+def test_ha_start_with_an_unreachable_etcd_names_the_urls(tmp_path):
+    from multisite.testing.etcd import free_port
+
+    multisite.create(tmp_path / "A", name="A")
+    url = f"http://127.0.0.1:{free_port()}"
+    c = HACluster(tmp_path, url, [], ttl_s=1.0)
+    out = c.cli("ha", "start", str(tmp_path / "A"), "--cluster", "x", "--etcd", url, check=False)
+    try:
+        assert out.returncode == 1 and url in out.stderr and "no etcd member answered" in out.stderr, out.stderr
+    finally:
+        c.cli("server", "stop", str(tmp_path / "A"), check=False)

@@ -79,12 +79,16 @@ def _view(cluster: str, etcd: str) -> View:
 
 
 def status_rows(view: View) -> list[dict]:
-    """One row a member: role, seqno, backlog behind the leader, addresses, whether it leads."""
+    """One row a member: role, seqno, backlog and lag behind the leader (as its sources see them), whether
+    it counts for --min-confirm, addresses, whether it leads."""
     lead = next((m for m in view.members if view.leader and m.name == view.leader.name), None)
     top = lead.seqno if lead else max((m.seqno for m in view.members), default=0)
-    return [{"name": m.name, "role": m.role, "leader": bool(view.leader and view.leader.name == m.name),
-             "seqno": m.seqno, "backlog": max(0, top - m.seqno), "client": m.client, "replication": m.replication,
-             "group": m.group} for m in view.members]
+    links = {n: (lag, backlog, counts) for n, lag, backlog, counts in (lead.links if lead else ())}
+    return [{"name": m.name, "role": m.role, "leader": bool(lead and lead.name == m.name), "seqno": m.seqno,
+             "backlog": links[m.name][1] if m.name in links else max(0, top - m.seqno),
+             "lag_s": links[m.name][0] if m.name in links else None,
+             "counts_for_min_confirm": links[m.name][2] if m.name in links else False,
+             "client": m.client, "replication": m.replication, "group": m.group} for m in view.members]
 
 
 @ha.command("status")
@@ -98,16 +102,20 @@ def status_cmd(cluster: str, etcd: str, as_json: bool) -> None:
     """
     view = _view(cluster, etcd)
     rows = status_rows(view)
+    lead = next((m for m in view.members if view.leader and m.name == view.leader.name), None)
+    left = lead.lease_left_s if lead else None  # as of the leader's last record (published every pass)
     out = {"cluster": cluster, "leader": view.leader.name if view.leader else None,
-           "term": view.leader.term if view.leader else view.last_term, "members": rows,
+           "term": view.leader.term if view.leader else view.last_term, "lease_left_s": left, "members": rows,
            "switchover": view.handover}
     if as_json:
         print_json(out)
         return
-    table(f"cluster {cluster}: leader {out['leader'] or '(none)'}, term {out['term']}",
-          ["member", "role", "leader", "seqno", "backlog", "client", "replication"],
-          [[r["name"], r["role"], "*" if r["leader"] else "", r["seqno"], r["backlog"], r["client"], r["replication"]]
-           for r in rows])
+    table(f"cluster {cluster}: leader {out['leader'] or '(none)'}, term {out['term']}"
+          + (f", lease {left:g} s left" if left is not None else ""),
+          ["member", "role", "leader", "seqno", "backlog", "lag s", "min-confirm", "client", "replication"],
+          [[r["name"], r["role"], "*" if r["leader"] else "", r["seqno"], r["backlog"],
+            "" if r["lag_s"] is None else f"{r['lag_s']:.3f}", "counts" if r["counts_for_min_confirm"] else "",
+            r["client"], r["replication"]] for r in rows], whole=["member", "client", "replication"])
 
 
 @ha.command("failover-preview")
@@ -116,12 +124,12 @@ def status_cmd(cluster: str, etcd: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def preview_cmd(cluster: str, etcd: str, as_json: bool) -> None:
     """For every member: the transactions others have that it lacks, i.e. what would go to lost files if it
-    were promoted now; and which member a failover would choose.
+    were promoted now; and which member a failover would choose if the primary were lost now.
 
     Example: multisite ha failover-preview --cluster orders --etcd http://127.0.0.1:2379
     """
     view = _view(cluster, etcd)
-    best = candidate(view.members)
+    best = candidate([m for m in view.members if not (view.leader and m.name == view.leader.name)])
     rows = []
     for m in view.members:
         lacks = lacking(view.members, m.name)
@@ -135,7 +143,8 @@ def preview_cmd(cluster: str, etcd: str, as_json: bool) -> None:
     table(f"failover preview of {cluster}: a failover now promotes {best.name if best else '(nobody)'}",
           ["member", "seqno", "chosen", "would lose", "lacks (member: seqnos)"],
           [[r["name"], r["seqno"], "*" if r["chosen"] else "", r["would_lose"],
-            "; ".join(f"{n}: {v['seqnos'][0]}..{v['seqnos'][1]}" for n, v in r["lacks"].items())] for r in rows])
+            "; ".join(f"{n}: {v['seqnos'][0]}..{v['seqnos'][1]}" for n, v in r["lacks"].items())] for r in rows],
+          whole=["member"])
 
 
 def view_seqno(view: View, name: str) -> int:

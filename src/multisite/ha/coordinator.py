@@ -147,7 +147,9 @@ class Coordinator:
                 handover = value.decode()
             elif rest.startswith(MEMBERS_PREFIX):
                 try:
-                    members.append(Member(**json.loads(value)))
+                    d = json.loads(value)
+                    d["links"] = tuple(tuple(x) for x in d.get("links", ()))
+                    members.append(Member(**d))
                 except (TypeError, ValueError):
                     continue  # a record of another version: not a candidate
         return View(True, leader, tuple(sorted(members)), term, handover)

@@ -59,7 +59,10 @@ class Member:
     replication: str = ""  # HOST:PORT its Receiver Server listens on
     seqno: int = 0
     role: str = "secondary"
-    confirmed: bool = False  # counts for --min-confirm (connected and confirming) as the primary sees it
+    confirmed: bool = False  # unused: see ``links``
+    # as the primary sees its secondaries: (name, lag_s, backlog, counts for --min-confirm), by name
+    links: tuple[tuple[str, float, int, bool], ...] = ()
+    lease_left_s: float | None = None  # as leader: how long it may still commit, as of this record
 
 
 @dataclass(frozen=True)

@@ -157,8 +157,18 @@ class HAManager:
 
     async def _publish(self) -> None:
         listening = "" if self.replication.endswith(":0") else self.replication  # no receiver yet
-        m = Member(self.name, self.group, self.cfg.client_address, listening, self.inst.seqno, self.inst.role)
+        leading = self.local.leading_term is not None and self.local.renewed_sent_at is not None
+        left = fence_deadline(self.local.renewed_sent_at, self.timing) - time.monotonic() if leading else None
+        m = Member(self.name, self.group, self.cfg.client_address, listening, self.inst.seqno, self.inst.role,
+                   links=self._links() if leading else (), lease_left_s=None if left is None else round(left, 3))
         await self.coord.publish(m)
+
+    def _links(self) -> tuple[tuple[str, float, int, bool], ...]:
+        """As leader: each secondary's lag, backlog and whether it counts for --min-confirm now."""
+        st = self.inst.state
+        counting = set(((st.get("min_confirm") or {}).get("counting") or {}))
+        return tuple((n, float(src.get("lag_s", 0.0)), int(src.get("backlog", 0)), n in counting)
+                     for n, src in sorted((st.get("sources") or {}).items()))
 
     async def _act(self, act: Action, view: View) -> None:
         if act.kind is Kind.WAIT:
