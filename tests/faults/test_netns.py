@@ -53,7 +53,7 @@ def test_cut_heal_isolate_and_nothing_left_after_close():
 
 
 def test_what_a_killed_run_left_is_removed_by_the_next():
-    left = Hosts(PREFIX, 2)  # never closed, with a process inside: as after a SIGKILLed test run
+    left = Hosts(PREFIX, 2).start()  # never closed, with a process inside: as after a SIGKILLed test run
     proc = left.run("h1", [sys.executable, "-c", "import time; time.sleep(600)"])
     with Hosts(PREFIX, 2) as again:
         assert proc.wait(timeout=10) != 0  # killed by the stale cleanup

@@ -1,6 +1,7 @@
 """Hosts in network namespaces, joined to one bridge, with links that a test cuts and heals (root only).
 
-    with Hosts("msha", ["e0", "e1", "e2", "A", "B", "C"]) as hosts:   # or Hosts("msha", 3): h1, h2, h3
+    with Hosts("msha", ["e0", "e1", "e2", "A", "B", "C"]) as hosts:   # or Hosts("msha", 3): h1, h2, h3;
+                                                                      # Hosts(...).start() without ``with``
         hosts.address("A")                       # 10.77.N.5: A's address on the bridge (also ``addr``)
         hosts.prefix("A")                        # ["ip", "netns", "exec", "msha-A"] (also ``prefix_argv``)
         hosts.call("A", ["ip", "-br", "addr"])   # run and wait; ``run`` starts a process (killed at close)
@@ -23,8 +24,8 @@ refused, so a connection across a cut hangs as across a real partition until its
 it. ``tc netem`` is not available, so there is no delay or loss short of a cut.
 
 Everything is named after the prefix. ``close`` (also on ``__exit__``, whatever failed) kills the
-processes still inside the namespaces, by pid, and deletes the namespaces and the bridge; the
-constructor first does the same for what an earlier run with the same prefix left behind.
+processes still inside the namespaces, by pid, and deletes the namespaces and the bridge; ``start``
+first does the same for what an earlier run with the same prefix left behind.
 
 A process in a namespace that listens on an *abstract* Unix socket (the instance servers' control
 sockets) is reachable only from that namespace: ``entered`` moves the calling thread there (setns)
@@ -95,13 +96,20 @@ class Hosts:
         self.bridge = f"{prefix}br"
         self.cuts: set[frozenset[str]] = set()
         self.procs: list[subprocess.Popen] = []  # started by ``run``: killed at close
-        cleanup(prefix)
-        self.net = _subnet(subnet) if subnet else self._free_subnet()
+        self.subnet, self.net = subnet, ""
+
+    def start(self) -> "Hosts":
+        """Remove what an earlier run of the prefix left, then make the bridge and the namespaces."""
+        if self.net:
+            return self
+        cleanup(self.prefix_)
+        self.net = _subnet(self.subnet) if self.subnet else self._free_subnet()
         try:
             self._build()
         except BaseException:
             self.close()
             raise
+        return self
 
     # -- addresses ---------------------------------------------------------------------------------
     def ns(self, host: str) -> str:
@@ -235,7 +243,7 @@ class Hosts:
         self.cuts.clear()
 
     def __enter__(self) -> "Hosts":
-        return self
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
