@@ -22,7 +22,7 @@ $(BROKER): $(BIN)/python
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
 	touch $@
 
-setup: $(STAMP) $(BROKER) postgres browser etcd
+setup: $(STAMP) $(BROKER) postgres browser etcd etcd-tools
 
 # The dashboard's test drives a real headless Chromium through selenium: Debian's chromium and
 # chromium-driver, installed here when missing (as root; the test skips, saying so, where none can be had).
@@ -41,6 +41,21 @@ etcd:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server nftables || \
 	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server nftables); \
 	else echo "no etcd found: install it (Debian: apt-get install etcd-server nftables) for the HA tests"; fi
+
+# The partition tests' tools (testing/netns.py): iproute2's `ip` and nftables' `nft`, and etcdctl to look
+# into a test's etcd by hand; installed here when missing (as root). Where systemd runs, Debian's
+# etcd-server enables and starts an etcd on port 2379 that nothing here uses (the tests start their
+# own on free ports): it is stopped and disabled. In a container without systemd nothing starts.
+.PHONY: etcd-tools
+etcd-tools: etcd
+	@if command -v ip >/dev/null && command -v nft >/dev/null && command -v etcdctl >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 nftables etcd-client || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 nftables etcd-client); \
+	else echo "no ip/nft/etcdctl found: install them (Debian: apt-get install iproute2 nftables etcd-client) for the partition tests"; fi
+	@if [ -d /run/systemd/system ] && (systemctl is-enabled --quiet etcd || systemctl is-active --quiet etcd) 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then systemctl disable --now etcd; \
+	  else echo "Debian's etcd service is enabled (port 2379); the tests do not need it: sudo systemctl disable --now etcd"; fi; fi
 
 # The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
 # Debian's package installed here (CI runs as root).
