@@ -411,6 +411,13 @@ class PermissionDenied(MultisiteError):
     code = "PERMISSION_DENIED"
 
 
+class TooManyConnections(MultisiteError):
+    """An instance server refused a connection at accept: it holds as many client connections, or as
+    many not yet logged in (from this address, or in all), as it takes at once. Retry later."""
+
+    code = "TOO_MANY_CONNECTIONS"
+
+
 class ArchiveUnreachable(ArchiveError):
     """A journal archive's storage did not answer (network, a 5xx, throttling): ``--follow`` retries."""
 

@@ -23,7 +23,10 @@ def test_loopback_without_users_is_open_and_nothing_is_bounded(inst):
     gate = auth.gate(("127.0.0.1", 5000), None)
     assert gate.authenticated and gate.max_frame_bytes == MAX_CLIENT_FRAME_BYTES
     assert gate.admit("commit", {}) is None and gate.admit("stop", {}) is None
-    assert auth.status() == {"users": 0, "tls": False, "required": False, "refused": 0}
+    st = auth.status()
+    assert {k: st[k] for k in ("users", "tls", "required", "refused")} == {"users": 0, "tls": False,
+                                                                        "required": False, "refused": 0}
+    assert st["admission"]["waiting"] == 0  # the listener's connection slots (tests/unit/test_client_admission.py)
 
 
 def test_non_loopback_without_users_is_refused_at_construction_unless_insecure(inst):

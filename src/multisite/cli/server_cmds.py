@@ -90,8 +90,12 @@ def status_cmd(dir: str, as_json: bool) -> None:
                 cc.get("inline", 0))])
     if st.get("client_auth"):
         ca = st["client_auth"]
-        table("client port", ["authentication", "users", "TLS", "refused"],
-              [("required" if ca["required"] else "none", ca["users"], "yes" if ca["tls"] else "no", ca["refused"])])
+        adm = ca.get("admission") or {"refused": {}, "evicted": 0, "timeouts": 0, "waiting": 0}
+        at_accept = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in adm["refused"].items() if n) or "0"
+        table("client port", ["authentication", "users", "TLS", "refused", "refused at accept", "evicted",
+                              "login timeouts", "waiting to log in"],
+              [("required" if ca["required"] else "none", ca["users"], "yes" if ca["tls"] else "no", ca["refused"],
+                at_accept, adm["evicted"], adm["timeouts"], adm["waiting"])])
     if st["sources"]:
         table("source servers", ["secondary", "state", "mode", "last sent", "confirmed", "backlog", "reading"],
               [(n, s["state"], s["mode"], s["last_sent"], s["last_confirmed"], s["backlog"], s["reading_from"])

@@ -1,44 +1,39 @@
-"""The client port's TLS and authentication: the I/O around ``protocol.auth``.
+"""The client port's TLS and authentication: the I/O around ``protocol.auth`` and ``protocol.admission``.
 
-The listener (``server.clients``) calls ``ClientAuth.accept`` when a connection opens, in that
-connection's own thread: the TLS handshake (when ``--tls-*`` was given), then a ``Gate`` holding the
-connection's ``protocol.auth.ConnectionAuth`` with the certificate's common name. Each request then
-passes ``Gate.admit``; after a refused hello the listener answers and closes (``Gate.must_close``).
-Here live what the sans-IO part leaves to its caller: the clock, the users file re-read when it
+The listener (``server.clients``, one event loop) asks ``ClientAuth.admission`` (a
+``protocol.admission.AdmissionGate``: the connection slots, and how long one may wait to log in)
+when a connection is accepted, before anything else. It does its own TLS with
+``ClientAuth.ssl_context``, makes each connection's ``Gate`` (holding the connection's
+``protocol.auth.ConnectionAuth``) with ``ClientAuth.gate(addr, common_name(peercert))``, sets its
+frame limit from ``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict
+look-ups) except a ``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker
+thread, and closes a connection once ``Gate.must_close`` after sending the answer.
+``Gate.on_authenticated`` tells it when the connection logged in (its waiting slot is freed).
+
+Here live what the sans-IO parts leave to their caller: the clock, the users file re-read when it
 changes, a lock around the pacer all connections share, a bound on password verifications running
 at once (each takes ~19 MiB and a core for tens of milliseconds), and the server's log lines.
-
-A listener other than the thread-per-connection one (an event loop) uses the same pieces: it does
-its own TLS with ``ClientAuth.ssl_context`` (``loop.create_server(ssl=...)``), makes each
-connection's gate with ``ClientAuth.gate(addr, common_name(peercert))``, sets its frame limit from
-``Gate.max_frame_bytes``, runs ``Gate.admit`` for every request (a few dict look-ups) except a
-``hello`` (``Gate.blocks``: a hash verification), which it runs in a worker thread, and closes a
-connection once ``Gate.must_close`` after sending the answer, or when it is not ``Gate.authenticated``
-``AUTHENTICATE_WITHIN_S`` after it opened (``accept`` does that with a socket timeout, cleared by
-``Gate.on_authenticated``; a loop uses a timer).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import ssl
 import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from ..errors import AuthenticationRequired, MultisiteError
+from ..errors import MultisiteError
 from ..instance.users import UserFile, UserTable
-from ..protocol.client import MAX_CLIENT_FRAME_BYTES, encode
+from ..protocol.admission import AdmissionGate, AdmissionPolicy
+from ..protocol.client import MAX_CLIENT_FRAME_BYTES
 from ..protocol.auth import AUTHENTICATED, ConnectionAuth, Pacer, PacingPolicy, check_listen, is_loopback
 from ..net.tls import TLSConfig
 
 TLS_HANDSHAKE_RECORD = b"\x16"  # the first byte of a TLS ClientHello
 PLAIN_REFUSED = "this instance server takes TLS on its client port: connect with tls_ca= (and a client certificate or a user)"
-TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing holds a thread this long
-AUTHENTICATE_WITHIN_S = 30.0  # a connection silent this long before authenticating is closed
 UNAUTHENTICATED_FRAME_BYTES = 64 * 1024  # a request before authentication (a hello is far smaller)
 USERS_RECHECK_S = 0.1  # open sessions see a changed users file within this (a stat costs ~5-20 us: not per request)
 MAX_CONCURRENT_VERIFICATIONS = 2  # password hashes computed at once (the machine's cores, not 256 connections')
@@ -112,19 +107,20 @@ class ClientAuth:
 
     def __init__(self, root: str | os.PathLike, host: str, log: logging.Logger, *, tls: TLSConfig | None = None,
                  insecure: bool = False, pacing: PacingPolicy = PacingPolicy(),
-                 clock: Callable[[], float] = time.monotonic):
+                 admission: AdmissionPolicy = AdmissionPolicy(), clock: Callable[[], float] = time.monotonic):
         self.users = UserFile(root)
         check_listen(host, len(self.users.current()), insecure)
         self.open_allowed = insecure or is_loopback(host)  # no users: no authentication, here only
         self.tls = tls
         self._ssl = tls.server_context(client_cert_required=False) if tls else None
         self._pacer = _LockedPacer(Pacer(pacing))
+        self.admission = AdmissionGate(admission)  # the listener's connection slots (its loop's thread only)
         self._slots = threading.BoundedSemaphore(MAX_CONCURRENT_VERIFICATIONS)
         self._hellos = _OneAtATime()
         self._log = log
         self._clock = clock
         self._stats_lock = threading.Lock()
-        self.refused = 0  # connections refused (TLS handshake or authentication), for status
+        self.refused = 0  # connections refused by their TLS handshake or authentication, for status
         self._recent: tuple[float, UserTable] | None = None  # (when read, users) for open sessions' checks
         if not is_loopback(host):
             if not len(self.users.current()):
@@ -150,34 +146,10 @@ class ClientAuth:
 
     def status(self) -> dict:
         return {"users": len(self._table()), "tls": self.tls is not None, "required": self._required(),
-                "refused": self.refused}
+                "refused": self.refused, "admission": self.admission.status()}
 
     def _required(self) -> bool:
         return bool(len(self._table())) or not self.open_allowed
-
-    def accept(self, conn: socket.socket, addr: Any) -> tuple[socket.socket, "Gate"] | None:
-        """The TLS handshake, if any, then the connection's gate; None (logged, to be closed) when the
-        handshake fails: no certificate where one is needed, one the CA did not sign, not TLS at all."""
-        cert_name = None
-        if self._ssl is not None:
-            try:
-                conn.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
-                if conn.recv(1, socket.MSG_PEEK) not in (TLS_HANDSHAKE_RECORD, b""):
-                    # A client speaking the plain protocol: tell it in that protocol, not by a reset.
-                    conn.sendall(encode([None, False, [AuthenticationRequired.code, PLAIN_REFUSED]]))
-                    raise ssl.SSLError(f"not TLS: {PLAIN_REFUSED}")
-                conn = self._ssl.wrap_socket(conn, server_side=True)
-                conn.settimeout(None)
-            except (OSError, ValueError) as e:
-                self._count_refused()
-                self._log.warning("client connection from %s refused: TLS handshake failed: %s", _peer(addr), e)
-                return None
-            cert_name = common_name(conn.getpeercert())
-        gate = self.gate(addr, cert_name)
-        if not gate.authenticated:  # it may not hold a connection slot (and a thread) unauthenticated for long
-            conn.settimeout(AUTHENTICATE_WITHIN_S)
-            gate.on_authenticated = lambda: conn.settimeout(None)
-        return conn, gate
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -33,14 +33,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
+from ..protocol.admission import AdmissionPolicy
 from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
-from . import client_auth
-from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, TLS_HANDSHAKE_TIMEOUT_S, common_name
+from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, common_name
 from .memtls import MemoryTLS
 from .syncer import Syncer
 
 MIN_CONFIRM_CHECK_S = 0.05  # how often answers held for --min-confirm are checked against their timeout
-MAX_CONNECTIONS = 256  # client connections at once; more are closed at accept, with a log line
+# Client connections at once; more are closed at accept, with a log line. With authentication
+# (``auth``) the connection slots are ``protocol.admission``'s, which also bounds those not logged in.
+MAX_CONNECTIONS = AdmissionPolicy.connections_max
+ACCEPT_BACKLOG = 1024  # connections the kernel queues for accept: a burst of connects must not drop a client's SYN
+REFUSAL_LOG_EVERY_S = 1.0  # at most one log line a second for connections refused or closed before login
 KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
 KEEPALIVE_PROBES = 3
 BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
@@ -110,7 +114,6 @@ class _Connection(asyncio.Protocol):
         self.tls: MemoryTLS | None = None  # on a TLS client port, once the first bytes said TLS
         self.tls_pending = False  # a TLS port: the first bytes decide (a plain client gets a plain error)
         self.gate: Any = None  # net.client_auth.Gate: who this client is and what it may do
-        self.handshake_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.lis._opened(self, transport)  # type: ignore[arg-type]
@@ -165,6 +168,8 @@ class ClientListener:
         self.inline_sync_max_s = INLINE_SYNC_MAX_S
         self.min_confirm_timeout_s = 0.0
         self._confirm_why: Callable[[], str] = str
+        self._deadline_timer: asyncio.TimerHandle | None = None  # the next login deadline (protocol.admission)
+        self._unlogged: list = [0.0, 0]  # [when a refusal was last logged, refusals since] (REFUSAL_LOG_EVERY_S)
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
@@ -186,7 +191,8 @@ class ClientListener:
         loop = self._loop
         asyncio.set_event_loop(loop)
         try:
-            self._server = loop.run_until_complete(loop.create_server(lambda: _Connection(self), sock=sock))
+            self._server = loop.run_until_complete(loop.create_server(lambda: _Connection(self), sock=sock,
+                                                                      backlog=ACCEPT_BACKLOG))
         finally:
             started.set()
         try:
@@ -208,10 +214,12 @@ class ClientListener:
         conn.transport = transport
         addr = transport.get_extra_info("peername")
         conn.peer = _peer(addr)
-        if self._closing or len(self._conns) >= MAX_CONNECTIONS:
+        if self._closing or (self._auth is None and len(self._conns) >= MAX_CONNECTIONS):
             self._log.warning("client connection from %s refused: %s", addr,
                               "shutting down" if self._closing else f"{MAX_CONNECTIONS} connections open")
             transport.abort()
+            return
+        if self._auth is not None and not self._take_slot(conn, addr):
             return
         try:
             s = transport.get_extra_info("socket")
@@ -219,6 +227,8 @@ class ClientListener:
             keepalive(s, self.keepalive_s)
         except OSError as e:  # the client is already gone: this connection only
             self._log.warning("client connection from %s dropped at accept: %s", conn.peer, e)
+            if self._auth is not None:
+                self._auth.admission.closed(conn)
             transport.abort()
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
@@ -227,11 +237,59 @@ class ClientListener:
         self._conns.add(conn)
         if self._auth is not None:
             if self._auth.ssl_context is not None:
-                conn.tls_pending = True
-                conn.handshake_timer = self._loop.call_later(TLS_HANDSHAKE_TIMEOUT_S, self._refuse, conn,
-                                                             f"no TLS handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f} s")
+                conn.tls_pending = True  # the login deadline bounds the handshake too
             else:
                 self._admit(conn, None)
+
+    # -- connection slots: protocol.admission decides, before TLS or any byte is read -----------------
+    def _take_slot(self, conn: _Connection, addr: Any) -> bool:
+        """Ask the admission gate for a slot; a refused connection is told why (on a plain port) and closed."""
+        host = addr[0] if isinstance(addr, tuple) else str(addr)
+        now = time.monotonic()
+        d = self._auth.admission.admit(conn, host, now, len(self._conns))
+        if not d.admitted:
+            self._note_refusal(conn.peer, d.error.message)
+            if self._auth.ssl_context is None:  # a TLS client could not read a plain answer
+                conn.transport.write(encode([None, False, [d.error.code, d.error.message]]))
+                conn.transport.close()
+            else:
+                conn.transport.abort()
+            return False
+        if d.evict is not None:  # its address holds many more waiting connections than this one's
+            self._note_refusal(d.evict.peer, f"closed to make room: its address holds the most connections "
+                                             f"waiting to log in, and {conn.peer} is waiting too")
+            self._end_now(d.evict)
+        if self._deadline_timer is None:
+            self._deadline_timer = self._loop.call_later(max(0.0, d.deadline - now), self._login_deadlines)
+        return True
+
+    def _login_deadlines(self) -> None:
+        """Close the connections not logged in by their deadline; wake again for the next one."""
+        self._deadline_timer = None
+        adm = self._auth.admission
+        for conn in adm.due(time.monotonic()):
+            if conn.gate is not None and conn.gate.authenticated:  # it logged in; the word is on its way
+                adm.logged_in(conn)
+                continue
+            adm.timed_out(conn)
+            self._note_refusal(conn.peer, f"{'not logged in' if conn.gate is not None else 'no TLS handshake'} "
+                                          f"within {adm.policy.login_deadline_s:g} s")
+            self._end_now(conn)
+        nxt = adm.next_deadline()
+        if nxt is not None and not self._closing:
+            self._deadline_timer = self._loop.call_later(max(0.0, nxt - time.monotonic()), self._login_deadlines)
+
+    def _note_refusal(self, peer: str, why: str) -> None:
+        """Log a connection refused or closed before login: one line a second at most (a flood of
+        connects must not become a flood of log lines), with the count since the last."""
+        now = time.monotonic()
+        last, since = self._unlogged
+        if now - last < REFUSAL_LOG_EVERY_S:
+            self._unlogged[1] = since + 1
+            return
+        self._unlogged[:] = [now, 0]
+        more = f" ({since} more refused or closed before login since the last line)" if since else ""
+        self._log.warning("client connection from %s refused: %s%s", peer, why, more)
 
     def _admit(self, conn: _Connection, cert_name: str | None) -> None:
         try:
@@ -242,18 +300,10 @@ class ClientListener:
             conn.transport.abort()
             return
         conn.session.frames.max_frame_bytes = gate.max_frame_bytes  # small until authenticated
-        if not gate.authenticated:  # closed if not authenticated within client_auth.AUTHENTICATE_WITHIN_S
-            timer = self._loop.call_later(client_auth.AUTHENTICATE_WITHIN_S, self._unauthenticated, conn)
-            # a hello authenticates in a worker thread: the timer is cancelled on the loop
-            gate.on_authenticated = lambda: self._loop.call_soon_threadsafe(timer.cancel)
-
-    def _unauthenticated(self, conn: _Connection) -> None:
-        if conn.lost or not conn.open or conn.gate.authenticated:
-            return
-        self._auth._count_refused()
-        self._log.warning("client connection from %s closed: not authenticated within %.1f s", conn.peer,
-                          client_auth.AUTHENTICATE_WITHIN_S)
-        self._end_now(conn)
+        if gate.authenticated:  # a certificate naming a user, or a server without users
+            self._auth.admission.logged_in(conn)
+        else:  # a hello authenticates in a worker thread: its slot is freed on the loop
+            gate.on_authenticated = lambda: self._loop.call_soon_threadsafe(self._auth.admission.logged_in, conn)
 
     @staticmethod
     def _end_now(conn: _Connection) -> None:
@@ -297,15 +347,13 @@ class ClientListener:
             self._end_now(conn)
             return None
         if conn.gate is None and conn.tls.done:
-            if conn.handshake_timer is not None:
-                conn.handshake_timer.cancel()
             self._admit(conn, common_name(conn.tls.obj.getpeercert()))
         return plain or None
 
     def _lost(self, conn: _Connection, exc: Exception | None) -> None:
         conn.lost = True
-        if conn.handshake_timer is not None:
-            conn.handshake_timer.cancel()
+        if self._auth is not None:
+            self._auth.admission.closed(conn)
         if not conn.open:
             return
         conn.open = False
@@ -550,6 +598,8 @@ class ClientListener:
         self._closing = True
         if self._server is not None:
             self._server.close()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         deadline = time.monotonic() + timeout_s  # one bound for all, not one per connection
         for conn in list(self._conns):
             conn.session.drop_waiting()  # read, not started: never done, the client sees the close

@@ -129,6 +129,29 @@ class InstanceCollector(Collector):
              "started (group commit's batching; 0 with durability none)", pool.appended / fsyncs if fsyncs else 0.0))
         yield from self._sources(db.name)
         yield from self._receiver(db.name)
+        if s.client_auth is not None:
+            yield from self._logins(s.client_auth.status())
+
+    @staticmethod
+    def _logins(st: dict) -> Iterable[Metric]:
+        """The client port's connection slots (``protocol.admission``) and refused logins, as ``status``
+        shows them in ``client_auth``."""
+        adm = st["admission"]
+        refused = counter("multisite_client_logins_refused_total", "Client connections refused before they logged "
+                          "in, by reason: at accept (connections, unauthenticated_total, per_address: the "
+                          "limits of status' client_auth.admission), evicted (closed to make room for a client "
+                          "from an address holding fewer waiting connections), authentication (a TLS handshake "
+                          "or a hello refused)", ["reason"])
+        for reason, n in adm["refused"].items():
+            refused.add_metric([reason], n)
+        refused.add_metric(["evicted"], adm["evicted"])
+        refused.add_metric(["authentication"], st["refused"])
+        yield refused
+        yield from scalars(
+            (counter, "multisite_client_login_timeouts_total", "Client connections closed because they had not "
+             f"logged in within the login deadline ({adm['limits']['login_deadline_s']:g} s)", adm["timeouts"]),
+            (gauge, "multisite_client_unauthenticated", "Client connections open now that have not logged in",
+             adm["waiting"]))
 
     def _sources(self, name: str) -> Iterable[Metric]:
         """Eight samples a link (a link is up when its ``state`` label is streaming or xoff): a scrape's cost is
