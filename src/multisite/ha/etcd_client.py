@@ -216,9 +216,19 @@ def _transport_errors() -> tuple[type[Exception], ...]:
             ex.InternalServerError)
 
 
+_REASONS = (("read timed out", "no answer in time"), ("connection refused", "connection refused"),
+            ("connecttimeout", "connect timeout"), ("connect timeout", "connect timeout"),
+            ("remotedisconnected", "connection closed"), ("connection aborted", "connection closed"))
+
+
 def _summary(e: Exception) -> str:
-    detail = (getattr(e, "detail_text", "") or "").strip()
-    return f"{type(e).__name__}{': ' + detail[:120] if detail else ''}"
+    """A failure in a few words: what requests says at length, or what etcd answered."""
+    detail = f"{getattr(e, 'detail_text', '') or ''} {e}".strip()
+    low = detail.lower()
+    for needle, reason in _REASONS:
+        if needle in low:
+            return reason
+    return f"{type(e).__name__}: {detail[:160]}" if detail else type(e).__name__
 
 
 class EtcdClient:
