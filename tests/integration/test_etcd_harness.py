@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from multisite.errors import ConfigError, CoordinatorUnavailable
+from multisite.errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 from multisite.ha.etcd_client import Delete, EtcdClient, Put, absent, created_at, modified_at, value_is
 from multisite.testing.etcd import EtcdCluster, free_port
 
@@ -42,6 +42,8 @@ def test_put_get_prefix_and_delete(etcd_cluster):
         assert await c.delete("kv/a") == 1
         assert await c.delete("kv/", prefix=True) == 1
         assert await c.get_prefix("kv/") == [] and (await c.get("kw/other")).value == b"x"
+        with pytest.raises(CoordinatorError, match=f"etcd at {c.current_url} refused.*lease not found"):
+            await c.put("kv/c", "1", lease=12345)  # an answer, not a lost member: no other member is asked
     run(scenario(EtcdClient(etcd_cluster.client_urls)))
 
 

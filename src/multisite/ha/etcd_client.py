@@ -11,7 +11,7 @@ nothing. A transaction or a lease grant goes to the next member only when the fa
 was never carried out (connection refused, connect timeout, "no leader"); after a read timeout its
 outcome is unknown and ``CoordinatorUnavailable`` says so (read the key back before deciding). When no
 member answers, ``CoordinatorUnavailable`` names every URL. A member that answers with an error (a
-malformed request) raises ``ServerError`` naming that member; revoking a lease that already ended is no
+malformed request) raises ``CoordinatorError`` naming that member; revoking a lease that already ended is no
 error.
 
 Watches (``watch_prefix``) are one streaming request each, read by a thread of its own, sent with
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError, CoordinatorUnavailable, ServerError
+from ..errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 
 ETCD_CALL_TIMEOUT_S = 1.0  # one HTTP call to one member (connect, then each read)
 HEALTH_KEY = "health"  # what health() reads linearizably, as etcd's own /health does
@@ -267,8 +267,8 @@ class EtcdClient:
                     f"etcd at {self.urls[k]} did not answer a write ({_summary(e)}); its outcome is unknown: read "
                     f"the keys back (members: {','.join(self.urls)})", urls=self.urls) from None
             except ex.Etcd3Exception as e:
-                raise ServerError(f"etcd at {self.urls[k]} refused the request: {_summary(e)}", url=self.urls[k]) \
-                    from None
+                raise CoordinatorError(f"etcd at {self.urls[k]} refused the request: {_summary(e)}",
+                                       url=self.urls[k]) from None
             self._current = k
             return out
         raise CoordinatorUnavailable(f"no etcd member answered ({'; '.join(errors)}): check that etcd runs at "
@@ -349,7 +349,7 @@ class EtcdClient:
         """End the lease now (its keys go with it); a lease that already ended is no error."""
         try:
             await self._post("/kv/lease/revoke", {"ID": lease})
-        except ServerError as e:
+        except CoordinatorError as e:
             if "not found" not in e.message.lower():
                 raise
 
@@ -524,10 +524,10 @@ def _lines(resp: Any) -> Any:
 
 
 def _check_created(msg: dict[str, Any]) -> int:
-    """The revision a new watch starts after; ServerError if etcd did not create it."""
+    """The revision a new watch starts after; CoordinatorError if etcd did not create it."""
     err = _stream_error(msg)
     if err or not msg.get("result", {}).get("created"):
-        raise ServerError(f"etcd did not create the watch: {err or msg}")
+        raise CoordinatorError(f"etcd did not create the watch: {err or msg}")
     return _revision(msg["result"])
 
 
