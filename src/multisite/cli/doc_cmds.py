@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import ConfigError, ReplicationRefused
+from ..errors import ConfigError, ReplicationRefused, ServerError
 from ..multimaster.server import docdb
+from ..multimaster.server.docclient import connect
 from ..multimaster.session import Mode, run_local, summary
 from ..multimaster.server.process import call, known_peers, resolve_peer, start_docserver, stop_docserver
 from .output import HostPort, console, print_json, table
@@ -25,6 +26,27 @@ def _fields(text: str) -> dict:
     if not isinstance(v, dict):
         raise ConfigError("FIELDS must be a JSON object of field names to values")
     return v
+
+
+ON_HELP = ("HOME of the document server serving DIR: go through it (by default the server DIR records while one "
+           "serves it; without one, DIR is opened here).")
+
+
+def on_option(f):
+    return click.option("--on", "on", default=None, type=click.Path(exists=True, file_okay=False), help=ON_HELP)(f)
+
+
+def _database(dir: str, on: str | None):
+    """The database at DIR: through the document server serving it (``--on HOME``, or the one DIR records
+    in ``run/served_by.json``), else opened here. Either has DocDB's methods and is a context manager."""
+    if on is not None:
+        return connect(on, db=str(Path(dir).absolute()))
+    if docdb.served_by(dir) is not None:
+        try:
+            return connect(dir)
+        except ServerError:  # a record left by a server that was killed: nobody holds DIR, open it here
+            pass
+    return docdb.open(dir)
 
 
 # ``doc list`` shows the start of each document's fields (``doc get UNID`` shows them all), and says so.
@@ -69,12 +91,14 @@ def db_create(dir: str, title: str, replica_of: str | None, durability: str, gro
 @db.command("info")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-def db_info(dir: str, as_json: bool) -> None:
-    """Identity, document count, change number, ACL and forms of a database (not served at the moment).
+@on_option
+def db_info(dir: str, as_json: bool, on: str | None) -> None:
+    """Identity, document count, change number, ACL and forms of a database (through its document server
+    while one serves it).
 
     Example: multisite db info /data/a --json
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         info = d.info()
     if as_json:
         print_json(info)
@@ -87,13 +111,14 @@ def db_info(dir: str, as_json: bool) -> None:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("server")
 @click.argument("access", type=click.Choice(docdb.ACCESS_LEVELS))
-def db_acl(dir: str, server: str, access: str) -> None:
+@on_option
+def db_acl(dir: str, server: str, access: str, on: str | None) -> None:
     """Give SERVER (or '*': any other) none, reader or writer access: none hides the database from it, a
     reader may pull but its pushes are refused.
 
     Example: multisite db acl /data/a B reader
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         d.set_access(server, access)
         console.print(f"{d.title}: {server} is now {access}; ACL {d.acl()}")
 
@@ -102,12 +127,13 @@ def db_acl(dir: str, server: str, access: str) -> None:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("name")
 @click.option("--merge/--no-merge", default=False, help="Merge replication conflicts field by field.")
-def db_form(dir: str, name: str, merge: bool) -> None:
+@on_option
+def db_form(dir: str, name: str, merge: bool, on: str | None) -> None:
     """Declare a form, with or without "merge replication conflicts".
 
     Example: multisite db form /data/a Person --merge
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         d.define_form(name, merge=merge)
         console.print(f"{d.title}: form {name} merge {'on' if merge else 'off'}")
 
@@ -133,7 +159,8 @@ def db_replicate(a: str, b: str, mode: str, as_json: bool) -> None:
 
 @click.group()
 def doc() -> None:
-    """Documents in a database that no server holds open: create, update, delete, get, list.
+    """Documents in a database: create, update, delete, get, list. While a document server serves the
+    database they go through that server (found from DIR, or --on HOME); otherwise DIR is opened here.
 
     Example: multisite doc create /data/a Person '{"name": "Ada"}'
     """
@@ -143,12 +170,13 @@ def doc() -> None:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("form")
 @click.argument("fields")
-def doc_create(dir: str, form: str, fields: str) -> None:
+@on_option
+def doc_create(dir: str, form: str, fields: str, on: str | None) -> None:
     """Create a document; prints its UNID.
 
     Example: multisite doc create /data/a Person '{"name": "Ada"}'
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         click.echo(d.create(form, _fields(fields)))
 
 
@@ -156,36 +184,39 @@ def doc_create(dir: str, form: str, fields: str) -> None:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("unid")
 @click.argument("fields")
-def doc_update(dir: str, unid: str, fields: str) -> None:
+@on_option
+def doc_update(dir: str, unid: str, fields: str, on: str | None) -> None:
     """Change fields of a document (a new version: sequence number + 1).
 
     Example: multisite doc update /data/a 0006... '{"age": 37}'
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         print_json(d.update(unid, _fields(fields)).public())
 
 
 @doc.command("delete")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("unid")
-def doc_delete(dir: str, unid: str) -> None:
+@on_option
+def doc_delete(dir: str, unid: str, on: str | None) -> None:
     """Delete a document (a deletion stub that replicates).
 
     Example: multisite doc delete /data/a 0006...
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         print_json(d.delete(unid).public())
 
 
 @doc.command("get")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("unid")
-def doc_get(dir: str, unid: str) -> None:
+@on_option
+def doc_get(dir: str, unid: str, on: str | None) -> None:
     """A document with its OID and $Revisions, as JSON.
 
     Example: multisite doc get /data/a 0006...
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         x = d.get(unid, include_deleted=True)
         print_json(None if x is None else x.public())
 
@@ -194,12 +225,13 @@ def doc_get(dir: str, unid: str) -> None:
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.option("--deleted", is_flag=True, help="Include deletion stubs.")
-def doc_list(dir: str, as_json: bool, deleted: bool) -> None:
+@on_option
+def doc_list(dir: str, as_json: bool, deleted: bool, on: str | None) -> None:
     """Every document: UNID, form, sequence number, conflict flag, fields.
 
     Example: multisite doc list /data/a --json
     """
-    with docdb.open(dir) as d:
+    with _database(dir, on) as d:
         docs = [x.public() for x in d.documents(include_deleted=deleted)]
     if as_json:
         print_json(docs)

@@ -41,8 +41,8 @@ from typing import Any, Callable, Iterable, Iterator
 import msgspec
 
 from ... import engine
-from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, MalformedDocument, MultisiteError,
-                       NotADocumentDatabase)
+from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, InstanceLocked, MalformedDocument,
+                       MultisiteError, NotADocumentDatabase)
 from ...fsutil import atomic_write
 from ...journal.records import SET
 from ...keys import encode_key
@@ -58,6 +58,7 @@ _raw_decode = msgspec.msgpack.decode
 _new_stamp = tuple.__new__  # Stamp(...) without the namedtuple's Python-level __new__: the hot path of a change list
 _KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
 IDENTITY_FILE = "docdb.json"
+SERVED_BY_FILE = "served_by.json"  # in the database's run/: the home of the document server holding it open
 ACCESS_LEVELS = ("none", "reader", "writer")
 DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
 Clock = Callable[[], int]  # µs since the epoch
@@ -83,6 +84,30 @@ def read_identity(path: str | os.PathLike) -> dict:
                                    f"`multisite db create {path} --title T`") from None
     except (ValueError, KeyError, TypeError) as e:
         raise NotADocumentDatabase(f"{p} is damaged ({e}); the identity is also in the database's meta region")
+
+
+def served_by(path: str | os.PathLike) -> dict | None:
+    """``{"home", "name", "pid"}`` of the document server that serves the database at ``path``, as it
+    recorded when it started (None: none did, or it stopped). A server that was killed leaves its
+    record behind: whoever reads it checks that the server answers."""
+    try:
+        rec = json.loads((Path(path) / "run" / SERVED_BY_FILE).read_text())
+        return {k: rec[k] for k in ("home", "name", "pid")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record_served_by(path: str | os.PathLike, home: str | os.PathLike, name: str) -> None:
+    """The document server of ``home`` (this process) serves the database at ``path``."""
+    atomic_write(Path(path) / "run" / SERVED_BY_FILE,
+                 json.dumps({"home": str(Path(home).absolute()), "name": name, "pid": os.getpid()}).encode())
+
+
+def clear_served_by(path: str | os.PathLike, home: str | os.PathLike) -> None:
+    """The document server of ``home`` stops serving ``path`` (a record naming another home is left)."""
+    rec = served_by(path)
+    if rec is not None and rec["home"] == str(Path(home).absolute()):
+        (Path(path) / "run" / SERVED_BY_FILE).unlink(missing_ok=True)
 
 
 def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None,
@@ -142,7 +167,10 @@ class DocDB:
         if not (self.path / "instance.msi").exists():
             raise NotADocumentDatabase(f"{self.path} is not a document database (no instance in it); make one "
                                        f"with `multisite db create {self.path} --title T`")
-        self.db = engine.open(self.path, durability=durability)
+        try:
+            self.db = engine.open(self.path, durability=durability)
+        except InstanceLocked as e:
+            raise _held_by_server(self.path, e) from None
         try:
             if self.db.regions().keys() < set(REGIONS) or self.db.get("meta", ("kind",)) != "documents":
                 raise NotADocumentDatabase(f"{self.path} is an instance but not a document database")
@@ -471,6 +499,16 @@ class DocDB:
 
     def __repr__(self) -> str:
         return f"<DocDB {self.title!r} replica {self.replica_id} db {self.db_id} at {self.path}>"
+
+
+def _held_by_server(path: Path, e: InstanceLocked) -> InstanceLocked:
+    """The lock's error, naming the document server that holds the database when one recorded it."""
+    rec = served_by(path)
+    if rec is None or rec["pid"] != e.details.get("pid"):
+        return e
+    return InstanceLocked(f"{path} is held open by the document server {rec['name']} (home {rec['home']}, pid "
+                          f"{rec['pid']}): edit it through that server with multisite.documents.connect('{path}'); "
+                          f"the doc and db commands go through it by themselves", pid=rec["pid"])
 
 
 def _check_new(form: object, fields: object) -> None:

@@ -12,7 +12,9 @@ Database work runs in threads (``asyncio.to_thread``); each request of a session
 the initiator generator or one ``Responder.handle``. With ``--tls-*`` every link is mutual TLS: a
 peer whose certificate the CA did not sign fails the handshake (logged). HOME holds
 ``log/docserver.log``, ``run/docserver.json`` (pid, address) and ``run/connections.json`` (last run
-and result per connection document); the control socket is named after HOME.
+and result per connection document); the control socket is named after HOME, and each database
+served records HOME in its ``run/served_by.json`` while the server runs, so that the ``doc``
+commands and ``multisite.documents.connect(DIR)`` find the server to edit it through (``docops.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from typing import Any
 from ...errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
 from ...fsutil import atomic_write
 from .. import schedule
-from .docdb import DocDB
+from . import docops
+from .docdb import DocDB, clear_served_by, record_served_by
 from ..session import Mode, Pipeline, Responder, initiate
 from ..wire import NEED_DATA, DocWire, Side
 from ...net.control import control_address
@@ -400,24 +403,8 @@ class DocServer:
             return await fut
         if op == "connections":
             return await asyncio.to_thread(self.connections)
-        if op == "doc.create":
-            db = self._db_by(args["db"])
-            return await asyncio.to_thread(db.create, args["form"], args["fields"])
-        if op == "doc.create_many":
-            db = self._db_by(args["db"])
-            return await asyncio.to_thread(db.create_many, [(args["form"], f) for f in args["docs"]])
-        if op == "doc.update":
-            db = self._db_by(args["db"])
-            return (await asyncio.to_thread(db.update, args["unid"], args["fields"])).public()
-        if op == "doc.delete":
-            db = self._db_by(args["db"])
-            return (await asyncio.to_thread(db.delete, args["unid"])).public()
-        if op == "doc.list":
-            db = self._db_by(args["db"])
-            return await asyncio.to_thread(lambda: [d.public() for d in db.documents(include_deleted=True)])
-        if op == "doc.get":
-            d = self._db_by(args["db"]).get(args["unid"], include_deleted=True)
-            return None if d is None else d.public()
+        if op in docops.OPS:  # a served database's documents, edited through the server (docops.py)
+            return await asyncio.to_thread(docops.run, self._db_by(args["db"]), op, args)
         raise ConfigError(f"unknown control operation {op!r}")
 
     # -- life -------------------------------------------------------------------------------------------
@@ -447,9 +434,13 @@ class DocServer:
                 "metrics_port": self.metrics.port if self.metrics else None}
         atomic_write(self.home / "run" / "docserver.json", json.dumps(info).encode())
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.home))
+        for db in self.dbs.values():  # once the control socket answers: the doc commands find the server here
+            record_served_by(db.path, self.home, self.name)
         try:
             await self._stop.wait()
         finally:
+            for db in self.dbs.values():
+                clear_served_by(db.path, self.home)
             for t in tasks:
                 t.cancel()
             ctl.close()
