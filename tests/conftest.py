@@ -1,5 +1,5 @@
 """Fixtures every tier may use: the test's outcome on its node (for fixtures that print logs of a
-failed test), grids of real processes, and a throwaway PostgreSQL server."""
+failed test), grids of real processes, a throwaway PostgreSQL server and a 3-member etcd."""
 
 from __future__ import annotations
 
@@ -53,3 +53,12 @@ def pg():
     s = PostgresServer(Path(d) / "pg").start()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster(tmp_path_factory):
+    """A real 3-member etcd on loopback, shared by a module's tests (each uses its own cluster name)."""
+    from multisite.testing.etcd import EtcdCluster
+
+    with EtcdCluster(tmp_path_factory.mktemp("etcd")) as etcd:
+        yield etcd

@@ -122,7 +122,7 @@ def test_a_full_disk_on_the_receiving_side_applies_nothing_in_part_and_resumes_o
     p = top.remotes["P"]
     small = tmp_path / "small"
     small.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(small)], capture_output=True,
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(small)], capture_output=True,
                          text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")

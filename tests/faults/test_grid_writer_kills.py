@@ -115,7 +115,7 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
 def small_disk(path):
     """``path`` on a tmpfs of 24 MiB (needs root), unmounted after."""
     path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)], capture_output=True, text=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(path)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
     try:

@@ -25,7 +25,7 @@ def test_a_full_disk_stops_a_pull_without_loss_and_the_next_session_completes(tm
     jdir = tmp_path / "B" / "journal"
     saved = tmp_path / "B-journal"
     shutil.copytree(jdir, saved)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(jdir)], capture_output=True, text=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(jdir)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")
     try:

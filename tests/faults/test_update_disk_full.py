@@ -31,7 +31,7 @@ def small_journal(tmp_path):
     jdir = b.root / "journal"
     saved = tmp_path / "B-journal"
     shutil.copytree(jdir, saved)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(jdir)], capture_output=True,
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(jdir)], capture_output=True,
                          text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr.strip()}")

@@ -21,12 +21,3 @@ def cluster(tmp_path, request):
             for f in sorted((node.root / "log").glob("*.log")):
                 print(f"===== {node.name}/log/{f.name} (last 40 lines)")
                 print("\n".join(log_text(node.root, f.name).splitlines()[-40:]))
-
-
-@pytest.fixture(scope="module")
-def etcd_cluster(tmp_path_factory):
-    """A real 3-member etcd on loopback, shared by a module's tests (each uses its own cluster name)."""
-    from multisite.testing.etcd import EtcdCluster
-
-    with EtcdCluster(tmp_path_factory.mktemp("etcd")) as etcd:
-        yield etcd
