@@ -91,3 +91,42 @@ def test_aconnect_follows_the_primary_across_a_failover(pair):
         assert db.address == f"127.0.0.1:{b.client_port}" and await db.set("acct", ("after",), 1) == 21
         await db.close()
     asyncio.run(main())
+
+
+def test_a_fenced_primary_is_passed_by_for_the_one_that_takes_commits(cluster):
+    """An old primary cut off from etcd keeps its role but is fenced (its lease ended): it answers
+    NOT_PRIMARY, so a client that kept choosing it by its role never reached the new primary."""
+    a, b = cluster.instance("A"), cluster.instance("B")  # both primaries by role, as across a partition
+    a.call("lease", until=0.0)
+    for client in (multisite.connect, _aconnect_sync):
+        with client(f"127.0.0.1:{a.client_port},127.0.0.1:{b.client_port}") as db:
+            assert db.address == f"127.0.0.1:{b.client_port}"
+            db.create_region("acct")
+            db.set("acct", ("k",), 1)
+
+
+class _aconnect_sync:
+    """``multisite.aconnect`` driven from a test thread, with the blocking client's shape."""
+
+    def __init__(self, addresses: str):
+        import asyncio
+
+        self._loop = asyncio.new_event_loop()
+        self._db = self._loop.run_until_complete(multisite.aconnect(addresses))
+
+    @property
+    def address(self) -> str:
+        return self._db.address
+
+    def create_region(self, name: str) -> None:
+        self._loop.run_until_complete(self._db.create_region(name))
+
+    def set(self, region: str, key: tuple, value) -> int:
+        return self._loop.run_until_complete(self._db.set(region, key, value))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.run_until_complete(self._db.close())
+        self._loop.close()

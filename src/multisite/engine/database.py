@@ -245,6 +245,11 @@ class Database:
         commit raises NotPrimary, checked under the commit lock. None: no lease (the default)."""
         self._core.lease_until = until
 
+    @property
+    def fenced(self) -> bool:
+        """True once the leader lease has ended (``set_lease``): a primary that takes no local commit."""
+        return self._core.lease_ended()
+
     def flush_if_due(self) -> None:
         """Commit the store now if enough commits or time passed since the last flush (as every commit
         does by itself unless it was written with ``flush_store=False``)."""

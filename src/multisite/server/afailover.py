@@ -16,7 +16,8 @@ from typing import Any
 from ..errors import (AuthenticationFailed, CommitOutcomeUnknown, ConnectionLost, MultisiteError, NotPrimary,
                       PermissionDenied)
 from .aclient import AsyncRemoteDatabase, connect as connect_one
-from .client import CONNECT_TIMEOUT_S, FAILOVER_TIMEOUT_S, PRIMARY_POLL_S, RETRIED_OPS, parse_addresses
+from .client import (CONNECT_TIMEOUT_S, FAILOVER_TIMEOUT_S, PRIMARY_POLL_S, RETRIED_OPS, parse_addresses,
+                     writable_role)
 
 
 class AsyncFailoverDatabase(AsyncRemoteDatabase):
@@ -46,7 +47,7 @@ class AsyncFailoverDatabase(AsyncRemoteDatabase):
                         seen[addr] = e.code
                         continue
                     try:
-                        role = (await db._call("info"))["role"]
+                        role = writable_role(await db._call("info"))
                     except MultisiteError as e:
                         seen[addr] = e.code
                         await db.close()

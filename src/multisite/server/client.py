@@ -116,7 +116,7 @@ class RemoteDatabase:
             for addr in self.addresses:
                 try:
                     self._open(addr, min(self._timeout, CONNECT_TIMEOUT_S))
-                    role = self._request("info")["role"]
+                    role = writable_role(self._request("info"))
                 except (AuthenticationFailed, PermissionDenied):
                     raise
                 except MultisiteError as e:
@@ -306,6 +306,14 @@ def result_of(reply: list) -> Any:
     err = cls.__new__(cls)
     MultisiteError.__init__(err, message)
     raise err
+
+
+def writable_role(info: dict) -> str:
+    """The role an ``info`` answer gives for following the primary: a primary whose leader lease ended
+    (fenced by its HA manager, perhaps cut off from etcd while another member took over) takes no
+    commit, so it is no primary to write to: "primary (fenced)"."""
+    role = info["role"]
+    return "primary (fenced)" if role == "primary" and info.get("fenced") else role
 
 
 def _document(value: Any) -> Any:

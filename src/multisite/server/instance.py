@@ -525,7 +525,7 @@ class InstanceServer:
         if op in ("info", "history"):
             info = db.info
             return {"name": info.name, "group": info.group, "supplementary": info.supplementary,
-                    "role": info.role, "seqno": db.seqno,
+                    "role": info.role, "seqno": db.seqno, "fenced": db.fenced,
                     "history": msgspec.to_builtins(to_entries(info.history))}
         if op == "regions":
             return db.regions()
