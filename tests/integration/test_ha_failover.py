@@ -173,3 +173,21 @@ def test_ha_start_with_an_unreachable_etcd_names_the_urls(tmp_path):
         assert out.returncode == 1 and url in out.stderr and "no etcd member answered" in out.stderr, out.stderr
     finally:
         c.cli("server", "stop", str(tmp_path / "A"), check=False)
+
+
+def test_stopping_the_primary_manager_leaves_its_server_fenced_while_another_takes_over(ha):
+    """ha stop gives the key up, so another member is promoted: the stopped leader's server must keep
+    refusing commits (its fence was once lifted here, making it a second primary), until a manager
+    runs for it again and rejoins it to the new primary."""
+    old = ha.wait_primary()
+    ha.wait_followers()
+    with ha.client() as db:
+        db.create_region("acct")
+    stop_ha(ha.root(old))
+    ha.wait_primary(exclude=old, timeout_s=10)
+    with multisite.connect(ha.address(old)) as db, pytest.raises(NotPrimary, match="fenced"):
+        db.set("acct", ("on-the-old-primary",), 1)
+    start_ha(ha.root(old), ha.cluster, ha.etcd, ttl_s=1.0)
+    ha.wait_role(old, "secondary", timeout_s=10)
+    ha.wait_followers()
+    ha.wait_identical()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import MultisiteError
+from ..errors import CoordinatorUnavailable, MultisiteError
 from ..net import control
 from .coordinator import Coordinator
 from .decide import Action, Kind, Local, Member, Timing, View, decide, fence_deadline
@@ -110,10 +110,14 @@ class HAManager:
             await asyncio.sleep(tick)
 
     async def stop(self) -> None:
-        """Give the key up (a planned stop: no one waits for the lease) and the member's record."""
+        """Give the key up (a planned stop: no one waits for the lease) and the member's record. A
+        leader's server is fenced first and stays fenced: once the key is given up another member is
+        promoted, and a server left taking commits would be a second primary (the fence was lifted here
+        once, and a stopped leader cut off from etcd took commits beside the new primary). It takes
+        commits again when a manager leads it again, or follows the new primary once one rejoins it."""
         if self.local.leading_term is not None:
+            await self.inst.call("lease", until=0.0)
             await self._give_up("ha stopped")
-            await self.inst.call("lease", until=None)
         await self.coord.close()
 
     # -- one pass --------------------------------------------------------------------------------
@@ -132,7 +136,10 @@ class HAManager:
             self.local = replace(self.local, following=None)
             raise
         await self._renew()
-        await self._publish()
+        try:
+            await self._publish()
+        except CoordinatorUnavailable as e:  # decide all the same: a leader cut off from etcd must fence
+            self.log.warning("ha: %s: %s", e.code, e.message)
         view = await self.coord.view()
         now = time.monotonic()
         gone = self.local.leader_gone_since
