@@ -40,21 +40,27 @@ def ha() -> None:
                    "ends; a lost primary is replaced about this long after it is lost.")
 @click.option("--min-confirm", type=int, default=0, show_default=True,
               help="Acknowledge a commit only once this many secondaries confirmed they hardened it.")
-@click.option("--replication", type=HostPort(listen=True), default="127.0.0.1:0", show_default=True,
-              help="HOST:PORT this member's Receiver Server listens on (published for the primary's sources).")
+@click.option("--replication", type=HostPort(listen=True), default=None,
+              help="HOST:PORT this member's Receiver Server listens on (published for the primary's sources); "
+                   "default: the --advertise host (or 127.0.0.1), any free port.")
+@click.option("--advertise", default=None, metavar="HOST",
+              help="The host the other members and the clients reach this member at, published with its client "
+                   "port; default: the host its server listens on, if it names one, else 127.0.0.1.")
 @click.option("--listen", type=HostPort(listen=True), default="127.0.0.1:0", show_default=True,
               help="With no server running: the client port of the server that ha start starts.")
-def start_cmd(dir: str, cluster: str, etcd: str, ttl: float, min_confirm: int, replication: str,
-              listen: str) -> None:
+def start_cmd(dir: str, cluster: str, etcd: str, ttl: float, min_confirm: int, replication: str | None,
+              advertise: str | None, listen: str) -> None:
     """Start the HA manager of DIR's instance (and its server when none runs); it joins the cluster.
 
     Example: multisite ha start /data/A --cluster orders --etcd http://10.0.0.1:2379,http://10.0.0.2:2379
+    --advertise 10.0.0.5
     """
     root = Layout.existing(dir).root
     if not control.is_running(root):
         info = start_server(root, listen)
         console.print(f"instance server started: pid {info['pid']}, clients on port {info['client_port']}")
-    info = start_ha(root, cluster, etcd, ttl_s=ttl, min_confirm=min_confirm, replication=replication)
+    info = start_ha(root, cluster, etcd, ttl_s=ttl, min_confirm=min_confirm, replication=replication,
+                    advertise=advertise)
     console.print(f"HA manager started: pid {info['pid']}, cluster {cluster}, replication on {info['replication']}, "
                   f"log {root / 'log' / 'ha.log'}")
 
@@ -62,7 +68,8 @@ def start_cmd(dir: str, cluster: str, etcd: str, ttl: float, min_confirm: int, r
 @ha.command("stop")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 def stop_cmd(dir: str) -> None:
-    """Stop DIR's HA manager (a leader gives its key up at once); the instance server goes on serving.
+    """Stop DIR's HA manager (a leader gives its key up at once); the instance server goes on serving,
+    a primary's fenced: it refuses commits (NOT_PRIMARY) until a manager runs for it again.
 
     Example: multisite ha stop /data/A
     """

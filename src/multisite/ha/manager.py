@@ -43,6 +43,7 @@ class HAConfig:
     min_confirm: int = 0
     replication_listen: str = "127.0.0.1:0"  # where this member's Receiver Server listens
     client_address: str = ""  # this member's client port as others reach it (HOST:PORT)
+    advertise: str = ""  # the host of client_address (``ha start --advertise``), when not the listen host
 
 
 class InstanceHandle:

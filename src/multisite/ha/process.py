@@ -35,10 +35,16 @@ def run_file(root: Path) -> Path:
 
 
 def start_ha(root: Path, cluster: str, etcd: str, *, ttl_s: float = 1.0, min_confirm: int = 0,
-             replication: str = "127.0.0.1:0") -> dict:
-    """Spawn the manager for the (running) instance server of ``root``; its run info once it joined."""
+             replication: str | None = None, advertise: str | None = None) -> dict:
+    """Spawn the manager for the (running) instance server of ``root``; its run info once it joined.
+    ``advertise``: the host the other members and the clients reach this one at (published with the
+    client port; default: the host the server listens on, if it names one, else 127.0.0.1);
+    ``replication``: where the receiver listens (default: that host, any port)."""
     root = Path(root).absolute()
     parse_urls(etcd)
+    if advertise is not None:
+        parse_hostport(f"{advertise}:0")
+    replication = replication or f"{advertise or '127.0.0.1'}:0"
     parse_hostport(replication)
     if not ttl_s >= 1:
         raise ConfigError(f"--ttl: etcd leases are whole seconds, at least 1; got {ttl_s}")
@@ -52,6 +58,7 @@ def start_ha(root: Path, cluster: str, etcd: str, *, ttl_s: float = 1.0, min_con
         rf.unlink()
     cmd = [sys.executable, "-m", "multisite.ha.process", str(root), "--cluster", cluster, "--etcd", etcd,
            "--ttl", str(ttl_s), "--min-confirm", str(min_confirm), "--replication", replication]
+    cmd += ["--advertise", advertise] if advertise else []
     (root / "log").mkdir(exist_ok=True)
     with open(root / "log" / "ha.out", "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -88,11 +95,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _listen_host(root: Path) -> str:
+    """The host the instance server's client port listens on, when it names one; else 127.0.0.1."""
+    try:
+        listen = json.loads((root / "run" / "server.json").read_text()).get("listen") or ""
+        host = parse_hostport(listen)[0] if listen else ""
+    except (OSError, ValueError, MultisiteError):
+        host = ""
+    return host if host not in ("", "0.0.0.0", "::", "*") else "127.0.0.1"
+
+
 async def _main(root: Path, cfg: HAConfig) -> None:
     log = logging.getLogger("multisite.ha")
     inst = InstanceHandle(root)
     await inst.refresh()
-    cfg.client_address = cfg.client_address or f"127.0.0.1:{inst.state['client_port']}"
+    cfg.client_address = cfg.client_address or f"{cfg.advertise or _listen_host(root)}:{inst.state['client_port']}"
     coord = Coordinator(cfg.cluster, cfg.etcd, inst.state["name"], cfg.ttl_s)
     mgr = HAManager(inst, cfg, coord, log)
     await mgr.start()
@@ -124,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttl", type=float, default=1.0)
     ap.add_argument("--min-confirm", type=int, default=0)
     ap.add_argument("--replication", default="127.0.0.1:0")
+    ap.add_argument("--advertise", default="")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     (root / "log").mkdir(exist_ok=True)
@@ -131,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     h.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger("multisite").addHandler(h)
     logging.getLogger("multisite").setLevel(logging.INFO)
-    cfg = HAConfig(a.cluster, parse_urls(a.etcd), a.ttl, a.min_confirm, a.replication)
+    cfg = HAConfig(a.cluster, parse_urls(a.etcd), a.ttl, a.min_confirm, a.replication, advertise=a.advertise)
     try:
         asyncio.run(_main(root, cfg))
     except MultisiteError as e:
