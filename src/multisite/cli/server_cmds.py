@@ -8,7 +8,7 @@ import click
 
 from ..instance.layout import Layout
 from ..net import control
-from ..server.clients import KEEPALIVE_S
+from ..server.sockets import KEEPALIVE_S
 from ..server.process import start_server, stop_server
 from ..net.tls import TLSConfig
 from .output import console, print_json, table

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -34,9 +33,10 @@ from typing import Any, Callable
 
 from ..errors import AuthenticationRequired, ConfigError, MultisiteError, RemoteProtocolError, ServerError
 from ..protocol.admission import AdmissionPolicy
-from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode, error_reply
+from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, common_name
 from .memtls import MemoryTLS
+from .sockets import KEEPALIVE_S, check_keepalive, keepalive, new_loop
 from .syncer import Syncer
 
 MIN_CONFIRM_CHECK_S = 0.05  # how often answers held for --min-confirm are checked against their timeout
@@ -45,8 +45,6 @@ MIN_CONFIRM_CHECK_S = 0.05  # how often answers held for --min-confirm are check
 MAX_CONNECTIONS = AdmissionPolicy.connections_max
 ACCEPT_BACKLOG = 1024  # connections the kernel queues for accept: a burst of connects must not drop a client's SYN
 REFUSAL_LOG_EVERY_S = 1.0  # at most one log line a second for connections refused or closed before login
-KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
-KEEPALIVE_PROBES = 3
 BUFFER_BYTES = 1 << 30  # request bytes all connections may hold at once (each frame up to 64 MiB)
 WRITE_BUFFER_BYTES = 1 << 20  # replies held for a client that does not read them; its reading pauses past it
 WORKERS = 4  # threads running requests that may block on the commit lock or an fsync (create_region, ...)
@@ -58,40 +56,6 @@ WORKERS = 4  # threads running requests that may block on the commit lock or an 
 # and a read arriving meanwhile must not wait long. docs/decisions.md, "The client commit path, second
 # pass" has the figures.
 INLINE_SYNC_MAX_S = 0.0005
-
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
-    asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
-    if os.environ.get("MULTISITE_CLIENT_LOOP", "uvloop") == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
-def check_keepalive(seconds: object) -> int:
-    """``--keepalive``: whole seconds from 1 to 32767 (Linux's TCP_KEEPIDLE range); ConfigError otherwise."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 32767:
-        raise ConfigError(f"--keepalive takes whole seconds from 1 to 32767, got {seconds!r}")
-    return seconds
-
-
-def keepalive(conn: socket.socket, seconds: int) -> None:
-    """Drop a client whose host or network vanished without closing the connection: after ``seconds``
-    of silence the kernel probes it, ``KEEPALIVE_PROBES`` times ``seconds / 3`` apart, and a client
-    that answers none is reset, so it does not hold one of the ``MAX_CONNECTIONS`` slots forever. A
-    reply it never acknowledges fails as late (TCP_USER_TIMEOUT). An idle client that is alive
-    answers the probes itself (its kernel does) and stays connected."""
-    interval = max(1, seconds // 3)
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, (seconds + KEEPALIVE_PROBES * interval) * 1000)
 
 
 class _Connection(asyncio.Protocol):

@@ -44,7 +44,8 @@ from ..replication.server.update import UpdateProcess
 from ..net.affinity import parse_cpus
 from .client import fetch_hello
 from .client_auth import ClientAuth
-from .clients import KEEPALIVE_S, ClientListener, check_keepalive
+from .clients import ClientListener
+from .sockets import KEEPALIVE_S, check_keepalive
 from ..net.control import control_address
 from ..replication.server.receiver import ReceiverConfig, ReceiverServer
 from ..replication.server.source import SourceConfig, SourceServer

@@ -20,7 +20,7 @@ from ..instance.layout import Layout
 from ..net import control
 from ..net.process import wait_exit
 from ..net.affinity import parse_cpus
-from .clients import check_keepalive
+from .sockets import check_keepalive
 from ..instance.users import load_users
 from ..protocol.auth import check_listen
 from ..net.tls import TLSConfig, parse_hostport

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import ServerError
 from ..fsutil import create_file
 from ..instance.layout import Layout
-from .clients import KEEPALIVE_S, check_keepalive
+from .sockets import KEEPALIVE_S, check_keepalive
 from .instance import LOG_FORMAT, InstanceServer
 from ..net.tls import TLSConfig, parse_hostport
 

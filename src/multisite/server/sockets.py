@@ -1,0 +1,50 @@
+"""The client listener's event loop and its sockets' keepalive: what ``clients.py`` sets up before serving.
+
+Here rather than in the listener because the instance server's start checks (``server start
+--keepalive``, ``multisite.serve``) need ``check_keepalive`` without the listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+from ..errors import ConfigError
+
+KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see keepalive()
+KEEPALIVE_PROBES = 3
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
+    asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
+    if os.environ.get("MULTISITE_CLIENT_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def check_keepalive(seconds: object) -> int:
+    """``--keepalive``: whole seconds from 1 to 32767 (Linux's TCP_KEEPIDLE range); ConfigError otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 32767:
+        raise ConfigError(f"--keepalive takes whole seconds from 1 to 32767, got {seconds!r}")
+    return seconds
+
+
+def keepalive(conn: socket.socket, seconds: int) -> None:
+    """Drop a client whose host or network vanished without closing the connection: after ``seconds``
+    of silence the kernel probes it, ``KEEPALIVE_PROBES`` times ``seconds / 3`` apart, and a client
+    that answers none is reset, so it does not hold one of the ``MAX_CONNECTIONS`` slots forever. A
+    reply it never acknowledges fails as late (TCP_USER_TIMEOUT). An idle client that is alive
+    answers the probes itself (its kernel does) and stays connected."""
+    interval = max(1, seconds // 3)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, (seconds + KEEPALIVE_PROBES * interval) * 1000)
