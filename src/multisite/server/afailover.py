@@ -13,11 +13,10 @@ import asyncio
 import time
 from typing import Any
 
-from ..errors import (AuthenticationFailed, CommitOutcomeUnknown, ConnectionLost, MultisiteError, NotPrimary,
-                      PermissionDenied)
+from ..errors import AuthenticationFailed, ConnectionLost, MultisiteError, NotPrimary, PermissionDenied
 from .aclient import AsyncRemoteDatabase, connect as connect_one
-from .client import (CONNECT_TIMEOUT_S, FAILOVER_TIMEOUT_S, PRIMARY_POLL_S, RETRIED_OPS, parse_addresses,
-                     writable_role)
+from .client import (CONNECT_TIMEOUT_S, FAILOVER_TIMEOUT_S, PRIMARY_POLL_S, RETRIED_OPS, no_primary,
+                     outcome_unknown, parse_addresses, writable_role)
 
 
 class AsyncFailoverDatabase(AsyncRemoteDatabase):
@@ -58,9 +57,7 @@ class AsyncFailoverDatabase(AsyncRemoteDatabase):
                     seen[addr] = role
                     await db.close()
                 if time.monotonic() >= deadline:
-                    raise ConnectionLost(f"no primary among {', '.join(self.addresses)} within "
-                                         f"{self.failover_timeout_s:g} s: "
-                                         + ", ".join(f"{a}: {w}" for a, w in seen.items()))
+                    raise no_primary(self.addresses, self.failover_timeout_s, seen)
                 await asyncio.sleep(PRIMARY_POLL_S)
 
     async def _call(self, op: str, **args: Any) -> Any:
@@ -73,10 +70,7 @@ class AsyncFailoverDatabase(AsyncRemoteDatabase):
                 db._fail("the server is no longer the primary")
             except ConnectionLost as e:
                 if op not in RETRIED_OPS:
-                    raise CommitOutcomeUnknown(
-                        f"the connection to the primary {db.address} was lost before {op!r} was answered: it "
-                        f"may have committed or not (it is not sent again); the next call connects to the "
-                        f"primary of {','.join(self.addresses)}") from e
+                    raise outcome_unknown(db.address, op, self.addresses) from e
             if time.monotonic() >= deadline:
                 raise ConnectionLost(f"{op!r} found no primary among {', '.join(self.addresses)} within "
                                      f"{self.failover_timeout_s:g} s")

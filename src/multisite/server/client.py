@@ -41,6 +41,19 @@ def parse_addresses(address: str) -> list[str]:
     return addrs
 
 
+def outcome_unknown(address: str, op: str, addresses: list[str]) -> errors.CommitOutcomeUnknown:
+    """The error of a request whose answer a failover lost: never sent again (it may have committed)."""
+    return errors.CommitOutcomeUnknown(
+        f"the connection to the primary {address} was lost before {op!r} was answered: it may have committed "
+        f"or not (it is not sent again); the next call connects to the primary of {','.join(addresses)}")
+
+
+def no_primary(addresses: list[str], timeout_s: float, seen: dict[str, str]) -> ConnectionLost:
+    """No address answered as the primary within ``timeout_s``: what each answered."""
+    return ConnectionLost(f"no primary among {', '.join(addresses)} within {timeout_s:g} s: "
+                          + ", ".join(f"{a}: {w}" for a, w in seen.items()))
+
+
 class RemoteDatabase:
     """One instance server over the wire, or with several addresses (``"h1:p1,h2:p2,h3:p3"``) whichever
     of them is the primary, as libpq's multi-host strings with ``target_session_attrs=read-write``.
@@ -127,9 +140,7 @@ class RemoteDatabase:
                 seen[addr] = role
                 self._drop()
             if time.monotonic() >= deadline:
-                raise ConnectionLost(f"no primary among {', '.join(self.addresses)} within "
-                                     f"{self.failover_timeout_s:g} s: "
-                                     + ", ".join(f"{a}: {w}" for a, w in seen.items()))
+                raise no_primary(self.addresses, self.failover_timeout_s, seen)
             time.sleep(PRIMARY_POLL_S)
 
     def _drop(self) -> None:
@@ -155,10 +166,7 @@ class RemoteDatabase:
                 self._drop()
             except ConnectionLost as e:
                 if op not in RETRIED_OPS:
-                    raise errors.CommitOutcomeUnknown(
-                        f"the connection to the primary {self.address} was lost before {op!r} was answered: "
-                        f"it may have committed or not (it is not sent again); the next call connects to "
-                        f"the primary of {','.join(self.addresses)}") from e
+                    raise outcome_unknown(self.address, op, self.addresses) from e
             if time.monotonic() >= deadline:
                 raise ConnectionLost(f"{op!r} found no primary among {', '.join(self.addresses)} within "
                                      f"{self.failover_timeout_s:g} s")
