@@ -70,7 +70,7 @@ demo: setup
 	$(BIN)/multisite demo
 
 test: setup
-	$(BIN)/python -m pytest -q tests/unit tests/integration tests/faults tests/spark
+	$(BIN)/python -m pytest -q --durations=25 tests/unit tests/integration tests/faults tests/spark
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
