@@ -130,3 +130,25 @@ class _aconnect_sync:
     def __exit__(self, *exc) -> None:
         self._loop.run_until_complete(self._db.close())
         self._loop.close()
+
+
+def test_a_paused_member_is_passed_by_within_the_connect_timeout(cluster):
+    """A SIGSTOPped server's kernel still accepts connections, and nothing answers: the role probe of
+    a multi-host client waited its whole request timeout for it (the blocking one), or for ever (the
+    asyncio one), before trying the next member."""
+    import os
+    import signal
+    import time
+
+    from multisite.server.client import CONNECT_TIMEOUT_S
+
+    a, b = cluster.instance("A"), cluster.instance("B")  # two primaries by role; A, listed first, paused
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        for client in (multisite.connect, _aconnect_sync):
+            t0 = time.monotonic()
+            with client(f"127.0.0.1:{a.client_port},127.0.0.1:{b.client_port}") as db:
+                assert db.address == f"127.0.0.1:{b.client_port}"
+            assert time.monotonic() - t0 < CONNECT_TIMEOUT_S + 3
+    finally:
+        os.kill(a.pid, signal.SIGCONT)

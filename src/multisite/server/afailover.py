@@ -45,10 +45,10 @@ class AsyncFailoverDatabase(AsyncRemoteDatabase):
                     except MultisiteError as e:
                         seen[addr] = e.code
                         continue
-                    try:
-                        role = writable_role(await db._call("info"))
-                    except MultisiteError as e:
-                        seen[addr] = e.code
+                    try:  # bounded: a paused member's kernel accepts the connection, and nothing answers
+                        role = writable_role(await asyncio.wait_for(db._call("info"), CONNECT_TIMEOUT_S))
+                    except (MultisiteError, asyncio.TimeoutError) as e:
+                        seen[addr] = getattr(e, "code", "no answer")
                         await db.close()
                         continue
                     if role == "primary":

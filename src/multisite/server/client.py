@@ -104,7 +104,7 @@ class RemoteDatabase:
             except OSError as e:  # ssl.SSLError, a reset: the server refused the handshake
                 sock.close()
                 raise ConnectionLost(f"TLS handshake with the instance server at {address} failed: {e}") from e
-        sock.settimeout(self._timeout)
+        sock.settimeout(timeout)  # the login too: a member that does not answer is passed by in time
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock, self.address, self._buf = sock, address, FrameBuffer()
         self._broken, self.user = None, None
@@ -127,13 +127,16 @@ class RemoteDatabase:
         while True:
             seen = {}
             for addr in self.addresses:
+                probe_s = min(self._timeout, CONNECT_TIMEOUT_S)
                 try:
-                    self._open(addr, min(self._timeout, CONNECT_TIMEOUT_S))
+                    self._open(addr, probe_s)  # a paused member's kernel accepts, and nothing answers
                     role = writable_role(self._request("info"))
+                    self._sock.settimeout(self._timeout)
                 except (AuthenticationFailed, PermissionDenied):
                     raise
                 except MultisiteError as e:
                     seen[addr] = e.code
+                    self._drop()
                     continue
                 if role == "primary":
                     return
