@@ -239,18 +239,23 @@ class Gathering:
         """Commits ever written that wait or waited for an fdatasync (``synced`` takes a count of them)."""
         return self._total
 
-    def wrote(self, batch: list[Request], results: list, token: object, publish: bool = True) -> list[Request]:
+    def wrote(self, batch: list[Request], results: list, token: object, publish: bool = True,
+              now: float = 0.0) -> list[Request]:
         """A batch was journaled (``token``: what hardens it, None if nothing needs it). Requests that
-        failed alone, and all of them when there is nothing to harden, are answered now; the others
-        wait for an fdatasync. Returns the requests answered. ``publish=False``: the caller hardens
-        this batch itself and calls ``synced(written_total)`` (the hardening thread is not offered it;
-        a later published token covers it too, which is harmless)."""
+        failed alone, and all of them when there is nothing to harden, are answered now (with
+        ``min_confirm``, one the secondaries have not confirmed waits from ``now``, as in ``synced``);
+        the others wait for an fdatasync. Returns the requests answered. ``publish=False``: the caller
+        hardens this batch itself and calls ``synced(written_total)`` (the hardening thread is not
+        offered it; a later published token covers it too, which is harmless)."""
         answered = []
         for req, res in zip(batch, results):
             req.session.written(req)
             if isinstance(res, BaseException):
                 req.session.answer(req, False, error_reply(res))
                 answered.append(req)
+            elif token is None and self.min_confirm and isinstance(res, int) and res > self.confirmed_seqno:
+                self._unconfirmed.append((req, res, now))  # durability none: nothing to harden here, but
+                # --min-confirm is about the secondaries
             elif token is None:  # nothing of it to harden (nothing replicated, or durability none)
                 req.session.answer(req, True, res)
                 answered.append(req)
@@ -294,6 +299,33 @@ class Gathering:
             req, res, _ = q.popleft()
             req.session.answer(req, True, res)
             answered.append(req)
+        return answered
+
+    def min_confirm_off(self) -> list[Request]:
+        """``min_confirm`` was set to 0: answer every commit that waited for confirmations, and forget
+        the confirmed mark (a mark left at "everything" would answer every commit unconfirmed once a
+        ``min_confirm`` is set again)."""
+        answered = self.confirmed(1 << 62)
+        self.confirmed_seqno = 0
+        return answered
+
+    def rolled_back(self, seqno: int) -> list[Request]:
+        """The instance rolled back to ``seqno``: what the secondaries confirmed past it was of the
+        history rolled back, so the mark goes back to it (the seqnos after it are given again, to other
+        transactions), and the commits waiting past it, now in the lost-transaction file, are answered
+        MIN_CONFIRM_TIMEOUT."""
+        self.confirmed_seqno = min(self.confirmed_seqno, seqno)
+        answered, kept = [], deque()
+        for req, res, since in self._unconfirmed:
+            if res > seqno:
+                req.session.answer(req, False, [MIN_CONFIRM_TIMEOUT, (
+                    f"commit {res} is hard on this instance but was rolled back (to seqno {seqno}) before "
+                    f"{self.min_confirm} secondar{'y' if self.min_confirm == 1 else 'ies'} confirmed it: it "
+                    f"is in this instance's lost-transaction file, not in the cluster's history")])
+                answered.append(req)
+            else:
+                kept.append((req, res, since))
+        self._unconfirmed = kept
         return answered
 
     def expire(self, now: float, timeout_s: float, why: str) -> list[Request]:

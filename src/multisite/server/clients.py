@@ -444,7 +444,7 @@ class ClientListener:
             self.batched += len(reqs)
             self.batches += 1
             inline = token is not None and self._inline_ok(len(reqs))
-            self._gathering.wrote(reqs, prep.results, token, publish=not inline)
+            self._gathering.wrote(reqs, prep.results, token, publish=not inline, now=time.monotonic())
             if inline:
                 self._harden_inline(token)
             elif token is not None:
@@ -485,7 +485,7 @@ class ClientListener:
             first = not self._gathering.min_confirm and n
             self._gathering.min_confirm, self.min_confirm_timeout_s, self._confirm_why = n, timeout_s, why
             if not n:
-                self._answered(self._gathering.confirmed(1 << 62), None)
+                self._answered(self._gathering.min_confirm_off(), None)
             elif first:
                 self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
         self._loop.call_soon_threadsafe(apply)
@@ -497,6 +497,14 @@ class ClientListener:
 
     def _on_confirmed(self, seqno: int) -> None:
         self._answered(self._gathering.confirmed(seqno), None)
+
+    def rolled_back(self, seqno: int) -> None:
+        """The instance rolled back to ``seqno`` (a rollback listener: from the thread that rolled
+        back): confirmations past it no longer count (``Gathering.rolled_back``)."""
+        self._loop.call_soon_threadsafe(self._on_rolled_back, seqno)
+
+    def _on_rolled_back(self, seqno: int) -> None:
+        self._answered(self._gathering.rolled_back(seqno), None)
 
     def _expire_unconfirmed(self) -> None:
         if not self._gathering.min_confirm:

@@ -127,6 +127,7 @@ class InstanceServer:
             self.log.info("client authentication: %s", self.client_auth.status() if self.client_auth else None)
         self.clients = cli_srv
         loop = asyncio.get_running_loop()
+        db.rollback_listeners.append(lambda seqno: loop.call_soon_threadsafe(self._rolled_back, seqno))
         if threading.current_thread() is threading.main_thread():  # not so when served in-process (server.serve)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
@@ -243,8 +244,16 @@ class InstanceServer:
         if not n or self.clients is None:
             return
         marks = sorted(self.confirming().values(), reverse=True)
-        if len(marks) >= n:
-            self.clients.confirmed(marks[n - 1])
+        if len(marks) >= n:  # never past what this instance has (a mark not yet lowered after a rollback)
+            self.clients.confirmed(min(marks[n - 1], self.db.seqno))
+
+    def _rolled_back(self, seqno: int) -> None:
+        """The instance rolled back to ``seqno``: what its secondaries confirmed past it was of the
+        history rolled back, and counts for --min-confirm no more (the seqnos are given again)."""
+        for s in self.sources.values():
+            s.last_confirmed = min(s.last_confirmed, seqno)
+        if self.clients is not None:
+            self.clients.rolled_back(seqno)
 
     def _confirm_why(self) -> str:
         c = self.confirming()
