@@ -35,11 +35,14 @@ SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "rep
                      ("grid", "wire"): set(),
                      ("ha", "decide"): set(),
                      ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"},
+                     ("grid", "coordination"): {"grid.catalog", "grid.placement", "grid.policy", "grid.routing",
+                                                "grid.wire", "ha.decide"},
                      ("multimaster", "ids"): set(),
                      ("multimaster", "document"): {"multimaster.ids"},
                      ("multimaster", "conflicts"): {"multimaster.document", "multimaster.ids"},
                      ("multimaster", "wire"): set(),
                      ("multimaster", "schedule"): set(),
+                     ("multimaster", "couch"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids"},
                      ("multimaster", "session"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids",
                                                   "multimaster.wire"}}
 

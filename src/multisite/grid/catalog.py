@@ -61,8 +61,11 @@ class Member:
 
 
 class Catalog:
+    """``mirror``: the placement and members exactly as ``state`` has them, with the shortfalls it
+    recorded, and no plan run (a follower catalog or a container reading what the leader decided)."""
+
     def __init__(self, policy: GridPolicy, *, now: float, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S_DEFAULT,
-                 state: Mapping[str, Any] | None = None) -> None:
+                 state: Mapping[str, Any] | None = None, mirror: bool = False) -> None:
         if not heartbeat_timeout_s > 0:
             raise ConfigError(f"heartbeat_timeout_s must be more than 0, got {heartbeat_timeout_s}")
         self.policy = policy
@@ -71,8 +74,13 @@ class Catalog:
         self.placement = Placement.empty(policy.partitions)
         self._log: list[str] = []
         if state is not None:
-            self._restore(state, now)
-        self.last_plan: Plan = self._plan("start" if state is None else "restart")
+            self._restore(state, now, quiet=mirror)
+        if mirror:
+            self.last_plan = Plan(self.placement,
+                                  shortfalls=tuple(Shortfall.from_dict(d) for d in (state or {}).get("shortfalls", ())),
+                                  ignored=tuple((c, w) for c, w in (state or {}).get("ignored", ())))
+        else:
+            self.last_plan = self._plan("start" if state is None else "restart")
 
     # -- state file ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -83,7 +91,7 @@ class Catalog:
                              "up": m.up}
                             for m in sorted(self.members.values(), key=lambda m: m.name)]}
 
-    def _restore(self, state: Mapping[str, Any], now: float) -> None:
+    def _restore(self, state: Mapping[str, Any], now: float, quiet: bool = False) -> None:
         if state.get("grid") != self.policy.name:
             raise ConfigError(f"the catalog's state is of grid {state.get('grid')!r}, the policy names grid "
                               f"{self.policy.name!r}: start the catalog with that grid's policy, or use another "
@@ -97,6 +105,8 @@ class Catalog:
             self.members[m["name"]] = Member(m["name"], m["zone"], m["address"], m["capacity"], last_heard=now,
                                              up=m.get("up", True))
         up = sum(m.up for m in self.members.values())
+        if quiet:
+            return
         self._log.append(f"reloaded placement version {self.placement.version} and {len(self.members)} "
                          f"container(s), {up} up before the restart: each of those has {self.heartbeat_timeout_s:g} s "
                          f"to reconnect")
@@ -160,6 +170,38 @@ class Catalog:
         if lost:
             self._replan(f"{', '.join(lost)} lost")
         return lost
+
+    def lost(self, name: str, now: float, why: str) -> bool:
+        """The container ``name`` is lost for a reason the caller knows (with etcd: its lease ended):
+        ``plan`` runs without it. False if it was not up."""
+        m = self.members.get(name)
+        if m is None or not m.up:
+            return False
+        m.up, m.seqnos = False, None
+        self._log.append(f"container {name} lost: {why}")
+        self._replan(f"{name} lost")
+        return True
+
+    def report(self, name: str, now: float, applied_version: int, seqnos: Mapping[int, int],
+               loaders: Mapping[int, dict] | None = None) -> None:
+        """What a heartbeat tells besides currency (with etcd: the container's report key): for status."""
+        m = self.members.get(name)
+        if m is None or not m.up:
+            return
+        m.last_heard = now
+        m.applied_version = applied_version
+        m.seqnos = dict(seqnos)
+        m.loaders = dict(loaders or {})
+
+    def currency(self, container: str, currency: Mapping[int, tuple[int, list[str]]]) -> None:
+        """A primary's currency report (see ``_update_currency``), from wherever it came."""
+        m = self.members.get(container)
+        if m is not None:
+            self._update_currency(m, currency)
+
+    def note(self, line: str) -> None:
+        """A line for the catalog's log from the process around it."""
+        self._log.append(line)
 
     # -- decisions -----------------------------------------------------------------------------------
     def _plan(self, why: str) -> Plan:

@@ -164,6 +164,10 @@ class Shortfall:
         return {"partition": self.partition, "role": self.role.value, "wanted": self.wanted,
                 "placed": self.placed, "reason": self.reason, "blocks_commits": self.blocks_commits}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Shortfall:
+        return cls(d["partition"], Role(d["role"]), d["wanted"], d["placed"], d["reason"], d["blocks_commits"])
+
 
 @dataclass(frozen=True)
 class Plan:
