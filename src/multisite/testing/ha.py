@@ -10,10 +10,16 @@
 
 Every part is real: each server and each manager is a process of its own; the managers talk to a real
 etcd; the writer is a ``multisite.connect`` client with every member's address.
+
+With ``hosts`` (``testing/netns.py``), each member lives in the network namespace of the same name: its
+server listens on that host's address, its manager publishes it (``ha start --advertise``), and both
+processes are started from inside it (``Hosts.entered``), where the harness also reaches their control
+sockets; the writer, in the test's own namespace, reaches every member through the bridge.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,24 +28,35 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import engine as database
-from ..errors import CommitOutcomeUnknown, ConnectionLost, MultisiteError, ServerError
+from ..errors import CommitOutcomeUnknown, ConnectionLost, MinConfirmTimeout, MultisiteError, ServerError
 from ..ha.process import run_file, start_ha, stop_ha
 from ..journal.lostfile import LostFile, list_lost_files
 from ..net import control
 from ..server.client import RemoteDatabase
+from ..server.instance import MIN_CONFIRM_TIMEOUT_S_DEFAULT
 from ..server.process import start_server, stop_server
 from .checks import wait_until
 
+if TYPE_CHECKING:
+    from .netns import Hosts
+
 REGION = "acct"
+# a commit's answer: above the min-confirm wait; a paused primary holds the writer this long before its
+# commit counts as unknown and the writer looks for the new primary
+WRITER_TIMEOUT_S = MIN_CONFIRM_TIMEOUT_S_DEFAULT + 3.0
 
 
 @dataclass
 class Writer:
-    """A thread committing ``(REGION, (i,), i)`` one at a time; what was acknowledged, refused, unknown."""
+    """A thread committing ``(REGION, key(i), i)`` one at a time (``key(i)`` is ``(i,)``, or ``(tag, i)``
+    with a tag); what was acknowledged, refused, unknown. A commit refused with MIN_CONFIRM_TIMEOUT is
+    hard on the primary but unconfirmed: its outcome is unknown, not refused."""
 
     addresses: str
+    tag: str = ""
     acked: dict[int, int] = field(default_factory=dict)  # i -> seqno
     unknown: list[int] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
@@ -52,13 +69,13 @@ class Writer:
         self._thread.start()
 
     def _run(self) -> None:
-        db = RemoteDatabase(self.addresses, failover_timeout_s=30)
+        db = RemoteDatabase(self.addresses, WRITER_TIMEOUT_S, failover_timeout_s=30)
         i = 0
         while not self._stop.is_set():
             i += 1
             try:
-                seqno = db.set(REGION, (i,), i)
-            except CommitOutcomeUnknown:
+                seqno = db.set(REGION, self.key(i), i)
+            except (CommitOutcomeUnknown, MinConfirmTimeout):
                 self.unknown.append(i)
                 continue
             except MultisiteError as e:
@@ -69,6 +86,9 @@ class Writer:
             self.acked[i] = seqno
             self.ack_times.append((time.monotonic(), i, db.address))
         db.close()
+
+    def key(self, i: int) -> tuple:
+        return (self.tag, i) if self.tag else (i,)
 
     def wait_commit_after(self, t: float, timeout_s: float, on: str | None = None) -> float:
         """The monotonic time of the first commit acknowledged after ``t`` (by the primary at ``on``)."""
@@ -89,17 +109,25 @@ class HACluster:
     """Members named ``names`` under ``base``, each an instance server with its HA manager."""
 
     def __init__(self, base: Path, etcd: str, names: list[str], *, ttl_s: float = 1.0, min_confirm: int = 0,
-                 cluster: str = "c1", durability: str = "group"):
+                 cluster: str = "c1", durability: str = "group", hosts: "Hosts | None" = None):
         self.base, self.etcd, self.names = Path(base), etcd, list(names)
         self.ttl_s, self.min_confirm, self.cluster, self.durability = ttl_s, min_confirm, cluster, durability
+        self.hosts = hosts
         self.ports: dict[str, int] = {}
+
+    def on(self, name: str) -> contextlib.AbstractContextManager:
+        """Within: the calling thread is in the member's network namespace (when it has one)."""
+        return self.hosts.entered(name) if self.hosts else contextlib.nullcontext()
+
+    def host(self, name: str) -> str:
+        return self.hosts.address(name) if self.hosts else "127.0.0.1"
 
     # -- members ----------------------------------------------------------------------------------
     def root(self, name: str) -> Path:
         return self.base / name
 
     def address(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
+        return f"{self.host(name)}:{self.ports[name]}"
 
     @property
     def addresses(self) -> str:
@@ -113,10 +141,12 @@ class HACluster:
 
     def start_host(self, name: str) -> None:
         """The member's server (its client port kept across restarts) and its manager."""
-        port = self.ports.get(name, 0)
-        info = start_server(self.root(name), f"127.0.0.1:{port}")
-        self.ports[name] = info["client_port"]
-        start_ha(self.root(name), self.cluster, self.etcd, ttl_s=self.ttl_s, min_confirm=self.min_confirm)
+        port, host = self.ports.get(name, 0), self.host(name)
+        with self.on(name):  # no users: a port on a namespace's address is open to the test's hosts only
+            info = start_server(self.root(name), f"{host}:{port}", insecure=self.hosts is not None)
+            self.ports[name] = info["client_port"]
+            start_ha(self.root(name), self.cluster, self.etcd, ttl_s=self.ttl_s, min_confirm=self.min_confirm,
+                     advertise=host if self.hosts else None)
 
     def pids(self, name: str) -> list[int]:
         out = []
@@ -156,15 +186,17 @@ class HACluster:
             except MultisiteError:
                 pass
             try:
-                if control.is_running(self.root(n)):
-                    stop_server(self.root(n), 5)
+                with self.on(n):
+                    if control.is_running(self.root(n)):
+                        stop_server(self.root(n), 5)
             except MultisiteError:
                 self.lose_host(n)
 
     # -- observing ----------------------------------------------------------------------------------
     def status(self, name: str) -> dict | None:
         try:
-            return control.call(self.root(name), "status", 5.0)
+            with self.on(name):
+                return control.call(self.root(name), "status", 5.0)
         except MultisiteError:
             return None
 
@@ -225,10 +257,10 @@ class HACluster:
     def client(self) -> RemoteDatabase:
         return RemoteDatabase(self.addresses, failover_timeout_s=30)
 
-    def writer(self) -> Writer:
+    def writer(self, tag: str = "") -> Writer:
         with self.client() as db:
             db.create_region(REGION)
-        return Writer(self.addresses)
+        return Writer(self.addresses, tag)
 
     def lost_rows(self) -> set[tuple]:
         """Keys of every lost-transaction file of every member."""
@@ -244,9 +276,9 @@ class HACluster:
         """Every acknowledged commit is on the primary or in a lost file; nothing refused is anywhere."""
         rows = self.rows(self.primary())
         lost = self.lost_rows()
-        missing = [i for i in w.acked if (i,) not in rows and (i,) not in lost]
+        missing = [i for i in w.acked if w.key(i) not in rows and w.key(i) not in lost]
         assert not missing, f"acknowledged commits silently lost: {missing[:10]} (of {len(missing)})"
-        present = [i for i in w.refused if (i,) in rows]
+        present = [i for i in w.refused if w.key(i) in rows]
         assert not present, f"refused commits present: {present[:10]}"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,0 +1,96 @@
+"""What the HA fault tests check after the fact, from the members' files (issue 25).
+
+**One primary at a time, from the journals.** Every journal record carries the instance that committed
+it (``origin``) and its commit time. In one member's journal, or in one lost-transaction file, a run of
+consecutive records with the same origin is one *leadership period* of that origin: the span of its
+commit times is when that member was taking commits. Two members were never primaries accepting commits
+at the same time if no two periods of different origins overlap in time, over every journal and every
+lost file of the cluster: what a fenced primary committed after losing its lease would be in its lost
+file, with times inside the new primary's period. The fence makes the gap between one leader's last
+commit and the next one's first at least the fence margin (``decide.FENCE_MARGIN_FRACTION`` of the
+lease) after a failover; a switchover closes commits before it hands over, so its gap is only positive.
+The times are the machine's wall clock, which every member shares (namespaces included).
+
+**Acknowledged commits.** A writer's acknowledged commit is on the final primary, or (without
+``--min-confirm``) in a lost file; with ``--min-confirm 1`` it is on the final primary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..journal.lostfile import LostFile, list_lost_files
+from ..journal.reader import iter_records
+
+
+@dataclass(frozen=True)
+class Period:
+    """A run of consecutive records committed by ``origin``: seqnos, commit times, and where it was read."""
+
+    origin: str
+    first_seqno: int
+    last_seqno: int
+    first_time: float
+    last_time: float
+    where: str  # "A journal", "A lost 2026...mslost"
+
+    def overlaps(self, other: "Period") -> bool:
+        return self.first_time <= other.last_time and other.first_time <= self.last_time
+
+
+def runs(rows: Iterable[tuple[int, str, float]], where: str) -> list[Period]:
+    """Periods of ``(seqno, origin, time)`` rows in seqno order."""
+    out: list[Period] = []
+    cur: list[tuple[int, str, float]] = []
+    for row in rows:
+        if cur and row[1] != cur[0][1]:
+            out.append(_period(cur, where))
+            cur = []
+        cur.append(row)
+    if cur:
+        out.append(_period(cur, where))
+    return out
+
+
+def _period(rows: list[tuple[int, str, float]], where: str) -> Period:
+    times = [t for _, _, t in rows]
+    return Period(rows[0][1], rows[0][0], rows[-1][0], min(times), max(times), where)
+
+
+def leadership_periods(roots: Iterable[Path]) -> list[Period]:
+    """Every member's journal and lost files, as periods (read from the files: stop the servers first)."""
+    out: list[Period] = []
+    for root in roots:
+        root = Path(root)
+        out += runs(((r.seqno, r.origin, r.time) for r in iter_records(root / "journal")), f"{root.name} journal")
+        for path in list_lost_files(root / "lost"):
+            txns = sorted(LostFile.read(path).transactions, key=lambda t: t["seqno"])
+            out += runs(((t["seqno"], t["origin"], t["time"]) for t in txns), f"{root.name} lost {Path(path).name}")
+    return out
+
+
+def check_one_primary_at_a_time(periods: list[Period]) -> float | None:
+    """AssertionError naming two periods of different origins whose commit times overlap; else the
+    smallest gap between the end of one origin's period and the start of another's that follows it
+    (None with a single origin)."""
+    gaps = []
+    for i, a in enumerate(periods):
+        for b in periods[i + 1:]:
+            if a.origin == b.origin:
+                continue
+            if a.overlaps(b):
+                raise AssertionError(f"two primaries took commits at once: {a.origin} ({a.where}, seqnos "
+                                     f"{a.first_seqno}..{a.last_seqno}, {a.first_time:.3f}..{a.last_time:.3f}) and "
+                                     f"{b.origin} ({b.where}, seqnos {b.first_seqno}..{b.last_seqno}, "
+                                     f"{b.first_time:.3f}..{b.last_time:.3f})")
+            gaps.append(b.first_time - a.last_time if a.last_time < b.first_time else a.first_time - b.last_time)
+    return min(gaps) if gaps else None
+
+
+def unacknowledged_loss(keys: Iterable[tuple], on_primary, in_lost_files) -> tuple[list, list]:
+    """Of the keys of a writer's acknowledged commits: those not on the final primary, and of those the
+    ones in no lost file either (silently lost)."""
+    missing = [k for k in keys if k not in on_primary]
+    return missing, [k for k in missing if k not in in_lost_files]
