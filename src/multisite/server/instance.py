@@ -52,6 +52,11 @@ from ..replication.server.source import SourceConfig, SourceServer
 from ..net.tls import TLSConfig, parse_hostport
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# In DIR/run while an HA manager holds the instance's local commits to a lease (``ctl_lease``, ha/): a
+# server started again with it is fenced until a manager gives it a lease again or lifts the fence once
+# it has rejoined the new primary. The fence is in memory: without the file a restarted old primary (a
+# stopped leader, or a lost one whose host came back) took commits beside the new one.
+HA_LEASE_FILE = "ha_lease.json"
 MIN_CONFIRM_TIMEOUT_S_DEFAULT = 5.0  # a commit waits this long for --min-confirm secondaries, then is refused
 
 
@@ -96,6 +101,12 @@ class InstanceServer:
                                           insecure=self.insecure)
         self.db = engine.open(self.root)
         db = self.db
+        if (self.root / "run" / HA_LEASE_FILE).exists():
+            db.set_lease(0.0)
+            self.log.warning("%s was under an HA manager's lease when its server stopped: it takes no local commit "
+                             "(NOT_PRIMARY) until its manager leads it again or rejoins it to the new primary (to "
+                             "leave HA for good: remove %s with the server stopped)", db.name,
+                             self.root / "run" / HA_LEASE_FILE)
         self.pool = JournalPool(db.info.journal_pool_bytes)
         self.pool.reset(db.seqno)
         db.commit_listeners.append(self.pool.extend)
@@ -215,8 +226,17 @@ class InstanceServer:
 
     async def ctl_lease(self, until: float | None = None) -> dict:
         """HA fencing (``ha/manager.py``): local commits only until the monotonic time ``until`` (the
-        machine's clock, shared with the manager's process); None: no lease."""
-        self.db.set_lease(None if until is None else float(until))
+        machine's clock, shared with the manager's process); None: no lease. A lease is recorded in
+        DIR/run (``HA_LEASE_FILE``) before it is given, so that a restarted server starts fenced."""
+        marker = self.root / "run" / HA_LEASE_FILE
+        if until is None:
+            self.db.set_lease(None)
+            marker.unlink(missing_ok=True)
+            return {"pid": os.getpid(), "until": until}
+        until = float(until)
+        if not marker.exists():
+            atomic_write(marker, json.dumps({"since": time.time()}).encode())
+        self.db.set_lease(until)
         return {"pid": os.getpid(), "until": until}
 
     async def ctl_min_confirm(self, n: int, timeout_s: float = MIN_CONFIRM_TIMEOUT_S_DEFAULT) -> dict:
