@@ -21,14 +21,17 @@ arrives from another replica; it returns what to write. The parts:
   so two servers merging the same pair make the identical document.
 - **Conflict document** (9d): otherwise the server holding the loser keeps the winner and writes a
   conflict document: the loser's fields plus ``$Conflict`` and ``$Ref`` (the UNID), with a UNID and
-  an OID derived from the losing version only, so it is identical wherever it is made.
+  an OID derived from the losing version only (and the loser's line), so it is identical wherever it
+  is made. A conflict document whose version the document or another conflict document later
+  descends from is deleted (``superseded``): its losing line went on elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Iterable
 
 from .document import CONFLICT_FIELD, REF_FIELD, Doc
 from .ids import Stamp, conflict_unid
@@ -50,6 +53,7 @@ class Outcome:
     kind: Kind
     write: Doc | None = None  # the new version of the document on this replica
     conflict_doc: Doc | None = None  # a conflict document to create on this replica
+    record: Doc | None = None  # a deleted conflict document recording a deletion that lost (see reconcile)
 
 
 def descends(hi: Doc, lo: Doc) -> bool:
@@ -112,10 +116,31 @@ def try_merge(w: Doc, l: Doc) -> Doc | None:  # noqa: E741 - w/l: winner/loser
 
 
 def conflict_document(loser: Doc) -> Doc:
-    """The conflict document for a losing version: its fields, ``$Conflict``, ``$Ref``."""
+    """The conflict document for a losing version: its fields, ``$Conflict``, ``$Ref``; it keeps the
+    loser's line (sequence number, ``$Revisions``, merged versions), so that it is the same branch that
+    a CouchDB client holds as a ``_conflicts`` leaf (``couch.py``), and a later edit or deletion of it
+    continues that branch."""
     fields = {**loser.fields, CONFLICT_FIELD: 1, REF_FIELD: loser.unid}
-    return Doc(conflict_unid(loser.unid, loser.stamp), loser.form, fields, 1, loser.time_us, loser.origin,
-               (), {k: 1 for k in fields}, False, False, ())
+    fs = {**loser.field_seqs, CONFLICT_FIELD: loser.seq, REF_FIELD: loser.seq}
+    return Doc(conflict_unid(loser.unid, loser.stamp), loser.form, fields, loser.seq, loser.time_us, loser.origin,
+               loser.revisions, fs, loser.deleted, False, loser.merged)
+
+
+def retired(c: Doc) -> Doc:
+    """Conflict document ``c`` deleted because its version is no longer a losing leaf (``superseded``):
+    the next version, a deletion made from ``c`` only, so the same wherever it is made."""
+    h = hashlib.sha256(f"superseded|{c.unid}|{tuple(c.stamp)}".encode()).hexdigest()[:15]
+    return replace(c.next_version(c.time_us, "d" + h, deleted=True), merge=c.merge)
+
+
+def superseded(current: Doc | None, conflicts: Iterable[Doc]) -> list[Doc]:
+    """The deletions (``retired``) of the live conflict documents of one document whose version the
+    document, or another conflict document, descends from: that losing line went on there (a conflict
+    found at version 2 of a line and again at its version 3, a loser that later won, a line that was
+    deleted), so the older one holds nothing the newer does not."""
+    conflicts = list(conflicts)
+    return [retired(c) for c in conflicts if not c.deleted and (
+        (current is not None and knows(current, c.stamp)) or any(o is not c and knows(o, c.stamp) for o in conflicts))]
 
 
 def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
@@ -137,9 +162,12 @@ def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
         return Outcome(Kind.KEPT)
     # This replica holds the loser: it takes the winner and keeps the loser as a conflict document,
     # unless a deletion is involved (a deleted loser has nothing to keep; Domino drops an update that
-    # a later deletion beat).
+    # a later deletion beat). A deletion that lost to an update leaves a record: its conflict document,
+    # deleted, so that a conflict document found later for a version it deleted is known superseded
+    # (its line was deleted here; ``superseded``), as a CouchDB client that saw the deletion knows.
     conflict = None if (loser.deleted or w.deleted) else conflict_document(loser)
-    return Outcome(Kind.CONFLICT if conflict else (Kind.DELETED if w.deleted else Kind.UPDATED), w, conflict)
+    record = conflict_document(loser) if loser.deleted and not w.deleted else None
+    return Outcome(Kind.CONFLICT if conflict else (Kind.DELETED if w.deleted else Kind.UPDATED), w, conflict, record)
 
 
 def knows(current: Doc | None, incoming: tuple) -> bool:

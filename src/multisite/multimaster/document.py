@@ -7,7 +7,8 @@ A ``Doc`` is immutable. Besides its form and fields it carries what replication 
   of the line this version descends from, oldest first (so ``revisions[k-1]`` is version ``k``);
 - ``field_seqs``: per field, the sequence number of the version that last changed it (the merge
   test: which fields changed since the versions diverged);
-- ``deleted``: a deletion stub (fields dropped, the OID moves on, and it replicates);
+- ``deleted``: a deletion stub (fields dropped but those that name it, ``KEPT_WHEN_DELETED``; the OID moves
+  on, and it replicates);
 - ``merge``: the form's "merge replication conflicts" setting, copied in when the version was made,
   so that every server decides a conflict the same way without consulting its own form table;
 - ``merged``: stamps of versions a merge absorbed (the loser's line after the divergence), so that a
@@ -28,6 +29,8 @@ from .ids import MAX_SEQ, Stamp, check_unid, encode_oid
 
 CONFLICT_FIELD = "$Conflict"
 REF_FIELD = "$Ref"
+COUCH_ID_FIELD = "$CouchId"  # the ``_id`` a CouchDB client gave a document, when it is not a UNID (couch.py)
+KEPT_WHEN_DELETED = (COUCH_ID_FIELD, CONFLICT_FIELD, REF_FIELD)
 MAX_FIELDS = 10_000
 
 
@@ -78,8 +81,8 @@ class Doc:
             raise MalformedDocument(f"document {self.unid} reached the last sequence number {MAX_SEQ}")
         seq = self.seq + 1
         fs = dict(self.field_seqs)
-        if deleted:
-            new_fields: dict[str, Any] = {}
+        if deleted:  # a stub keeps only what names it: a client's ``_id``, a conflict's ``$Ref`` (couch.py)
+            new_fields: dict[str, Any] = {k: self.fields[k] for k in KEPT_WHEN_DELETED if k in self.fields}
         else:
             new_fields = {**self.fields, **(fields or {})}
             for k in fields or {}:

@@ -13,6 +13,8 @@ changes    ``(first changeno,)``    a change block: ``[[unid, seq, time_us, orig
                                     documents of one write, change numbers ``first ..``
 history    ``(peer, dir)``          a bookmark (``peer`` is ``<db id>@<server>``): the peer's change number up to which ``in`` (we
                                     hold the peer's changes) or ``out`` (the peer holds ours)
+refs       ``(unid, conflict)``     1: ``conflict`` is a conflict document of ``unid`` (made at
+                                    open in a database from before it); kept in memory too
 =========  =======================  ==========================================================
 
 Every write of a document takes the next **change number**; the documents of one write are listed in
@@ -23,7 +25,11 @@ block, where it is skipped (a bookmark past it never reads it; a read from befor
 Each write (a document, a batch received from a peer with its bookmark) is one engine transaction:
 the bookmark is stored in the same transaction as the documents it covers, so after a crash it is
 never ahead of what was applied. ``docdb.json`` beside the instance repeats the identity, so that
-``--replica-of DIR`` works while a server holds the database open.
+``--replica-of DIR`` works while a server holds the database open. A received version that makes a
+conflict document redundant (``conflicts.superseded``) deletes it in the same transaction. The CouchDB
+endpoints (``couch_http.py``) read a document with its conflict documents (``families``), write
+through ``transact`` (their decisions are ``couch.plan``'s), keep their ``_local`` checkpoints in
+``meta`` (``("couch_local", id)``, not replicated) and wait for changes with ``add_listener``.
 """
 
 from __future__ import annotations
@@ -47,14 +53,16 @@ from ...fsutil import atomic_write
 from ...journal.records import SET
 from ...keys import encode_key
 from ...values import encode_value
-from ..conflicts import Kind, Outcome, reconcile
-from ..document import Doc, first_version
+from ..conflicts import Kind, Outcome, reconcile, superseded
+from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
 
 REGIONS = ("meta", "docs", "changes", "history")
+REFS = "refs"  # each document's conflict documents; made at open in a database from before it
 CHANGE_BLOCK_ENTRIES = 512  # documents per change block (one journaled op lists a write's documents)
 _raw_encode = msgspec.msgpack.Encoder().encode
 _raw_decode = msgspec.msgpack.decode
+_ONE = encode_value(1)
 _new_stamp = tuple.__new__  # Stamp(...) without the namedtuple's Python-level __new__: the hot path of a change list
 _KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
 IDENTITY_FILE = "docdb.json"
@@ -130,7 +138,7 @@ def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None
                   **({"segment_bytes": segment_bytes} if segment_bytes else {}))
     db = engine.open(path)
     try:
-        for r in REGIONS:
+        for r in REGIONS + (REFS,):
             db.create_region(r)
         with db.transaction() as tx:
             tx.set("meta", ("kind",), "documents")
@@ -190,6 +198,22 @@ class DocDB:
         self._last_time = 0
         self._epoch = 0  # bumped by every write: a read made at the same epoch is still current
         self._lock = threading.RLock()
+        self._listeners: list[Callable[[int], None]] = []
+        self._refs: dict[str, set[str]] = self._load_refs()
+
+    def _load_refs(self) -> dict[str, set[str]]:
+        """Document UNID -> its conflict documents' UNIDs, from the ``refs`` region (made here, from the
+        documents, in a database made before it: one scan, once)."""
+        if REFS not in self.db.regions():
+            self.db.create_region(REFS)
+            ops = [(SET, REFS, (d.fields[REF_FIELD], d.unid), encode_value(1)) for d in self.documents(include_deleted=True)
+                   if d.is_conflict and isinstance(d.fields.get(REF_FIELD), str)]
+            if ops:
+                self.db.commit_updates(ops)
+        refs: dict[str, set[str]] = {}
+        for (ref, unid), _ in self.db.items(REFS):
+            refs.setdefault(ref, set()).add(unid)
+        return refs
 
     # -- identity, ACL, forms -----------------------------------------------------------------------
     @property
@@ -313,6 +337,7 @@ class DocDB:
         n = self._changeno
         enc = _raw_encode if checked else encode_value
         block: list = []
+        refs = []
         for d, _old in docs:
             n += 1
             if len(block) == CHANGE_BLOCK_ENTRIES:
@@ -320,6 +345,11 @@ class DocDB:
                 block = []
             block.append([d.unid, d.seq, d.time_us, d.origin])
             ops.append((SET, "docs", (d.unid,), enc([n, d.to_value()])))
+            if CONFLICT_FIELD in d.fields:
+                ref = d.fields.get(REF_FIELD)
+                if isinstance(ref, str) and d.unid not in self._refs.get(ref, ()):
+                    ops.append((SET, REFS, (ref, d.unid), _ONE))
+                    refs.append((ref, d.unid))
         if block:
             ops.append((SET, "changes", (n + 1 - len(block),), _raw_encode(block)))
         ops.append((SET, "meta", ("changeno",), encode_value(n)))
@@ -327,6 +357,14 @@ class DocDB:
         self.db.commit_updates(ops)
         self._changeno = n
         self._epoch += 1
+        for ref, unid in refs:
+            self._refs.setdefault(ref, set()).add(unid)
+        for fn in self._listeners:
+            fn(n)
+
+    def add_listener(self, fn: Callable[[int], None]) -> None:
+        """Call ``fn(changeno)`` after every write (in the writing thread: it must not block)."""
+        self._listeners.append(fn)
 
     # -- reads --------------------------------------------------------------------------------------
     def _current(self, unid: str) -> tuple[Doc | None, int | None]:
@@ -375,6 +413,73 @@ class DocDB:
             rows = self._rows(list(latest))
             return [(u, st) for u, (n, st) in latest.items() if u in rows and rows[u][0] == n], last
         return [(u, st) for u, (_, st) in latest.items()], last
+
+    def change_rows(self, since: int, limit: int) -> tuple[list[tuple[int, str, tuple]], int]:
+        """``([(changeno, unid, (seq, time_us, origin))], last)``: the documents changed after ``since``, each
+        at its latest change read, in change order, at most ``limit`` of them; ``last`` is the change number
+        they cover (the last row's when the page is full, else the last change there is). The CouchDB
+        ``_changes`` feed: a client's checkpoint is a row's number, so every row needs its own."""
+        latest: dict[str, tuple[int, tuple]] = {}
+        last = since
+        start = max(1, since + 2 - CHANGE_BLOCK_ENTRIES)
+        for (first,), block in self.db.items("changes", start=(start,)):
+            for i, (unid, seq, t, origin) in enumerate(block):
+                if first + i > since:
+                    latest.pop(unid, None)
+                    latest[unid] = (first + i, (seq, t, origin))
+            last = max(last, first + len(block) - 1)
+            if len(latest) >= limit:
+                break
+        rows = [(n, u, st) for u, (n, st) in latest.items()]
+        if len(rows) > limit:
+            rows = rows[:limit]
+            last = rows[-1][0]
+        return rows, last
+
+    def families(self, unids: Iterable[str]) -> dict[str, tuple[Doc | None, list[Doc]]]:
+        """Each document with its conflict documents (live and deleted), in one batch read."""
+        unids = list(dict.fromkeys(unids))
+        cds = {u: sorted(self._refs.get(u, ())) for u in unids}
+        rows = self._rows(unids + [c for cs in cds.values() for c in cs])
+        return {u: (Doc.trusted(rows[u][1]) if u in rows else None,
+                    [Doc.trusted(rows[c][1]) for c in cds[u] if c in rows]) for u in unids}
+
+    def transact(self, unids: Iterable[str], decide: Callable[[dict, Callable[[], int]], tuple[list[Doc], Any]]) -> Any:
+        """Read the ``families`` of ``unids``, let ``decide(families, now)`` say which versions to write (and
+        what to answer), and write them in one transaction, nothing else writing in between. ``now()``
+        is this database's clock (µs, increasing)."""
+        with self._lock:
+            writes, answer = decide(self.families(unids), self._now)
+            if writes:
+                self._write([(d, None) for d in writes], checked=True)
+            return answer
+
+    def local_get(self, name: str) -> Any:
+        """A ``_local`` document of the CouchDB endpoints (a replication checkpoint): kept, not replicated."""
+        return self.db.get("meta", ("couch_local", name))
+
+    def local_update(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        """Replace ``_local`` document ``name`` with ``fn(current)`` (None deletes it), atomically."""
+        with self._lock:
+            new = fn(self.local_get(name))
+            if new is None:
+                self.db.kill("meta", ("couch_local", name))
+            else:
+                self.db.set("meta", ("couch_local", name), new)
+            return new
+
+    def count_main(self) -> tuple[int, int]:
+        """``(live, deleted)`` documents that are not conflict documents (one scan)."""
+        live = deleted = 0
+        for _, v in self.db.items("docs"):
+            d = v[1]
+            if CONFLICT_FIELD in d[2]:
+                continue
+            if d[8]:
+                deleted += 1
+            else:
+                live += 1
+        return live, deleted
 
     def _rows(self, unids: list[str]) -> dict[str, list]:
         """The stored ``[changeno, doc]`` of each of ``unids`` that exists. UNIDs start with their creation
@@ -467,11 +572,14 @@ class DocDB:
                         echo.add((inc.unid, inc.stamp))
                 if out.conflict_doc is not None:
                     conflicts.append(out.conflict_doc)
+                if out.record is not None:
+                    conflicts.append(out.record)
             if conflicts:  # a conflict document made here may exist already (found before, or replicated)
                 exist = self._rows([cd.unid for cd in conflicts if cd.unid not in pending])
                 for cd in conflicts:
                     if cd.unid not in pending and cd.unid not in exist:
                         pending[cd.unid] = (cd, None)
+            self._retire_superseded(pending)
             writes = list(pending.values())
             extra = []
             if peer_db_id is not None and bookmark is not None:
@@ -483,6 +591,33 @@ class DocDB:
                 hint.update((u, d) for u, (d, _) in pending.items())
                 known.epoch = self._epoch
         return counts
+
+    def _retire_superseded(self, pending: dict[str, tuple[Doc, int | None]]) -> None:
+        """Add to ``pending`` the deletions of the conflict documents it makes redundant (``superseded``):
+        only documents that have conflict documents are read again."""
+        affected: dict[str, set[str]] = {}
+        for u, (d, _) in pending.items():
+            ref = d.fields.get(REF_FIELD) if CONFLICT_FIELD in d.fields else u
+            if isinstance(ref, str):
+                affected.setdefault(ref, set(self._refs.get(ref, ())))
+                if ref != u:
+                    affected[ref].add(u)
+        affected = {r: cs for r, cs in affected.items() if cs}
+        if not affected:
+            return
+        need = [u for r, cs in affected.items() for u in (r, *cs) if u not in pending]
+        rows = self._rows(need)
+
+        def doc(u: str) -> Doc | None:
+            if u in pending:
+                return pending[u][0]
+            return Doc.trusted(rows[u][1]) if u in rows else None
+
+        for ref, cs in affected.items():
+            cur = doc(ref)
+            for r in superseded(None if cur is not None and cur.is_conflict else cur,
+                                [c for c in map(doc, sorted(cs)) if c is not None]):
+                pending[r.unid] = (r, None)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

@@ -1,0 +1,402 @@
+"""The CouchDB vocabulary of multi-master documents (``multimaster/couch.py``), and the proof that the
+two winner rules agree.
+
+The model test runs a multisite replica A (documents, conflict documents, the native reconcile for
+sessions with a second replica B, ``couch.plan`` for what a client pushes) beside a CouchDB model
+written here from CouchDB's rules alone (a revision tree per document; new_edits:false merges paths;
+the winner is the live leaf with the highest position, then the highest hash; ``_conflicts`` are the
+other live leaves). Random edits on all three sides, random replications both ways (the client pushes
+the leaves of the documents it changed, as PouchDB's changes feed lists them; it pulls the leaves of
+A's changed documents it lacks), then both ways until nothing moves: every document has the same
+winner on both sides (the same revision and body when it is live, deleted on both otherwise), the
+client's ``_conflicts`` are exactly A's live conflict documents, and A and B hold the same documents.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from multisite.multimaster import couch
+from multisite.multimaster.conflicts import Kind, reconcile, superseded
+from multisite.multimaster.document import COUCH_ID_FIELD, REF_FIELD, Doc, first_version
+from multisite.multimaster.ids import Stamp
+
+HEX = "0123456789abcdef"
+
+
+# -- revision ids ----------------------------------------------------------------------------------
+def test_a_version_is_a_revision_id_and_back():
+    assert couch.rev_of(3, 0x62a1, "00112233aabbccdd") == "3-00000000000062a100112233aabbccdd"
+    assert couch.parse_rev("3-00000000000062a100112233aabbccdd") == Stamp(3, 0x62a1, "00112233aabbccdd")
+    md5 = "0dc33db52a43872b6f3371cef7de0277"  # a hash CouchDB made
+    s = couch.parse_rev("1-" + md5)
+    assert couch.rev_of(*s) == "1-" + md5
+
+
+@pytest.mark.parametrize("rev", ["", "1", "x-00000000000000000a", "0-0000000000000000aa", "1-abc", "1-",
+                                 "1-ZZ00000000000000aa", "1-0000000000000000 a", "99999999999-0000000000000000aa",
+                                 3, None, "1-ffffffffffffffffaa"])
+def test_malformed_revisions_get_couchdbs_error(rev):
+    with pytest.raises(couch.CouchError) as e:
+        couch.parse_rev(rev)
+    assert e.value.status == 400 and e.value.body() == {"error": "bad_request", "reason": "Invalid rev format"}
+
+
+hashes = st.one_of(st.text(HEX, min_size=32, max_size=32),  # a client's (md5)
+                   st.builds(lambda t, o: f"{t:016x}{o}", st.integers(0, 2**53), st.text(HEX, min_size=16, max_size=16)),
+                   st.builds(lambda t, o: f"{t:016x}m{o}", st.integers(0, 2**53), st.text(HEX, min_size=15, max_size=15)))
+
+
+@settings(max_examples=500)
+@given(st.integers(1, 50), hashes, st.integers(1, 50), hashes)
+def test_couchdbs_order_of_revisions_is_the_seeds_order_of_versions(p1, h1, p2, h2):
+    a, b = couch.parse_rev(f"{p1}-{h1}"), couch.parse_rev(f"{p2}-{h2}")
+    assert couch.rev_of(*a) == f"{p1}-{h1}"
+    assert ((p1, h1) < (p2, h2)) == (tuple(a) < tuple(b))  # (seq, time, origin): the seed's rule, ties aside
+
+
+def test_ids_names_and_since():
+    assert couch.unid_for("a" * 32) == "a" * 32
+    assert couch.unid_for("profile:ada") == couch.unid_for("profile:ada") != couch.unid_for("profile:bob")
+    assert len(couch.unid_for("x")) == 32
+    assert couch.db_name("Profiles") == "profiles" and couch.db_name("My Mail 2") == "my-mail-2"
+    assert couch.db_name("2024 logs") == "db-2024-logs"
+    with pytest.raises(couch.CouchError) as e:
+        couch.check_db_name("Bad Name")
+    assert e.value.error == "illegal_database_name"
+    assert couch.parse_since("12-aaaa", "aaaa", 20) == 12
+    assert couch.parse_since("12-bbbb", "aaaa", 20) == 0  # another database's: from the start, nothing lost
+    assert couch.parse_since("30-aaaa", "aaaa", 20) == 0  # past the end (a restored backup): likewise
+    assert couch.parse_since("now", "aaaa", 20) == 20 and couch.parse_since(7, "aaaa", 20) == 7
+    with pytest.raises(couch.CouchError) as e:
+        couch.parse_since("x-1", "aaaa", 20)
+    assert e.value.body()["reason"] == "Malformed sequence supplied in 'since' parameter."
+
+
+def test_local_documents_take_their_current_rev_only():
+    assert couch.check_local_put(None, {"last_seq": 1}) == 1
+    assert couch.check_local_put({"n": 1, "body": {}}, {"_rev": "0-1"}) == 2
+    for cur, body in (({"n": 2, "body": {}}, {"_rev": "0-1"}), ({"n": 2, "body": {}}, {})):
+        with pytest.raises(couch.CouchError) as e:
+            couch.check_local_put(cur, body)
+        assert e.value.status == 409 and e.value.error == "conflict"
+
+
+def test_a_clients_document_is_kept_exactly():
+    body = {"_id": "profile:ada", "_rev": "2-" + "b" * 32, "_revisions": {"start": 2, "ids": ["b" * 32, "a" * 32]},
+            "name": "Ada", "tags": ["x", {"y": 1.5}], "n": None}
+    d = couch.from_couch(body)
+    assert d.unid == couch.unid_for("profile:ada") and d.seq == 2 and d.fields[COUCH_ID_FIELD] == "profile:ada"
+    assert d.form == couch.DEFAULT_FORM and not d.merge
+    Doc.from_value(d.to_value())  # a valid stored document
+    assert couch.to_json(d, revs=True) == body
+    gone = couch.from_couch({"_id": "profile:ada", "_rev": "3-" + "c" * 32, "_deleted": True,
+                             "_revisions": {"start": 3, "ids": ["c" * 32, "b" * 32]}})
+    assert gone.deleted and gone.fields == {COUCH_ID_FIELD: "profile:ada"} and gone.revisions[0] == couch.STEM
+    assert couch.to_json(gone, revs=True)["_revisions"] == {"start": 3, "ids": ["c" * 32, "b" * 32]}
+
+
+@pytest.mark.parametrize("body,status,error", [
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "$Conflict": 1}, 400, "doc_validation"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "_foo": 1}, 400, "doc_validation"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "_attachments": {}}, 415, "bad_content_type"),
+    ({"_id": "_bad", "_rev": "1-" + "a" * 32}, 400, "illegal_docid"),
+    ({"_id": "a"}, 400, "bad_request"),
+    ({"_id": "a", "_rev": "2-" + "a" * 32, "_revisions": {"start": 2, "ids": ["b" * 32]}}, 400, "bad_request"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "big": 2**70}, 400, "doc_validation"),
+    ([1], 400, "bad_request"),
+])
+def test_what_a_client_may_not_send(body, status, error):
+    with pytest.raises(couch.CouchError) as e:
+        couch.from_couch(body)
+    assert (e.value.status, e.value.error) == (status, error)
+
+
+# -- the model -------------------------------------------------------------------------------------
+class CouchModel:
+    """A CouchDB database from CouchDB's rules: per document, revisions with their parent, body, deletion."""
+
+    def __init__(self):
+        self.docs: dict[str, dict[str, dict]] = {}
+        self.dirty: set[str] = set()  # documents changed since the last push (its changes feed)
+
+    @staticmethod
+    def _pos(rev):
+        p, _, h = rev.partition("-")
+        return int(p), h
+
+    def leaves(self, i):
+        revs = self.docs.get(i, {})
+        parents = {n["parent"] for n in revs.values()}
+        return [r for r in revs if r not in parents]
+
+    def rank(self, i, r):
+        p, h = self._pos(r)
+        return (not self.docs[i][r]["deleted"], p, h)
+
+    def winner(self, i):
+        return max(self.leaves(i), key=lambda r: self.rank(i, r))
+
+    def conflicts(self, i):
+        w = self.winner(i)
+        return {r for r in self.leaves(i) if r != w and not self.docs[i][r]["deleted"]}
+
+    def path(self, i, r):
+        out = []
+        while r is not None:
+            out.append(self._pos(r)[1])
+            r = self.docs[i][r]["parent"]
+        return out
+
+    def put_path(self, i, revs, deleted, body):
+        """new_edits: false: ``revs`` newest first."""
+        d = self.docs.setdefault(i, {})
+        if revs[0] in d:
+            return False
+        for k, r in enumerate(revs):
+            parent = revs[k + 1] if k + 1 < len(revs) else None
+            if r in d:
+                if d[r]["parent"] is None:
+                    d[r]["parent"] = parent
+                continue
+            d[r] = {"parent": parent, "deleted": deleted if k == 0 else False, "body": body if k == 0 else None}
+        self.dirty.add(i)
+        return True
+
+    def edit(self, i, parent, body, deleted, h):
+        pos = self._pos(parent)[0] + 1 if parent else 1
+        r = f"{pos}-{h}"
+        self.docs.setdefault(i, {})[r] = {"parent": parent, "deleted": deleted, "body": None if deleted else body}
+        self.dirty.add(i)
+
+
+class Replica:
+    """A multisite replica, free of storage: documents by UNID; native sessions reconcile each version."""
+
+    def __init__(self, db_id):
+        self.db_id = db_id
+        self.docs: dict[str, Doc] = {}
+        self.changed: set[str] = set()  # families written since the client last pulled
+
+    def family(self, unid):
+        cur = self.docs.get(unid)
+        if cur is not None and cur.is_conflict:
+            cur = None
+        return couch.Family(unid, cur, tuple(d for d in self.docs.values()
+                                             if d.is_conflict and d.fields.get(REF_FIELD) == unid))
+
+    def write(self, d):
+        self.docs[d.unid] = d
+        self.changed.add(d.fields[REF_FIELD] if d.is_conflict else d.unid)
+
+    def receive(self, d):
+        """A version from a replica (seed step 9, as ``DocDB.apply_incoming``); True if anything was written."""
+        out = reconcile(self.docs.get(d.unid), d)
+        moved = False
+        if out.write is not None:
+            self.write(out.write)
+            moved = True
+        for cd in (out.conflict_doc, out.record):
+            if cd is not None and cd.unid not in self.docs:
+                self.write(cd)
+                moved = True
+        ref = d.fields[REF_FIELD] if d.is_conflict else d.unid
+        fam = self.family(ref)
+        for r in superseded(fam.current, fam.conflicts):  # as DocDB.apply_incoming
+            self.write(r)
+            moved = True
+        return moved
+
+    def mains(self):
+        return [d for d in self.docs.values() if not d.is_conflict]
+
+
+def session(a, b):
+    moved = 0
+    for x, y in ((a, b), (b, a)):
+        for d in list(x.docs.values()):
+            moved += y.receive(d)
+    return moved
+
+
+def pull(model, a, only_changed=True):
+    """The client pulls A's changed documents: each leaf it lacks, with its path (revs_diff + _bulk_get)."""
+    moved = 0
+    unids = set(a.changed) if only_changed else {d.unid for d in a.mains()}
+    a.changed.clear()
+    for unid in sorted(unids):
+        fam = a.family(unid)
+        i = fam.doc_id()
+        if i is None:
+            continue
+        for lf in couch.Tree(fam).leaves:
+            revs = [f"{lf.seq - k}-{h}" for k, h in enumerate(lf.path)]
+            j = lf.json(i)
+            body = {k: v for k, v in j.items() if not k.startswith("_")}
+            moved += model.put_path(i, revs, lf.deleted, None if lf.deleted else body)
+    return moved
+
+
+def push(model, a):
+    """The client pushes the leaves of its changed documents that A's tree lacks (_revs_diff, then
+    _bulk_docs new_edits: false), applied with ``couch.plan``."""
+    moved = 0
+    dirty, model.dirty = model.dirty, set()
+    for i in sorted(dirty):
+        unid = couch.unid_for(i)
+        tree = couch.Tree(a.family(unid))
+        sent = []
+        for r in sorted(model.leaves(i), key=lambda r: model.rank(i, r), reverse=True):
+            if tree.knows(couch.parse_rev(r)):
+                continue
+            n = model.docs[i][r]
+            path = model.path(i, r)
+            body = {"_id": i, "_rev": r, "_revisions": {"start": model._pos(r)[0], "ids": path}}
+            body.update({"_deleted": True} if n["deleted"] else n["body"])
+            sent.append(couch.from_couch(body))
+        p = couch.plan(a.family(unid), sent)
+        for d in p.writes:
+            a.write(d)
+        moved += len(p.writes)
+    return moved
+
+
+edit = st.one_of(
+    st.tuples(st.just("ms_update"), st.integers(0, 1), st.integers(0, 50), st.sampled_from("abc"), st.integers(0, 9)),
+    st.tuples(st.just("cd_edit"), st.integers(0, 50), st.sampled_from("abc"), st.integers(0, 9)),
+)
+op = st.one_of(
+    edit, edit, edit,
+    st.tuples(st.just("ms_create"), st.integers(0, 1), st.sampled_from(["M", "P"])),
+    st.tuples(st.just("ms_delete"), st.integers(0, 1), st.integers(0, 50)),
+    st.tuples(st.just("ms_resolve"), st.integers(0, 1), st.integers(0, 50)),
+    st.tuples(st.just("cd_create"), st.integers(0, 3)),
+    st.tuples(st.just("cd_delete"), st.integers(0, 50)),
+    st.tuples(st.just("cd_edit_conflict"), st.integers(0, 50), st.integers(0, 9)),
+    st.tuples(st.just("cd_resolve"), st.integers(0, 50)),
+    st.tuples(st.just("cd_resolve"), st.integers(0, 50)),
+    st.tuples(st.just("cd_recreate"), st.integers(0, 50)),
+)
+sync = st.one_of(st.tuples(st.just("pull"), st.booleans()), st.tuples(st.just("push"),), st.tuples(st.just("session"),))
+ops_and_syncs = st.lists(st.one_of(op, op, sync), min_size=20, max_size=100)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops_and_syncs, seed=st.integers(0, 2**32))
+def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
+    rng = random.Random(seed)
+    a, b = Replica("aaaaaaaaaaaaaaaa"), Replica("bbbbbbbbbbbbbbbb")
+    model = CouchModel()
+    tick = [1_000_000]
+
+    def clock():
+        tick[0] += rng.choice([0, 1, 5])  # same-µs edits on purpose
+        return tick[0]
+
+    def client_hash():  # md5-like, or with a time-like prefix in the servers' range (ties at equal positions)
+        if rng.random() < 0.5:
+            return "".join(rng.choice(HEX) for _ in range(32))
+        return f"{tick[0] + rng.choice([-1, 0, 1]):016x}" + "".join(rng.choice(HEX) for _ in range(16))
+
+    def pick(xs, k):
+        return xs[k % len(xs)] if xs else None
+
+    for k in range(3):  # a few documents every side holds, to edit apart
+        t = clock()
+        a.write(first_version(f"{t:016x}{rng.getrandbits(64):016x}", "MP"[k % 2], {f: 0 for f in "abc"}, t,
+                              a.db_id, k % 2 == 0))
+        model.edit(f"doc:{k}", None, {"a": 0, "b": 0}, False, client_hash())
+    push(model, a), pull(model, a), session(a, b)
+
+    for o in ops:
+        kind = o[0]
+        if kind.startswith("ms_"):
+            r = (a, b)[o[1]]
+            live = sorted((d for d in r.mains() if not d.deleted), key=lambda d: d.unid)
+            if kind == "ms_create":
+                t = clock()
+                r.write(first_version(f"{t:016x}{rng.getrandbits(64):016x}", o[2], {f: 0 for f in "abc"}, t,
+                                      r.db_id, o[2] == "M"))
+            elif kind == "ms_update" and live:
+                d = pick(live, o[2])
+                r.write(d.next_version(clock(), r.db_id, {o[3]: o[4]}))
+            elif kind == "ms_delete" and live:
+                r.write(pick(live, o[2]).next_version(clock(), r.db_id, deleted=True))
+            elif kind == "ms_resolve":
+                cds = sorted((d for d in r.docs.values() if d.is_conflict and not d.deleted), key=lambda d: d.unid)
+                if cds:
+                    r.write(pick(cds, o[2]).next_version(clock(), r.db_id, deleted=True))
+        elif kind == "cd_create":
+            i = rng.choice([f"doc:{len(model.docs)}", f"{rng.getrandbits(128):032x}"])
+            model.edit(i, None, {"a": o[1]}, False, client_hash())
+        elif kind in ("cd_edit", "cd_delete", "cd_recreate"):
+            ids = sorted(model.docs)
+            i = pick(ids, o[1])
+            if i is None:
+                continue
+            w = model.winner(i)
+            if kind == "cd_recreate" and model.docs[i][w]["deleted"]:
+                model.edit(i, w, {"a": 7}, False, client_hash())
+            elif kind != "cd_recreate" and not model.docs[i][w]["deleted"]:
+                if kind == "cd_edit":
+                    model.edit(i, w, {**model.docs[i][w]["body"], o[2]: o[3]}, False, client_hash())
+                else:
+                    model.edit(i, w, None, True, client_hash())
+        elif kind in ("cd_edit_conflict", "cd_resolve"):
+            ids = sorted(i for i in model.docs if model.conflicts(i))
+            i = pick(ids, o[1])
+            if i is None:
+                continue
+            c = sorted(model.conflicts(i))[0]
+            if kind == "cd_resolve":
+                model.edit(i, c, None, True, client_hash())
+            else:
+                model.edit(i, c, {**(model.docs[i][c]["body"] or {}), "a": o[2]}, False, client_hash())
+        elif kind == "pull":
+            pull(model, a, only_changed=o[1])
+        elif kind == "push":
+            push(model, a)
+        else:
+            session(a, b)
+
+    for _round in range(12):  # both ways until nothing moves
+        moved = push(model, a) + pull(model, a) + session(a, b)
+        if moved == 0:
+            break
+    assert moved == 0, "replication did not settle"
+    assert a.docs == b.docs, "the two multisite replicas differ"
+    for d in a.mains():
+        fam = a.family(d.unid)
+        i = fam.doc_id()
+        assert i in model.docs, f"document {i} never reached the client"
+        w = model.winner(i)
+        tree = couch.Tree(fam)
+        assert tree.winner.rev == w or (d.deleted and model.docs[i][w]["deleted"]), (i, w, tree.winner.rev)
+        if d.deleted:
+            assert model.docs[i][w]["deleted"], f"{i}: deleted in multisite, live {w} in CouchDB"
+            continue
+        assert w == couch.doc_rev(d) and not model.docs[i][w]["deleted"], f"{i}: CouchDB's winner {w} is not {d.stamp}"
+        assert model.docs[i][w]["body"] == couch.body_of(d)
+        losers = {couch.doc_rev(c) for c in fam.conflicts if not c.deleted}
+        assert model.conflicts(i) == losers, f"{i}: CouchDB's _conflicts {model.conflicts(i)} != conflict documents {losers}"
+    for i in model.docs:
+        assert couch.unid_for(i) in a.docs, f"the client's document {i} is not in multisite"
+
+
+def test_a_deletion_that_beats_a_clients_live_leaf_tombstones_it():
+    base = couch.from_couch({"_id": "x", "_rev": "1-" + "1" * 32, "v": 0})
+    a = Replica("aaaaaaaaaaaaaaaa")
+    a.write(base)
+    gone = base.next_version(0x7000000000000000, a.db_id, deleted=True)  # later than the client's edit below
+    a.write(gone)
+    edit = {"_id": "x", "_rev": "2-" + "2" * 32, "_revisions": {"start": 2, "ids": ["2" * 32, "1" * 32]}, "v": 1}
+    p = couch.plan(a.family(base.unid), [couch.from_couch(edit)])
+    assert p.outcomes == [Kind.KEPT.value]
+    (m,) = p.writes
+    assert m.deleted and m.seq == 3 and Stamp(2, 0x2222222222222222, "2" * 16) in m.merged
+    tree = couch.Tree(couch.Family(base.unid, m))
+    assert tree.deleted and tree.conflicts() == []
+    assert any(lf.doc is None and lf.path[1] == "2" * 32 for lf in tree.leaves)  # the tombstone under the edit
