@@ -509,13 +509,16 @@ class ClientListener:
     def _expire_unconfirmed(self) -> None:
         if not self._gathering.min_confirm:
             return
-        if self._gathering.waiting_confirm:
-            late = self._gathering.expire(time.monotonic(), self.min_confirm_timeout_s, self._confirm_why())
-            if late:
-                self._log.warning("%d commits not confirmed by %d secondaries within %g s: %s", len(late),
-                                  self._gathering.min_confirm, self.min_confirm_timeout_s, self._confirm_why())
-                self._answered(late, None)
-        self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
+        try:
+            if self._gathering.waiting_confirm:
+                late = self._gathering.expire(time.monotonic(), self.min_confirm_timeout_s, self._confirm_why())
+                if late:
+                    self._log.warning("%d commits not confirmed by %d secondaries within %g s: %s", len(late),
+                                      self._gathering.min_confirm, self.min_confirm_timeout_s,
+                                      self._confirm_why())
+                    self._answered(late, None)
+        finally:  # always: a failed check must not end the timer, or waiting commits are never answered
+            self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
 
     def _answered(self, answered: list, err: BaseException | None) -> None:
         """Metrics for requests just answered, and their connections' next requests and replies."""

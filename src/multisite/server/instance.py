@@ -255,7 +255,9 @@ class InstanceServer:
 
     def confirming(self) -> dict[str, int]:
         """The secondaries that count for --min-confirm now (in a session) and what each confirmed."""
-        return {n: s.last_confirmed for n, s in self.sources.items() if s.state in ("streaming", "xoff")}
+        # a copy taken at once (under the GIL): the client listener's thread calls this (_confirm_why)
+        # while this server's loop adds and removes sources
+        return {n: s.last_confirmed for n, s in list(self.sources.items()) if s.state in ("streaming", "xoff")}
 
     def source_confirmed(self) -> None:
         """A source's secondary confirmed more: the ``min_confirm``-th highest confirmation is what every
