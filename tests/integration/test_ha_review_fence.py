@@ -60,3 +60,30 @@ def test_ha_review_a_lost_primary_started_again_takes_no_commit_before_its_manag
     start_server(ha.root(old), ha.address(old))
     with pytest.raises(NotPrimary):
         _commit_on(ha, old)
+
+
+def test_ha_review_ha_start_with_min_confirm_0_after_1_turns_it_off(tmp_path, etcd_cluster):
+    # a manager set min-confirm only when it was not 0, so the server kept the previous manager's 1:
+    # with no secondary, every commit waited 5 s and was refused MIN_CONFIRM_TIMEOUT
+    c = HACluster(tmp_path, etcd_cluster.endpoints, ["A"], ttl_s=1.0, min_confirm=1, cluster=f"r-{tmp_path.name}")
+    c.start()
+    try:
+        c.wait_primary()
+        stop_ha(c.root("A"))
+        start_ha(c.root("A"), c.cluster, c.etcd, ttl_s=1.0, min_confirm=0)
+        assert (c.status("A") or {}).get("min_confirm") is None
+        with multisite.connect(c.address("A"), failover_timeout_s=10) as db:
+            db.create_region("acct")
+        with multisite.connect(c.address("A"), timeout=10) as db:
+            _wait_not_fenced(db)
+            assert db.set("acct", (1,), 1) > 0
+    finally:
+        c.stop()
+
+
+def _wait_not_fenced(db) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while db.info().get("fenced") and time.monotonic() < deadline:
+        time.sleep(0.05)

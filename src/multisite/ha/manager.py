@@ -90,8 +90,8 @@ class HAManager:
     async def start(self) -> None:
         """Join the cluster (its group checked); a member that is not primary listens for the leader."""
         await self.coord.join(self.group)
-        if self.cfg.min_confirm:
-            await self.inst.call("min_confirm", n=self.cfg.min_confirm)
+        if self.cfg.min_confirm or (self.inst.state.get("min_confirm") or {}).get("n"):  # 0 too: a previous
+            await self.inst.call("min_confirm", n=self.cfg.min_confirm)  # manager's N stays in the server
         if self.inst.state.get("receiver") is None and self.inst.role != "primary":
             await self._follow_receiver()
         elif self.inst.state.get("receiver"):
