@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT
+from ..grid.coordination import LEASE_TTL_S_DEFAULT
 from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
 from .output import console, print_json, table
 
@@ -14,6 +15,10 @@ from .output import console, print_json, table
 @click.group()
 def catalog() -> None:
     """Run a grid's catalog: the placement service that puts shards on containers.
+
+    One catalog alone keeps its placement in its --dir and is not highly available: while it is down no
+    container is replaced and, without --etcd, no primary takes commits. With --etcd any number of
+    catalogs run, one leads (an etcd lease), and commits never wait for a catalog.
 
     Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
     """
@@ -29,14 +34,26 @@ def catalog() -> None:
               help="Seconds without a heartbeat after which a container is lost and its shards placed elsewhere.")
 @click.option("--metrics", default=None, metavar="HOST:PORT",
               help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
-def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, metrics: str | None) -> None:
-    """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir.
+@click.option("--etcd", default=None, metavar="URLS",
+              help="http://H:P[,http://H:P...] of an etcd cluster: the placement lives there, and this is one of any "
+                   "number of catalogs of the grid (one leads).")
+@click.option("--name", default=None, help="This catalog's name among the grid's catalogs (with --etcd; default "
+                                           "HOST-PID).")
+@click.option("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT, show_default=True,
+              help="With --etcd: seconds of the catalog's lease (a lost leader is replaced after about this).")
+def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, metrics: str | None, etcd: str | None,
+                  name: str | None, lease_ttl: float) -> None:
+    """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir
+    (with --etcd: from etcd).
 
-    Example: multisite catalog start --grid grid.toml --dir /data/catalog --listen 127.0.0.1:7100
+    Example: multisite catalog start --grid grid.toml --dir /data/cat1 --listen 127.0.0.1:7100
+    --etcd http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379 --name cat1
     """
-    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout, metrics)
-    console.print(f"catalog of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
-                  f"log {info['log']}")
+    info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout, metrics, etcd=etcd, name=name,
+                         lease_ttl_s=lease_ttl if etcd else None)
+    who = f"catalog {info['name']}" if info.get("name") else "catalog"
+    console.print(f"{who} of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
+                  f"log {info['log']}" + (" (coordinated through etcd)" if etcd else ""))
 
 
 @catalog.command("stop")
@@ -59,7 +76,14 @@ def container() -> None:
 
 
 @container.command("start")
-@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalog.")
+@click.option("--catalog", "catalog_addr", default=None,
+              help="HOST:PORT of the grid's catalog (several, comma-separated: tried in turn).")
+@click.option("--etcd", default=None, metavar="URLS",
+              help="http://H:P[,...] of the grid's etcd: register there under the container's own lease instead of "
+                   "with a catalog (the grid's catalogs run with --etcd too; a new container needs --grid).")
+@click.option("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT, show_default=True,
+              help="With --etcd: seconds of the container's lease; its primaries stop taking commits a quarter of it "
+                   "before it could end, and another is promoted after it ended.")
 @click.option("--dir", "dir", required=True, type=click.Path(file_okay=False),
               help="Where the container keeps its shards (DIR/<grid>-p<partition>) and logs; created if missing.")
 @click.option("--listen", required=True, help="HOST:PORT the container is known by (port 0: any free port).")
@@ -76,16 +100,22 @@ def container() -> None:
                    "replaying the journal (default 200,000).")
 @click.option("--metrics", default=None, metavar="HOST:PORT",
               help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
-def container_start(catalog_addr: str, dir: str, listen: str, zone: str | None, name: str | None,
-                    grid: str | None, advertise: str | None, checkpoint_after: int | None, metrics: str | None) -> None:
+def container_start(catalog_addr: str | None, etcd: str | None, lease_ttl: float, dir: str, listen: str,
+                    zone: str | None, name: str | None, grid: str | None, advertise: str | None,
+                    checkpoint_after: int | None, metrics: str | None) -> None:
     """Start a container; returns once the catalog has accepted it and sent its assignments.
 
     Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:0 --zone a
+
+    Example: multisite container start --etcd http://127.0.0.1:2379 --grid orders --dir /data/c1 --listen 127.0.0.1:0
     """
+    if not catalog_addr and not etcd:
+        raise click.UsageError("give --catalog HOST:PORT[,HOST:PORT...] or --etcd URLS")
     st = start_container(Path(dir), catalog_addr, listen, zone, name, grid, checkpoint_after=checkpoint_after,
-                         advertise=advertise, metrics=metrics)
+                         advertise=advertise, metrics=metrics, etcd=etcd, lease_ttl_s=lease_ttl if etcd else None)
     if not st.get("registered"):
-        console.print(f"container started in {dir}, still waiting for the catalog {catalog_addr}")
+        console.print(f"container started in {dir}, still waiting for {'etcd' if etcd else 'the catalog'} "
+                      f"{etcd or catalog_addr}")
         return
     console.print(f"container {st['name']} of grid {st['grid']} started: pid {st['pid']}, "
                   f"{len(st['shards'])} shard(s) at placement version {st['applied_version']}")
@@ -111,7 +141,8 @@ def grid() -> None:
 
 
 @grid.command("status")
-@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalog.")
+@click.option("--catalog", "catalog_addr", required=True,
+              help="HOST:PORT of the grid's catalog (several, comma-separated: the first that answers).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def grid_status(catalog_addr: str, as_json: bool) -> None:
     """Placement (partition → primary, sync and async containers), containers, under-replicated partitions.
@@ -125,6 +156,16 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
     pol = st["policy"]
     console.print(f"grid {st['grid']}: {pol['partitions']} partitions, min_sync {pol['min_sync']}, max_sync "
                   f"{pol['max_sync']}, max_async {pol['max_async']}; placement version {st['version']}")
+    co = st.get("coordination")
+    if co:
+        console.print(f"coordinated through etcd: leader catalog {co['leader'] or 'none (an election is due)'}; "
+                      f"answered by {co['this']}" + ("" if co["leading"] else " (a follower)"))
+        table("catalogs", ["name", "address", "role"],
+              [(c["name"], c["address"], "leader" if c["leader"] else "follower") for c in co["catalogs"]],
+              whole=["address"])
+        table("etcd", ["member", "healthy", "error"],
+              [(m["url"], "yes" if m["healthy"] else "no", m["error"] or "-") for m in st.get("etcd", [])],
+              whole=["member"])
     table("placement", ["partition", "primary", "sync (* current)", "async", "epoch", "seqnos", "backlog"],
           [(p["partition"], p["primary"] or "-",
             ", ".join(c + ("*" if c in p["current"] else "") for c in p["sync"]) or "-",

@@ -28,7 +28,8 @@ __all__ = ["connect", "Change", "Loader", "LoaderDown", "LoaderError", "LoaderRe
 
 
 def connect(catalog: str, *, timeout_s: float = 30.0):
-    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT)."""
+    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT; with several catalogs,
+    ``"H1:P1,H2:P2"``: whichever answers)."""
     from .server.client import connect as _connect
 
     return _connect(catalog, timeout_s=timeout_s)

@@ -5,6 +5,10 @@
 (every partition has a primary, every sync replica current, every container on the placement's
 version), ``client()``, and ``shard_states()`` / ``compare()``: the key-by-key state of each
 partition's shards, read from their instance directories once the containers are stopped.
+
+With ``etcd`` (endpoints of a ``testing.etcd.EtcdCluster``) the catalogs and containers coordinate
+through etcd (issue 24): ``start_catalog(name)`` may run several catalogs (each in ``root/<name>``),
+``address`` lists them all, containers register in etcd, and ``leader()`` names the leading catalog.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from ..grid.server.process import catalog_status, start_catalog, start_container
 class GridCluster:
     def __init__(self, root: Path, *, name: str = "orders", partitions: int = 4, min_sync: int = 1,
                  max_sync: int = 1, max_async: int = 1, heartbeat_timeout_s: float = 1.0,
-                 checkpoint_after: int | None = None, map_settings: str = "") -> None:
+                 checkpoint_after: int | None = None, map_settings: str = "", etcd: str | None = None,
+                 lease_ttl_s: float | None = None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -35,14 +40,25 @@ class GridCluster:
         self.partitions = partitions
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.checkpoint_after = checkpoint_after
-        self.address = "127.0.0.1:0"
+        self.etcd, self.lease_ttl_s = etcd, lease_ttl_s
+        self.catalogs: dict[str, str] = {}  # name -> address (a restart takes the same port)
         self.containers: list[str] = []
 
+    @property
+    def address(self) -> str:
+        """Every catalog's address, as clients and ``grid status`` take them."""
+        return ",".join(self.catalogs.values()) or "127.0.0.1:0"
+
     # -- processes --------------------------------------------------------------------------------
-    def start_catalog(self, metrics: str | None = None) -> str:
-        info = start_catalog(self.root / "catalog", self.toml, self.address, self.heartbeat_timeout_s, metrics)
-        self.address = info["listen"]  # a restart takes the same port
-        return self.address
+    def start_catalog(self, metrics: str | None = None, name: str = "catalog") -> str:
+        info = start_catalog(self.root / name, self.toml, self.catalogs.get(name, "127.0.0.1:0"),
+                             self.heartbeat_timeout_s, metrics, etcd=self.etcd, name=name if self.etcd else None,
+                             lease_ttl_s=self.lease_ttl_s)
+        self.catalogs[name] = info["listen"]
+        return info["listen"]
+
+    def is_catalog(self, name: str) -> bool:
+        return name in self.catalogs
 
     def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None,
                         env: dict[str, str] | None = None, metrics: str | None = None) -> dict:
@@ -52,8 +68,10 @@ class GridCluster:
         saved = {k: os.environ.get(k) for k in env or {}}
         os.environ.update(env or {})
         try:
-            return start_container(self.root / name, self.address, listen, name=name,
-                                   checkpoint_after=self.checkpoint_after, advertise=advertise, metrics=metrics)
+            return start_container(self.root / name, None if self.etcd else self.address, listen, name=name,
+                                   checkpoint_after=self.checkpoint_after, advertise=advertise, metrics=metrics,
+                                   etcd=self.etcd, grid=self.name if self.etcd else None,
+                                   lease_ttl_s=self.lease_ttl_s)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -62,7 +80,7 @@ class GridCluster:
                     os.environ[k] = v
 
     def pid(self, name: str) -> int:
-        what = "catalog" if name == "catalog" else "container"
+        what = "catalog" if self.is_catalog(name) else "container"
         return json.loads((self.root / name / "run" / f"{what}.json").read_text())["pid"]
 
     def kill(self, name: str) -> None:
@@ -76,13 +94,21 @@ class GridCluster:
             (self.root / name / "run" / f).unlink(missing_ok=True)
 
     def stop(self, name: str) -> None:
-        stop_process(self.root / name, "catalog" if name == "catalog" else "container")
+        stop_process(self.root / name, "catalog" if self.is_catalog(name) else "container")
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` (SIGSTOP, SIGCONT) to a catalog or container."""
+        os.kill(self.pid(name), sig)
+
+    def leader(self) -> str | None:
+        """The leading catalog's name as the catalogs' status says (with etcd)."""
+        return (self.status().get("coordination") or {}).get("leader")
 
     def running(self, name: str) -> bool:
         return control.is_running(self.root / name)
 
     def stop_all(self) -> None:
-        for name in [*self.containers, "catalog"]:
+        for name in [*self.containers, *self.catalogs]:
             if self.running(name):
                 try:
                     self.stop(name)

@@ -8,6 +8,11 @@ whose shards changed, and logs the Catalog's log lines. Every decision is the Ca
 
 DIR holds ``catalog.json`` (the state), ``log/catalog.log`` and ``run/catalog.json`` (pid, address).
 The control socket (``net/control.py``, named after DIR) answers ``ping``, ``status`` and ``shutdown``.
+
+With ``--etcd`` (issue 24) the placement lives in etcd, not in DIR: this process is one of any number
+of catalogs, and ``etcd_catalog.CoordinatedCatalog`` does the work (campaign, the leader's decisions,
+status and routes from etcd for leader and followers alike). Containers then register in etcd, not
+here: a container that sends ``Register`` is refused with the way to start it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -26,7 +32,10 @@ import msgspec
 from ...errors import ConfigError, ProtocolError
 from ...fsutil import atomic_write
 from ..catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
+from ..coordination import LEASE_TTL_S_DEFAULT
+from ...ha.etcd_client import parse_urls
 from ..policy import load_policy
+from .etcd_catalog import CoordinatedCatalog
 from ..wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
                     Routes, Side, Status, StatusRequest)
 from ...net.control import answer_simple, control_address
@@ -50,12 +59,22 @@ async def read_message(reader: asyncio.StreamReader, wire: GridWire):
 
 class CatalogServer:
     def __init__(self, root: Path, grid: Path, listen: str, heartbeat_timeout_s: float,
-                 metrics: str | None = None) -> None:
+                 metrics: str | None = None, *, etcd: list[str] | None = None, name: str | None = None,
+                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT) -> None:
         self.metrics_listen = metrics  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.listen = listen
         self.log = logging.getLogger("multisite.catalog")
         policy = load_policy(grid)
+        self.conns: dict[str, tuple[asyncio.StreamWriter, GridWire]] = {}
+        self._stop = asyncio.Event()
+        self.port = 0
+        self.coord: CoordinatedCatalog | None = None
+        if etcd:
+            self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+            self.coord = CoordinatedCatalog(policy, self.name, etcd, lease_ttl_s, self.log)
+            self.catalog = None
+            return
         state_path = root / STATE_FILE
         try:
             state = json.loads(state_path.read_bytes()) if state_path.exists() else None
@@ -63,11 +82,8 @@ class CatalogServer:
             raise ConfigError(f"{state_path} is not the catalog's state (not JSON: {e}); restore it from a "
                               f"backup, or move it away to place the grid anew") from None
         self.catalog = Catalog(policy, now=time.monotonic(), heartbeat_timeout_s=heartbeat_timeout_s, state=state)
-        self.conns: dict[str, tuple[asyncio.StreamWriter, GridWire]] = {}
         self.sent: dict[str, tuple] = {}
         self._saved = state
-        self._stop = asyncio.Event()
-        self.port = 0
 
     # -- after every event: persist, push, log ----------------------------------------------------
     def settle(self) -> None:
@@ -99,12 +115,19 @@ class CatalogServer:
         try:
             first = await read_message(reader, wire)
             if isinstance(first, StatusRequest):
-                writer.write(wire.send(Status(json.dumps(self.catalog.status(time.monotonic())))))
+                writer.write(wire.send(Status(json.dumps(await self.status()))))
                 return
             if isinstance(first, RouteRequest):
-                writer.write(wire.send(Routes(json.dumps(self.catalog.route_table().to_dict()))))
+                table = self.coord.routes() if self.coord is not None else self.catalog.route_table()
+                writer.write(wire.send(Routes(json.dumps(table.to_dict()))))
                 return
             if not isinstance(first, Register):
+                return
+            if self.coord is not None:
+                writer.write(wire.send(Refused(RefusedCode.BAD_REQUEST, (
+                    f"grid {self.coord.policy.name!r} is coordinated through etcd: start the container with "
+                    f"--etcd {','.join(self.coord.urls)} --grid {self.coord.policy.name} (it registers in etcd, "
+                    f"not with a catalog)"))))
                 return
             refused = self.catalog.register(first, time.monotonic(), old_connected=first.container in self.conns)
             if refused is not None:
@@ -157,9 +180,21 @@ class CatalogServer:
             if self.catalog.tick(time.monotonic()):
                 self.settle()
 
-    # -- control ----------------------------------------------------------------------------------
+    # -- status and control -----------------------------------------------------------------------
+    async def status(self) -> dict:
+        if self.coord is not None:
+            return await self.coord.status()
+        return self.catalog.status(time.monotonic())
+
+    def quick_status(self) -> dict:
+        """Without etcd's health (the control socket's ``status`` and /metrics answer at once)."""
+        if self.coord is not None:
+            now = time.monotonic()
+            return {**self.coord.view(now).status(now), "coordination": self.coord.coordination()}
+        return self.catalog.status(time.monotonic())
+
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await answer_simple(reader, writer, lambda: self.catalog.status(time.monotonic()), self._stop)
+        await answer_simple(reader, writer, self.quick_status, self._stop)
 
     async def run(self) -> None:
         host, port = parse_hostport(self.listen)
@@ -168,23 +203,31 @@ class CatalogServer:
         except OSError as e:
             raise ConfigError(f"the catalog cannot listen on {self.listen}: {e.strerror or e}") from None
         self.port = srv.sockets[0].getsockname()[1]
-        self.settle()  # the restart's log lines, and the state file of a new catalog
-        pol = self.catalog.policy
-        self.log.info("catalog of grid %s (%d partitions, min_sync %d, max_sync %d, max_async %d) listening on "
-                      "%s:%d, heartbeat timeout %g s", pol.name, pol.partitions, pol.min_sync, pol.max_sync,
-                      pol.max_async, host, self.port, self.catalog.heartbeat_timeout_s)
+        if self.coord is not None:
+            await self.coord.start(f"{host}:{self.port}")
+            pol = self.coord.policy
+            self.log.info("catalog %s of grid %s (%d partitions, min_sync %d, max_sync %d, max_async %d) listening "
+                          "on %s:%d, coordinated through etcd at %s", self.coord.name, pol.name, pol.partitions,
+                          pol.min_sync, pol.max_sync, pol.max_async, host, self.port, ",".join(self.coord.urls))
+            tick = asyncio.create_task(self.coord.run())
+        else:
+            self.settle()  # the restart's log lines, and the state file of a new catalog
+            pol = self.catalog.policy
+            self.log.info("catalog of grid %s (%d partitions, min_sync %d, max_sync %d, max_async %d) listening on "
+                          "%s:%d, heartbeat timeout %g s", pol.name, pol.partitions, pol.min_sync, pol.max_sync,
+                          pol.max_async, host, self.port, self.catalog.heartbeat_timeout_s)
+            tick = asyncio.create_task(self.ticker())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
-        tick = asyncio.create_task(self.ticker())
         metrics = None
         if self.metrics_listen:
             from ...net.metrics import start_collector_metrics
             from .metrics import CatalogCollector
-            metrics = await start_collector_metrics(CatalogCollector(lambda: self.catalog.status(time.monotonic())),
-                                                    self.metrics_listen, self.log)
+            metrics = await start_collector_metrics(CatalogCollector(self.quick_status), self.metrics_listen, self.log)
         info = {"pid": os.getpid(), "listen": f"{host}:{self.port}", "grid": pol.name,
-                "log": str(self.root / "log" / "catalog.log"), "metrics_port": metrics.port if metrics else None}
+                "log": str(self.root / "log" / "catalog.log"), "metrics_port": metrics.port if metrics else None,
+                "name": self.coord.name if self.coord is not None else None}
         (self.root / "run" / "catalog.json").write_text(json.dumps(info))
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.root))
         try:
@@ -197,8 +240,10 @@ class CatalogServer:
                 await metrics.close()
             for w, _ in self.conns.values():
                 w.close()
+            if self.coord is not None:
+                await self.coord.close()
             (self.root / "run" / "catalog.json").unlink(missing_ok=True)
-            self.log.info("catalog stopped at placement version %d", self.catalog.placement.version)
+            self.log.info("catalog stopped at placement version %d", self.quick_status()["version"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,10 +253,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--listen", required=True)
     ap.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT_S_DEFAULT)
     ap.add_argument("--metrics", default=None)
+    ap.add_argument("--etcd", default=None, help="etcd URLs: the catalogs coordinate through etcd (issue 24)")
+    ap.add_argument("--name", default=None, help="this catalog's name among the grid's catalogs (with --etcd)")
+    ap.add_argument("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT)
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "catalog.log", LOG_FORMAT,
-               lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout, a.metrics).run())
+               lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout, a.metrics,
+                                     etcd=parse_urls(a.etcd) if a.etcd else None, name=a.name,
+                                     lease_ttl_s=a.lease_ttl).run())
 
 
 if __name__ == "__main__":

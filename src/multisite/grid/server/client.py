@@ -1,4 +1,5 @@
-"""The grid client: ``g = multisite.grid.connect("HOST:PORT")`` (the catalog's address).
+"""The grid client: ``g = multisite.grid.connect("HOST:PORT")`` (the catalog's address; with several
+catalogs, ``"H1:P1,H2:P2"``: routes come from whichever answers, leader or follower).
 
 ``g.put(map, key, value)``, ``g.get(map, key)``, ``g.remove(map, key)`` and
 ``with g.transaction(routing_key) as tx: tx.put(...); tx.remove(...)`` (several updates of one
@@ -42,7 +43,7 @@ RETRY_PAUSE_S = 0.05
 
 
 def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S) -> RouteTable:
-    """Ask the catalog for its route table."""
+    """Ask the catalog for its route table (one address)."""
     wire = GridWire(Side.MEMBER)
     with socket.create_connection(parse_hostport(catalog), timeout=timeout) as s:
         s.sendall(wire.send(RouteRequest()))
@@ -128,8 +129,14 @@ class Grid:
 
     def __init__(self, catalog: str, *, timeout_s: float = 30.0) -> None:
         self.catalog = catalog
+        self.catalogs = [c.strip() for c in catalog.split(",") if c.strip()]
+        if not self.catalogs:
+            raise MultisiteError("give the grid's catalog as HOST:PORT[,HOST:PORT...]")
+        for c in self.catalogs:
+            parse_hostport(c)
+        self._answering = 0  # the catalog that answered last: asked first next time
         self.timeout_s = timeout_s
-        table = fetch_routes(catalog)
+        table = self._fetch(first=True)
         self.grid = table.grid
         self.routes = RouteCache(table.grid, table)
         self._lock = threading.Lock()
@@ -197,11 +204,26 @@ class Grid:
         with self._lock:
             self.routes.unreachable(address)
 
+    def _fetch(self, first: bool = False) -> RouteTable | None:
+        """The route table of the first catalog that answers, starting with the one that answered last
+        (None if none did; at connect, the error of the last one)."""
+        n = len(self.catalogs)
+        for i in range(n):
+            k = (self._answering + i) % n
+            try:
+                table = fetch_routes(self.catalogs[k])
+            except (OSError, ProtocolError):
+                if first and i == n - 1:
+                    raise
+                continue  # restarting, killed mid-answer, or gone: the next one
+            self._answering = k
+            return table
+        return None
+
     def _refresh(self) -> None:
-        try:
-            table = fetch_routes(self.catalog)
-        except (OSError, ProtocolError):
-            return  # the catalog restarting (or killed mid-answer): the next try asks again
+        table = self._fetch()
+        if table is None:
+            return  # no catalog answered: the next try asks again
         with self._lock:
             self.routes.install(table)
 
@@ -295,5 +317,5 @@ class GridTransaction:
 
 
 def connect(catalog: str, *, timeout_s: float = 30.0) -> Grid:
-    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT)."""
+    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT, or several: H:P,H:P)."""
     return Grid(catalog, timeout_s=timeout_s)

@@ -9,9 +9,14 @@ assigned shard's instance, hands roles over (a primary finishes its batch first)
 no longer assigned (their directories stay: a shard that comes back reopens its data). Every heartbeat is answered (``HeartbeatAck``); the
 lease on this container's primaries runs from the sending of the last answered one.
 
-A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting); a catalog that
-lost this container (``NOT_REGISTERED``) is registered with again. Other refusals (another grid, a
-name in use) are final: the container logs it and exits with status 2.
+A lost connection is retried every ``RECONNECT_S`` (the catalog may be restarting), at the next
+address of ``--catalog`` when it lists several; a catalog that lost this container
+(``NOT_REGISTERED``) is registered with again. Other refusals (another grid, a name in use) are
+final: the container logs it and exits with status 2.
+
+With ``--etcd`` (issue 24) there is no catalog link: ``etcd_link.EtcdLink`` registers the container
+in etcd under its own lease, applies the state the leading catalog wrote there, and writes currency
+reports as etcd transactions; ``lease_ok`` and ``report_currency`` are then the link's.
 
 DIR holds ``container.json`` (its name and grid, once a catalog accepted it: a container never
 changes grid), ``log/container.log``, ``run/container.json``; the control socket answers ``ping``,
@@ -30,6 +35,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 from concurrent.futures import ThreadPoolExecutor
@@ -49,10 +55,13 @@ from .loader_runner import ShardLoader, make_loader
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
 from .catalog import LOG_FORMAT, read_message
+from ..coordination import LEASE_TTL_S_DEFAULT
+from .etcd_link import EtcdLink
 from .primary import PrimaryShard
 from .replica import ReplicaShard, restore_interrupted_swap
 from .shard import Request, ShardRefusal, read_into
 from ...net.tls import parse_hostport
+from ...ha.etcd_client import parse_urls
 
 RECONNECT_S = 0.5
 CONNECT_TIMEOUT_S = 5.0
@@ -67,15 +76,22 @@ def shard_dir(root: Path, grid: str, partition: int) -> Path:
 class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
                  grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT,
-                 advertise: str | None = None, metrics: str | None = None) -> None:
+                 advertise: str | None = None, metrics: str | None = None, etcd: list[str] | None = None,
+                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT) -> None:
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.advertise = advertise  # the address the catalog gives clients and replicas (a proxy, a NAT)
         if advertise:
             parse_hostport(advertise)
         self.checkpoint_after = checkpoint_after
-        self.catalog = catalog
-        parse_hostport(catalog)
+        self.catalog = catalog or ""
+        self.catalogs = [c.strip() for c in self.catalog.split(",") if c.strip()]  # tried in turn
+        for c in self.catalogs:
+            parse_hostport(c)
+        self.etcd_urls, self.lease_ttl_s = etcd, lease_ttl_s
+        self.etcd: EtcdLink | None = None  # made in run(), once the name is known
+        if not self.catalogs and not etcd:
+            raise ConfigError("a container needs --catalog HOST:PORT[,HOST:PORT...] or --etcd URLS")
         self.listen = listen
         self.zone = zone
         self.capacity = capacity
@@ -88,6 +104,10 @@ class ContainerServer:
         if name and known.get("name") and name != known["name"]:
             raise ConfigError(f"container {root} is named {known['name']!r}, not {name!r}: use another --dir")
         self.name = name or known.get("name")
+        self.dir_id = known.get("dir_id") or uuid.uuid4().hex  # who this DIR is, across restarts and renames
+        if etcd and not self.grid:
+            raise ConfigError(f"a new container with --etcd needs --grid NAME (the grid whose keys it joins in etcd); "
+                              f"{root} has not joined one yet")
         self.shards: dict[int, Shard] = {}
         self.applied_version = -1
         self.registered = False
@@ -150,7 +170,7 @@ class ContainerServer:
         return Shard(self, p, d, db)
 
     def _remember(self) -> None:
-        ident = {"name": self.name, "grid": self.grid}
+        ident = {"name": self.name, "grid": self.grid, "dir_id": self.dir_id}
         path = self.root / IDENTITY_FILE
         if not path.exists() or json.loads(path.read_bytes()) != ident:
             atomic_write(path, json.dumps(ident).encode())
@@ -158,7 +178,10 @@ class ContainerServer:
     # -- what shards ask of the container ---------------------------------------------------------
     def lease_ok(self) -> bool:
         """A primary commits only while the catalog answered within 3/4 of the heartbeat timeout:
-        past the timeout the catalog may have promoted another primary."""
+        past the timeout the catalog may have promoted another primary. With etcd: while the
+        container's own lease holds (``EtcdLink.lease_ok``)."""
+        if self.etcd is not None:
+            return self.etcd.lease_ok()
         return self.registered and time.monotonic() - self.last_answer < 0.75 * self.timeout_s
 
     def currency(self) -> dict[int, tuple[int, list[str]]]:
@@ -168,6 +191,8 @@ class ContainerServer:
     async def report_currency(self) -> set[int]:
         """Send the primaries' current sets and wait until the catalog recorded them; the partitions
         the catalog says this container no longer leads at the reported epoch (deposed)."""
+        if self.etcd is not None:
+            return await self.etcd.report_currency()
         while True:
             if self._link is not None:
                 writer, wire = self._link
@@ -187,6 +212,9 @@ class ContainerServer:
 
     def report_currency_soon(self) -> None:
         """A replica counts current again: tell the catalog without waiting (wider is safe later)."""
+        if self.etcd is not None:
+            self.etcd.report_currency_soon()
+            return
         if self._report_task is None or self._report_task.done() or self._report_task.cancelled():
             self._report_task = asyncio.create_task(self.report_currency())
 
@@ -210,9 +238,18 @@ class ContainerServer:
         for p, (_, names) in currency.items():
             self.shards[p].primary.lease.sent(ack, frozenset(names))
         self._reports[ack] = currency
-        # a primary's seqno is its last committed one, not one of a batch still being voted on
-        seqnos = {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
-        return Heartbeat(self.name, self.applied_version, seqnos, currency, ack, self.loader_report())
+        return Heartbeat(self.name, self.applied_version, self.seqnos(), currency, ack, self.loader_report())
+
+    def seqnos(self) -> dict[int, int]:
+        """Each shard's seqno: a primary's last committed one, not one of a batch still being voted on."""
+        return {p: sh.primary.committed if sh.primary is not None else sh.db.seqno for p, sh in self.shards.items()}
+
+    def refuse(self, msg: Refused) -> None:
+        """Refused for good (another grid, a name in use): log it, keep it for ``container start``, stop."""
+        self.refused = msg
+        self.log.error("refused: %s: %s", msg.code, msg.message)
+        atomic_write(self.root / "run" / REFUSED_FILE, json.dumps({"code": msg.code, "message": msg.message}).encode())
+        self._stop.set()
 
     def loader_report(self) -> dict[int, dict]:
         """Issue 16: each shard's Loader state (a primary) or protocol buffer (a replica), for grid status."""
@@ -238,7 +275,9 @@ class ContainerServer:
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
                 "registered": self.registered, "applied_version": self.applied_version, "pid": os.getpid(),
-                "lease_ok": self.lease_ok(),
+                "lease_ok": self.lease_ok(), "dir_id": self.dir_id,
+                "coordination": self.etcd.status() if self.etcd is not None else {"mode": "catalog",
+                                                                                    "catalogs": self.catalogs},
                 "refused": None if self.refused is None else {"code": self.refused.code,
                                                                "message": self.refused.message},
                 "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())},
@@ -246,13 +285,16 @@ class ContainerServer:
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
-        host, port = parse_hostport(self.catalog)
+        turn = 0
         while not self._stop.is_set():
+            self.catalog = self.catalogs[turn % len(self.catalogs)]
+            host, port = parse_hostport(self.catalog)
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
             except (TimeoutError, OSError) as e:
                 self.log.debug("catalog %s not reachable: %s", self.catalog, e)
-                await asyncio.sleep(RECONNECT_S)
+                turn += 1
+                await asyncio.sleep(RECONNECT_S / len(self.catalogs))
                 continue
             try:
                 await self._session(reader, writer)
@@ -443,8 +485,17 @@ class ContainerServer:
             raise ConfigError(f"the container cannot listen on {self.listen}: {e.strerror or e}") from None
         self.address = self.advertise or f"{host}:{srv.sockets[0].getsockname()[1]}"
         self.name = self.name or self.address
-        self.log.info("container %s (zone %s) listening on %s, catalog %s", self.name, self.zone or "-",
-                      self.address, self.catalog)
+        self.log.info("container %s (zone %s) listening on %s, %s", self.name, self.zone or "-", self.address,
+                      f"etcd {','.join(self.etcd_urls)}, grid {self.grid}" if self.etcd_urls
+                      else f"catalog {self.catalog}")
+        if self.etcd_urls:
+            self._remember()  # its DIR's identity, before its registration names it
+            self.etcd = EtcdLink(self, self.etcd_urls, self.lease_ttl_s)
+            try:
+                await self.etcd.check()
+            except ConfigError:
+                srv.close()
+                raise
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
@@ -457,7 +508,10 @@ class ContainerServer:
              "log": str(self.root / "log" / "container.log"),
              "metrics_port": self.metrics.port if self.metrics else None}))
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.root))
-        link = asyncio.create_task(self.link())
+        if self.etcd is not None:
+            link = asyncio.create_task(self.etcd.run())
+        else:
+            link = asyncio.create_task(self.link())
         try:
             await self._stop.wait()
         finally:
@@ -468,10 +522,13 @@ class ContainerServer:
                 await self.metrics.close()
             for sh in self.shards.values():
                 await sh.close()
+            if self.etcd is not None:
+                await self.etcd.close()
             (self.root / "run" / "container.json").unlink(missing_ok=True)
             self.log.info("container %s stopped", self.name)
         if self.refused is not None:
-            raise ConfigError(f"refused by the catalog {self.catalog}: {self.refused.code}: {self.refused.message}")
+            by = f"etcd ({','.join(self.etcd_urls)})" if self.etcd_urls else f"the catalog {self.catalog}"
+            raise ConfigError(f"refused by {by}: {self.refused.code}: {self.refused.message}")
 
 
 class Shard:
@@ -574,7 +631,9 @@ def _set_role(role: str):
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="multisite-container")
     ap.add_argument("dir")
-    ap.add_argument("--catalog", required=True)
+    ap.add_argument("--catalog", default=None)
+    ap.add_argument("--etcd", default=None)
+    ap.add_argument("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT)
     ap.add_argument("--listen", required=True)
     ap.add_argument("--zone", default=None)
     ap.add_argument("--name", default=None)
@@ -590,7 +649,8 @@ def main(argv: list[str] | None = None) -> None:
     run_logged(root, "container.log", LOG_FORMAT,
                lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
                                        checkpoint_after=a.checkpoint_after, advertise=a.advertise,
-                                       metrics=a.metrics).run())
+                                       metrics=a.metrics, etcd=parse_urls(a.etcd) if a.etcd else None,
+                                       lease_ttl_s=a.lease_ttl).run())
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from ..policy import load_policy
 from ..routing import RouteTable
 from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
 from ...net import control
-from .container import REFUSED_FILE
+from .container import IDENTITY_FILE, REFUSED_FILE
 from ...net.process import wait_exit
 from ...net.tls import parse_hostport
+from ...ha.etcd_client import parse_urls
 
 START_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 15.0  # a container waits this long for the catalog before start returns without it
@@ -66,9 +67,15 @@ def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
     raise ServerError(f"the {what} in {root} did not answer within {START_TIMEOUT_S:.0f} s")
 
 
-def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float, metrics: str | None = None) -> dict:
-    """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root``; returns its run info."""
+def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float, metrics: str | None = None,
+                  *, etcd: str | None = None, name: str | None = None, lease_ttl_s: float | None = None) -> dict:
+    """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root`` (with ``etcd``: in
+    etcd, as one of the grid's catalogs, named ``name``); returns its run info."""
     parse_hostport(listen)
+    if etcd:
+        parse_urls(etcd)
+    if name and not etcd:
+        raise ConfigError("--name names one of several catalogs: it needs --etcd")
     if not heartbeat_timeout_s > 0:
         raise ConfigError(f"--heartbeat-timeout takes seconds, more than 0, got {heartbeat_timeout_s}")
     load_policy(grid)  # a wrong policy is an error here, with its key, not only in the catalog's log
@@ -77,19 +84,34 @@ def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: floa
     proc = _spawn(Path(root).absolute(), "multisite.grid.server.catalog",
                   ["--grid", str(Path(grid).absolute()), "--listen", listen,
                    "--heartbeat-timeout", str(heartbeat_timeout_s)]
-                  + (["--metrics", metrics] if metrics else []), "catalog")
+                  + (["--metrics", metrics] if metrics else [])
+                  + (["--etcd", etcd] if etcd else []) + (["--name", name] if name else [])
+                  + (["--lease-ttl", str(lease_ttl_s)] if lease_ttl_s else []), "catalog")
     return _wait_ready(proc, Path(root).absolute(), "catalog")
 
 
-def start_container(root: Path, catalog: str, listen: str, zone: str | None = None, name: str | None = None,
+def start_container(root: Path, catalog: str | None, listen: str, zone: str | None = None, name: str | None = None,
                     grid: str | None = None, checkpoint_after: int | None = None,
-                    advertise: str | None = None, metrics: str | None = None) -> dict:
+                    advertise: str | None = None, metrics: str | None = None, *, etcd: str | None = None,
+                    lease_ttl_s: float | None = None) -> dict:
     """Spawn a container; returns its status once the catalog accepted it (``registered`` False if the
-    catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying)."""
-    parse_hostport(catalog)
+    catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying). ``catalog`` may list several
+    addresses; with ``etcd`` the container registers in etcd instead (``grid`` is then needed the
+    first time)."""
+    if not catalog and not etcd:
+        raise ConfigError("a container needs --catalog HOST:PORT[,HOST:PORT...] or --etcd URLS")
+    for c in _addresses(catalog or ""):
+        parse_hostport(c)
+    if etcd:
+        parse_urls(etcd)
     parse_hostport(listen)
     root = Path(root).absolute()
-    args = ["--catalog", catalog, "--listen", listen]
+    if etcd and not grid and not _known_grid(root):
+        raise ConfigError(f"a new container with --etcd needs --grid NAME: the grid whose keys it joins in etcd "
+                          f"({root} has joined none yet)")
+    args = (["--catalog", catalog] if catalog else []) + ["--listen", listen]
+    args += ["--etcd", etcd] if etcd else []
+    args += ["--lease-ttl", str(lease_ttl_s)] if lease_ttl_s else []
     args += ["--zone", zone] if zone else []
     args += ["--name", name] if name else []
     args += ["--grid", grid] if grid else []
@@ -122,11 +144,19 @@ def start_container(root: Path, catalog: str, listen: str, zone: str | None = No
     return st or {"registered": False}
 
 
+def _known_grid(root: Path) -> str | None:
+    try:
+        return json.loads((root / IDENTITY_FILE).read_text()).get("grid") or None
+    except (OSError, ValueError):
+        return None
+
+
 def _raise_refused(refused_file: Path, catalog: str, root: Path) -> None:
     if refused_file.exists():
         r = json.loads(refused_file.read_text())
         cls = WrongGrid if r["code"] == WrongGrid.code else ServerError
-        raise cls(f"the catalog {catalog} refused the container in {root}: {r['code']}: {r['message']}")
+        by = f"the catalog {catalog}" if catalog else "etcd"
+        raise cls(f"{by} refused the container in {root}: {r['code']}: {r['message']}")
 
 
 def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
@@ -141,13 +171,35 @@ def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
 
 
 def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:
-    """Ask the catalog at ``catalog`` (HOST:PORT) its status over the grid wire."""
-    return json.loads(_ask(catalog, StatusRequest(), Status, timeout).json)
+    """Ask the catalog at ``catalog`` (HOST:PORT, or several: the first that answers) its status over
+    the grid wire; ``answered_by`` says which."""
+    addr, msg = _ask_any(catalog, StatusRequest(), Status, timeout)
+    return {**json.loads(msg.json), "answered_by": addr}
 
 
 def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> RouteTable:
     """The catalog's route table: each partition's primary address (None while it is down) and epoch."""
-    return RouteTable.from_dict(json.loads(_ask(catalog, RouteRequest(), Routes, timeout).json))
+    return RouteTable.from_dict(json.loads(_ask_any(catalog, RouteRequest(), Routes, timeout)[1].json))
+
+
+def _addresses(catalogs: str) -> list[str]:
+    return [c.strip() for c in catalogs.split(",") if c.strip()]
+
+
+def _ask_any(catalogs: str, request, reply_type: type, timeout: float):
+    """``(address, answer)`` of the first catalog of the list that answers; the errors of all otherwise."""
+    addrs = _addresses(catalogs)
+    if not addrs:
+        raise ConfigError("give the catalog as HOST:PORT[,HOST:PORT...]")
+    errors = []
+    for addr in addrs:
+        try:
+            return addr, _ask(addr, request, reply_type, timeout if len(addrs) == 1 else min(timeout, 3.0))
+        except ServerError as e:
+            if len(addrs) == 1:
+                raise
+            errors.append(str(e))
+    raise ServerError("no catalog answered: " + "; ".join(errors))
 
 
 def _ask(catalog: str, request, reply_type: type, timeout: float):
