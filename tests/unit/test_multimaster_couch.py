@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from multisite.multimaster import couch
 from multisite.multimaster.conflicts import Kind, reconcile, superseded
@@ -350,7 +351,7 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
             i = pick(ids, o[1])
             if i is None:
                 continue
-            c = sorted(model.conflicts(i))[0]
+            c = min(model.conflicts(i))
             if kind == "cd_resolve":
                 model.edit(i, c, None, True, client_hash())
             else:

@@ -271,11 +271,16 @@ def docserver() -> None:
                                                 "Hello that claims another name is refused (ACLs then trust names).")
 @click.option("--metrics", default=None, metavar="HOST:PORT",
               help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
+@click.option("--couch-listen", default=None, type=HostPort(listen=True), metavar="HOST:PORT",
+              help="Also speak CouchDB's replication protocol on http://HOST:PORT/<database> (PouchDB, CouchDB); "
+                   "users from HOME/users.json (multisite user add HOME NAME), access from each database's ACL.")
 def docserver_start(dirs, name, listen, home, replicators, peers, address_book, tls_cert, tls_key, tls_ca,
-                    tls_client_cert, tls_client_key, tls_names, metrics) -> None:
+                    tls_client_cert, tls_client_key, tls_names, metrics, couch_listen) -> None:
     """Start a document server serving DIRS; returns once it answers.
 
     Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --home /data/srvA --replicators 2
+
+    Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --couch-listen 127.0.0.1:5984
     """
     peer_map = {}
     for p in peers:
@@ -289,10 +294,11 @@ def docserver_start(dirs, name, listen, home, replicators, peers, address_book, 
         raise ConfigError("give at least one database directory (DIR...) to serve")
     home = home or str(Path(dirs[0] if dirs else address_book).absolute().parent / f"docserver-{name}")
     info = start_docserver(Path(home), list(dirs), name, listen, replicators=replicators, peers=peer_map,
-                           address_book=address_book, tls=tls, metrics=metrics)
+                           address_book=address_book, tls=tls, metrics=metrics, couch_listen=couch_listen)
     console.print(f"document server {name} started: pid {info['pid']}, listening on {info['listen']}, "
                   f"home {home}, log {info['log']}"
-                  + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else ""))
+                  + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else "")
+                  + (f", CouchDB endpoints on port {info['couch_port']}" if info.get("couch_port") else ""))
 
 
 @docserver.command("stop")

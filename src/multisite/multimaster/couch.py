@@ -38,14 +38,23 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 import msgspec
 
 from ..errors import DocumentError
-from .conflicts import Kind, common_seq, conflict_document, descends, knows, reconcile, superseded
-from .document import COUCH_ID_FIELD, CONFLICT_FIELD, KEPT_WHEN_DELETED, REF_FIELD, Doc
+from .conflicts import (
+    Kind,
+    common_seq,
+    conflict_document,
+    descends,
+    knows,
+    reconcile,
+    superseded,
+)
+from .document import CONFLICT_FIELD, COUCH_ID_FIELD, KEPT_WHEN_DELETED, REF_FIELD, Doc
 from .ids import MAX_SEQ, Stamp
 
 DEFAULT_FORM = "Document"  # the form of a document a CouchDB client made without ``$Form``

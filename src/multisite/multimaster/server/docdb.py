@@ -211,9 +211,15 @@ class DocDB:
             if ops:
                 self.db.commit_updates(ops)
         refs: dict[str, set[str]] = {}
+        self._ref_of: dict[str, str] = {}
         for (ref, unid), _ in self.db.items(REFS):
             refs.setdefault(ref, set()).add(unid)
+            self._ref_of[unid] = ref
         return refs
+
+    def ref_of(self, unid: str) -> str | None:
+        """The document that ``unid`` is a conflict document of (None: it is none)."""
+        return self._ref_of.get(unid)
 
     # -- identity, ACL, forms -----------------------------------------------------------------------
     @property
@@ -359,6 +365,7 @@ class DocDB:
         self._epoch += 1
         for ref, unid in refs:
             self._refs.setdefault(ref, set()).add(unid)
+            self._ref_of[unid] = ref
         for fn in self._listeners:
             fn(n)
 

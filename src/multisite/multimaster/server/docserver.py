@@ -100,8 +100,10 @@ async def _read(reader: asyncio.StreamReader, wire: DocWire, timeout_s: float) -
 class DocServer:
     def __init__(self, home: Path, dirs: list[str], name: str, listen: str, replicators: int,
                  tls: TLSConfig | None, peers: dict[str, str], address_book: str | None,
-                 client_tls: TLSConfig | None = None, tls_names: bool = False, metrics: str | None = None) -> None:
+                 client_tls: TLSConfig | None = None, tls_names: bool = False, metrics: str | None = None,
+                 couch: str | None = None) -> None:
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
+        self.couch_listen, self.couch = couch, None  # couch_http.py: CouchDB's replication protocol on HOST:PORT
         self.home, self.name, self.listen, self.tls, self.peers = home, name, listen, tls, peers
         self.client_tls = client_tls or tls  # the initiator's certificate (a client-auth one), if different
         if tls_names and not tls:
@@ -359,6 +361,7 @@ class DocServer:
     # -- control ----------------------------------------------------------------------------------------
     def status(self) -> dict:
         return {"name": self.name, "pid": os.getpid(), "listen": f"{self.host}:{self.port}",
+                "couch_listen": f"{self.host}:{self.couch.port}" if self.couch else None,
                 "replicators": self.replicators, "active": dict(self.active), "queued": self.queue.qsize(),
                 "sessions_done": self.sessions_done,
                 "databases": [{"title": db.title, "replica_id": rid, "db_id": db.db_id, "path": str(db.path),
@@ -422,6 +425,10 @@ class DocServer:
             from ...net.metrics import start_collector_metrics
             from .metrics import DocServerCollector
             self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
+        if self.couch_listen:
+            from .couch_http import CouchServer
+            self.couch = CouchServer(self, self.couch_listen, self.tls)
+            await self.couch.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
         tasks = [asyncio.create_task(self.worker(i)) for i in range(self.replicators)]
@@ -431,7 +438,8 @@ class DocServer:
                       ", ".join(f"{db.title} [{rid}]" for rid, db in sorted(self.dbs.items())))
         info = {"pid": os.getpid(), "name": self.name, "listen": f"{self.host}:{self.port}",
                 "log": str(self.home / "log" / "docserver.log"),
-                "metrics_port": self.metrics.port if self.metrics else None}
+                "metrics_port": self.metrics.port if self.metrics else None,
+                "couch_port": self.couch.port if self.couch else None}
         atomic_write(self.home / "run" / "docserver.json", json.dumps(info).encode())
         ctl = await asyncio.start_unix_server(self.control, path=control_address(self.home))
         for db in self.dbs.values():  # once the control socket answers: the doc commands find the server here
@@ -447,6 +455,8 @@ class DocServer:
             srv.close()
             if self.metrics:
                 await self.metrics.close()
+            if self.couch:
+                await self.couch.close()
             for db in self.dbs.values():
                 await asyncio.to_thread(db.close)
             (self.home / "run" / "docserver.json").unlink(missing_ok=True)
@@ -469,6 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-client-key")
     ap.add_argument("--tls-names", action="store_true")
     ap.add_argument("--metrics", default=None)
+    ap.add_argument("--couch-listen", default=None)
     a = ap.parse_args(argv)
     home = Path(a.home).absolute()
 
@@ -484,7 +495,7 @@ def main(argv: list[str] | None = None) -> None:
         client_tls = (TLSConfig.from_options(a.tls_client_cert, a.tls_client_key, a.tls_ca)
                       if a.tls_client_cert or a.tls_client_key else None)
         await DocServer(home, a.dirs, a.name, a.listen, a.replicators, tls, peers, a.address_book,
-                        client_tls, a.tls_names, a.metrics).run()
+                        client_tls, a.tls_names, a.metrics, a.couch_listen).run()
 
     run_logged(home, "docserver.log", LOG_FORMAT, serve)
 

@@ -48,7 +48,8 @@ def known_peers(home: Path) -> dict[str, str] | None:
 
 def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, replicators: int = 1,
                     peers: dict[str, str] | None = None, address_book: str | None = None,
-                    tls: dict[str, str] | None = None, metrics: str | None = None) -> dict:
+                    tls: dict[str, str] | None = None, metrics: str | None = None,
+                    couch_listen: str | None = None) -> dict:
     """Spawn a document server serving ``dirs``; returns its run info once it answers."""
     parse_hostport(listen)
     if not dirs and not address_book:
@@ -80,6 +81,9 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     if metrics:
         parse_hostport(metrics)
         cmd += ["--metrics", metrics]
+    if couch_listen:  # CouchDB's replication protocol over HTTP (couch_http.py)
+        parse_hostport(couch_listen)
+        cmd += ["--couch-listen", couch_listen]
     for a in (peers or {}).values():
         parse_hostport(a)  # a wrong address is an error here, naming it, not in the server's log
     atomic_write(home / "run" / PEERS_FILE, json.dumps(peers or {}).encode())
