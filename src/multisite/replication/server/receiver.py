@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 from ...errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
+from ...journal.durability import Durability
 from ...protocol.connection import NEED_DATA, Connection, Role, State
 from ...protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
                                   error_for)
@@ -472,10 +473,15 @@ class ReceiverServer:
 
     def _applied_seqno(self) -> int:
         """What this instance has applied, in the source's seqnos (what the source confirms and keeps
-        its journal for): a supplementary instance's SI stream seqno, else its own seqno."""
+        its journal for): a supplementary instance's SI stream seqno, else its own seqno as far as its
+        journal hardened it (written, with durability none). The Update Process advances the seqno as it
+        applies a batch, before journaling and hardening it, and an answer may be sent meanwhile:
+        confirming that seqno would count, for --min-confirm, transactions a crash here loses."""
         if self.update.si_stream is not None:
             return self.db.stream_seqno(self.update.si_stream)
-        return self.db.seqno
+        journal = self.db.journal
+        hard = journal.written_seqno if journal.durability is Durability.NONE else journal.durable_seqno
+        return min(self.db.seqno, hard)
 
     def _here(self) -> Position:
         """Where this instance stands now, for the handshake's decisions."""
