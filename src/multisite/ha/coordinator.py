@@ -21,7 +21,7 @@ import json
 from ..errors import ConfigError, CoordinatorUnavailable
 from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Leader, Member, View,
                      cluster_prefix)
-from .etcd_client import ETCD_CALL_TIMEOUT_S, EtcdClient, Put, absent, parse_urls
+from .etcd_client import ETCD_CALL_TIMEOUT_S, EtcdClient, Put, absent, parse_urls, value_is
 
 TERM_KEY = "term"
 
@@ -87,11 +87,14 @@ class Coordinator:
 
     # -- the leader key --------------------------------------------------------------------------
     async def campaign(self, term: int, ttl_s: float) -> bool:
-        """Take the leader key for ``term`` if nobody holds it (one transaction); True if taken."""
+        """Take the leader key for ``term`` if nobody holds it and ``term`` is still the next one (one
+        transaction); True if taken. The term is compared too: a member that read the last term before
+        another took the next one and gave it up again would otherwise lead in a term already used."""
         lease = (await self.etcd.lease_grant(ttl_s)).id
-        key = self.prefix + LEADER_KEY
+        key, term_key = self.prefix + LEADER_KEY, self.prefix + TERM_KEY
         value = json.dumps({"name": self.name, "term": term})
-        res = await self.etcd.txn([absent(key)], [Put(key, value, lease), Put(self.prefix + TERM_KEY, str(term))])
+        last = absent(term_key) if term <= 1 else value_is(term_key, str(term - 1))
+        res = await self.etcd.txn([absent(key), last], [Put(key, value, lease), Put(term_key, str(term))])
         if not res.succeeded:
             await self.etcd.lease_revoke(lease)
             return False
