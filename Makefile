@@ -103,6 +103,10 @@ bench-replication: setup  # issue 14's table: commits with/without a secondary, 
 bench-ops: setup  # metrics + dashboard against the commit rate, and a /metrics scrape with 100 links (issue 17)
 	PYTHONPATH=src $(BIN)/python bench/ops.py $(ARGS)
 
+.PHONY: bench-ha
+bench-ha: setup  # automatic failover: kill -> first commit on the new primary, --min-confirm 1's rate, loss over fault rounds (issue 25)
+	PYTHONPATH=src $(BIN)/python bench/ha.py $(ARGS)
+
 # A Spark standalone cluster (a master and two workers, PySpark's own spark-class) on this machine.
 .PHONY: spark-cluster-start spark-cluster-stop bench-pipeline
 SPARK_CLUSTER_DIR ?= /tmp/multisite-spark-cluster
