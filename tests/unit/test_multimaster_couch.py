@@ -80,7 +80,7 @@ def test_ids_names_and_since():
 def test_local_documents_take_their_current_rev_only():
     assert couch.check_local_put(None, {"last_seq": 1}) == 1
     assert couch.check_local_put({"n": 1, "body": {}}, {"_rev": "0-1"}) == 2
-    for cur, body in (({"n": 2, "body": {}}, {"_rev": "0-1"}), ({"n": 2, "body": {}}, {})):
+    for cur, body in (({"n": 2, "body": {}}, {"_rev": "0-1"}), ({"n": 2, "body": {}}, {}), (None, {"_rev": "0-3"})):
         with pytest.raises(couch.CouchError) as e:
             couch.check_local_put(cur, body)
         assert e.value.status == 409 and e.value.error == "conflict"

@@ -571,6 +571,6 @@ def check_local_put(current: dict | None, body: Any) -> int:
     n = current["n"] if current else 0
     if current is not None and rev != local_rev(n):
         raise CouchError(409, "conflict", "Document update conflict.")
-    if current is None and rev not in (None, "0-0") and not (isinstance(rev, str) and rev.startswith("0-")):
+    if current is None and rev not in (None, "0-0"):  # another checkpoint's revision
         raise CouchError(409, "conflict", "Document update conflict.")
     return n + 1

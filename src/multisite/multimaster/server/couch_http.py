@@ -11,12 +11,14 @@ A database's name in URLs is ``couch.db_name(title)`` (its title in lower case, 
 ``-``); two served databases with one name are refused at start. ``PUT /{db}`` of a new name makes a
 new database in ``HOME/couch/<name>`` and serves it (an admin's right, or anyone's with no users).
 
-Who may do what: users are those of ``HOME/users.json`` (``multisite user add HOME NAME``), by HTTP
-basic authentication; a user's access to a database is the database's ACL entry of its name, else
-``*``'s (as for servers). No users: every request is anonymous with ``*``'s access; with users, an
-anonymous request to a database gets 401. ``none`` shows nothing (401, or 403 when logged in; the
-database is left out of ``_all_dbs``), ``reader`` reads and keeps checkpoints (``_local``), ``writer``
-also writes.
+Who may do what: a database's users are those of its directory (``DIR/users.json``, made by
+``multisite user add DIR NAME --role R``: a database directory is an instance), by HTTP basic
+authentication; a user's access is the database's ACL entry of its name, else ``*``'s (as a server's
+is), and at most ``reader`` for a ``read-only`` user. A database without users is open: every request
+has ``*``'s access; one with users answers an anonymous request 401. ``none`` shows nothing (401, or
+403 when logged in; the database is left out of ``_all_dbs``), ``reader`` reads and keeps checkpoints
+(``_local``), ``writer`` also writes. Creating a database takes an ``admin`` user of a served database,
+or no users anywhere.
 
 Bounds: a request body is at most ``MAX_REQUEST_BYTES`` and a document ``couch.MAX_DOCUMENT_BYTES``
 (413 either way, nothing written); a longpoll or continuous feed waits at most ``MAX_FEED_TIMEOUT_S``.
@@ -93,7 +95,7 @@ class CouchServer:
     def __init__(self, ds: Any, listen: str, tls: TLSConfig | None = None):
         self.ds, self.listen, self.tls = ds, listen, tls
         self.log = logging.getLogger("multisite.docserver.couch")
-        self.users = UserFile(ds.home)
+        self._users: dict[str, UserFile] = {}
         self.uuid = hashlib.sha256(f"multisite-docserver|{ds.name}".encode()).hexdigest()[:32]
         self._verified: dict[tuple, tuple[Any, float, Any]] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -121,9 +123,10 @@ class CouchServer:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         for db in list(self.ds.dbs.values()):
             self._watch(db)
-        if not len(self.users.current()):
-            self.log.warning("CouchDB endpoints on %s:%d take anonymous requests (no users in %s): each "
-                             "database's '*' ACL entry decides", host, self.port, self.users.path)
+        open_dbs = [couch.db_name(db.title) for db in self.ds.dbs.values() if not len(self._table(db))]
+        if open_dbs:
+            self.log.warning("CouchDB endpoints on %s:%d take anonymous requests to %s (no DIR/users.json): "
+                             "their '*' ACL entry decides", host, self.port, ", ".join(sorted(open_dbs)))
         return self.port
 
     async def close(self) -> None:
@@ -148,8 +151,14 @@ class CouchServer:
             out[name] = db
         return out
 
-    async def _user(self, request: web.Request) -> Any:
-        """The authenticated user (a ``users.User``), None for an anonymous request; 401 for bad credentials."""
+    def _table(self, db: DocDB) -> Any:
+        uf = self._users.get(db.db_id)
+        if uf is None:
+            uf = self._users[db.db_id] = UserFile(db.path)
+        return uf.current()
+
+    @staticmethod
+    def _credentials(request: web.Request) -> tuple[str, str] | None:
         header = request.headers.get("Authorization", "")
         if not header.lower().startswith("basic "):
             return None
@@ -157,34 +166,53 @@ class CouchServer:
             name, _, secret = base64.b64decode(header[6:].strip()).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             raise CouchError(400, "bad_request", "Malformed Authorization header") from None
-        table = self.users.current()
-        key = (name, hashlib.sha256(secret.encode()).digest())
+        return name, secret
+
+    async def _verify(self, table: Any, cred: tuple[str, str]) -> Any:
+        """The user of ``table`` whom ``cred`` names, if the password is right (cached a while: Argon2)."""
+        key = (id(table), cred[0], hashlib.sha256(cred[1].encode()).digest())
         hit = self._verified.get(key)
         if hit is not None and hit[2] is table and hit[1] > time.monotonic():
             return hit[0]
-        user = await asyncio.to_thread(table.verify, name, secret)
-        if user is None:
-            raise CouchError(401, "unauthorized", "Name or password is incorrect.")
+        user = await asyncio.to_thread(table.verify, *cred)
         if len(self._verified) > 10_000:
             self._verified.clear()
         self._verified[key] = (user, time.monotonic() + AUTH_CACHE_S, table)
         return user
 
-    def _access(self, db: DocDB, user: Any) -> str:
-        if user is None:
-            if len(self.users.current()):
-                return "anonymous"
+    async def _access(self, db: DocDB, cred: tuple[str, str] | None) -> str:
+        """``none``, ``reader``, ``writer``; ``anonymous`` or ``badauth`` where the database has users."""
+        table = self._table(db)
+        if not len(table):
             return db.acl().get("*", "none")
-        return db.access(user.name)
+        if cred is None:
+            return "anonymous"
+        user = await self._verify(table, cred)
+        if user is None:
+            return "badauth"
+        a = db.access(user.name)
+        return "reader" if a == "writer" and user.role == "read-only" else a
 
-    def _check(self, db: DocDB, user: Any, need: str) -> None:
-        a = self._access(db, user)
+    async def _check(self, db: DocDB, cred: tuple[str, str] | None, need: str) -> None:
+        a = await self._access(db, cred)
         if a == "anonymous":
             raise CouchError(401, "unauthorized", "You are not authorized to access this db.")
+        if a == "badauth":
+            raise CouchError(401, "unauthorized", "Name or password is incorrect.")
         if a == "none":
             raise CouchError(403, "forbidden", "You are not allowed to access this db.")
         if need == "writer" and a != "writer":
             raise CouchError(403, "forbidden", "You are not allowed to write to this db (the ACL makes you a reader).")
+
+    async def _who(self, cred: tuple[str, str] | None) -> Any:
+        """The user ``cred`` names in some served database's users (its first), or None."""
+        if cred is None:
+            return None
+        for db in list(self.ds.dbs.values()):
+            table = self._table(db)
+            if len(table) and (user := await self._verify(table, cred)) is not None:
+                return user
+        return None
 
     # -- dispatch ---------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -216,16 +244,17 @@ class CouchServer:
         parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
         if parts and parts[-1] == "" and len(parts) > 1:
             parts.pop()
-        user = await self._user(request)
+        cred = self._credentials(request)
         m = request.method
         if parts in ([], [""]):
             return _json({"couchdb": "Welcome", "version": "3.3.3", "uuid": self.uuid,
                           "vendor": {"name": "multisite", "version": __version__}, "features": []})
         top = parts[0]
         if top == "_all_dbs":
-            return _json(sorted(n for n, db in self.names().items()
-                                if self._access(db, user) in ("reader", "writer")))
+            return _json(sorted([n for n, db in self.names().items()
+                                 if await self._access(db, cred) in ("reader", "writer")]))
         if top == "_session":
+            user = await self._who(cred)
             return _json({"ok": True, "userCtx": {"name": user.name if user else None,
                                                   "roles": ["_admin"] if user and user.role == "admin" else []},
                           "info": {"authentication_handlers": ["default"], "authenticated": "default" if user else None}})
@@ -235,13 +264,13 @@ class CouchServer:
             raise CouchError(404, "not_found", "Database does not exist.")
         db = self.names().get(top)
         if len(parts) == 1:
-            return await self._db_root(request, m, top, db, user)
+            return await self._db_root(request, m, top, db, cred)
         if db is None:
             raise CouchError(404, "not_found", "Database does not exist.")
         rest = parts[1:]
         need = "writer" if m in ("PUT", "POST", "DELETE") and rest[0] not in (
             "_revs_diff", "_bulk_get", "_all_docs", "_changes", "_ensure_full_commit", "_local") else "reader"
-        self._check(db, user, need)
+        await self._check(db, cred, need)
         return await self._db_op(request, db, rest)
 
     async def _db_op(self, request: web.Request, db: DocDB, rest: list[str]) -> web.StreamResponse:
@@ -289,21 +318,23 @@ class CouchServer:
             raise CouchError(400, "bad_request", "invalid UTF-8 JSON") from None
 
     # -- databases --------------------------------------------------------------------------------
-    async def _db_root(self, request: web.Request, m: str, name: str, db: DocDB | None, user: Any) -> web.Response:
+    async def _db_root(self, request: web.Request, m: str, name: str, db: DocDB | None, cred: Any) -> web.Response:
         if m == "PUT":
             if db is not None:
                 raise CouchError(412, "file_exists", "The database could not be created, the file already exists.")
             couch.check_db_name(name)
-            if len(self.users.current()) and (user is None or user.role != "admin"):
-                raise CouchError(401 if user is None else 403, "unauthorized" if user is None else "forbidden",
-                                 "You are not a server admin.")
+            if any(len(self._table(d)) for d in list(self.ds.dbs.values())):
+                user = await self._who(cred)
+                if user is None or user.role != "admin":
+                    raise CouchError(401 if user is None else 403, "unauthorized" if user is None else "forbidden",
+                                     "You are not a server admin.")
             await asyncio.to_thread(self._create_db, name)
             return _json({"ok": True}, 201)
         if db is None:
             raise CouchError(404, "not_found", "Database does not exist.")
-        self._check(db, user, "reader")
+        await self._check(db, cred, "reader")
         if m == "POST":
-            self._check(db, user, "writer")
+            await self._check(db, cred, "writer")
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise couch.bad_request("Document must be a JSON object")
@@ -510,20 +541,17 @@ class CouchServer:
         results: list[dict] = [{} for _ in docs]
         groups: dict[str, list[tuple[int, Any]]] = {}
         for k, d in enumerate(docs):
+            if not new_edits:  # a revision CouchDB would not take refuses the request: nothing is written
+                item: Any = couch.from_couch(d)
+                groups.setdefault(item.unid, []).append((k, item))
+                continue
             try:
-                if new_edits:
-                    if not isinstance(d, dict):
-                        raise couch.bad_request("Document must be a JSON object")
-                    item: Any = (couch.check_doc_id(d.get("_id")), d)
-                else:
-                    item = couch.from_couch(d)
-                u = couch.unid_for(item[0]) if new_edits else item.unid
-                groups.setdefault(u, []).append((k, item))
+                if not isinstance(d, dict):
+                    raise couch.bad_request("Document must be a JSON object")
+                item = (couch.check_doc_id(d.get("_id")), d)
+                groups.setdefault(couch.unid_for(item[0]), []).append((k, item))
             except CouchError as e:
-                i = d.get("_id") if isinstance(d, dict) else None
-                results[k] = {"id": i, "error": e.error, "reason": e.reason}
-                if isinstance(d, dict) and "_rev" in d:
-                    results[k]["rev"] = d["_rev"]
+                results[k] = {"id": d.get("_id") if isinstance(d, dict) else None, "error": e.error, "reason": e.reason}
 
         def decide(fams: dict, now: Callable[[], int]) -> tuple[list, None]:
             writes = []
