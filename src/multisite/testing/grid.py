@@ -9,12 +9,15 @@ partition's shards, read from their instance directories once the containers are
 With ``etcd`` (endpoints of a ``testing.etcd.EtcdCluster``) the catalogs and containers coordinate
 through etcd (issue 24): ``start_catalog(name)`` may run several catalogs (each in ``root/<name>``),
 ``address`` lists them all, containers register in etcd, and ``leader()`` names the leading catalog.
+With ``hosts`` (a ``testing.netns.Hosts``), ``start_catalog`` and ``start_container`` take ``host=``: the
+process runs in that namespace, and its control socket is reached from there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -30,7 +33,7 @@ class GridCluster:
     def __init__(self, root: Path, *, name: str = "orders", partitions: int = 4, min_sync: int = 1,
                  max_sync: int = 1, max_async: int = 1, heartbeat_timeout_s: float = 1.0,
                  checkpoint_after: int | None = None, map_settings: str = "", etcd: str | None = None,
-                 lease_ttl_s: float | None = None) -> None:
+                 lease_ttl_s: float | None = None, hosts=None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -43,6 +46,12 @@ class GridCluster:
         self.etcd, self.lease_ttl_s = etcd, lease_ttl_s
         self.catalogs: dict[str, str] = {}  # name -> address (a restart takes the same port)
         self.containers: list[str] = []
+        self.hosts, self.where = hosts, {}  # process name -> network namespace host
+
+    def _in(self, name: str):
+        """The namespace of ``name``'s process for a block (its control socket is reachable from there)."""
+        host = self.where.get(name)
+        return self.hosts.entered(host) if host is not None else contextlib.nullcontext()
 
     @property
     def address(self) -> str:
@@ -50,10 +59,14 @@ class GridCluster:
         return ",".join(self.catalogs.values()) or "127.0.0.1:0"
 
     # -- processes --------------------------------------------------------------------------------
-    def start_catalog(self, metrics: str | None = None, name: str = "catalog") -> str:
-        info = start_catalog(self.root / name, self.toml, self.catalogs.get(name, "127.0.0.1:0"),
-                             self.heartbeat_timeout_s, metrics, etcd=self.etcd, name=name if self.etcd else None,
-                             lease_ttl_s=self.lease_ttl_s)
+    def start_catalog(self, metrics: str | None = None, name: str = "catalog", *, host: str | None = None,
+                      listen: str = "127.0.0.1:0") -> str:
+        if host is not None:
+            self.where[name] = host
+        with self._in(name):
+            info = start_catalog(self.root / name, self.toml, self.catalogs.get(name, listen),
+                                 self.heartbeat_timeout_s, metrics, etcd=self.etcd, name=name if self.etcd else None,
+                                 lease_ttl_s=self.lease_ttl_s)
         self.catalogs[name] = info["listen"]
         return info["listen"]
 
@@ -61,17 +74,21 @@ class GridCluster:
         return name in self.catalogs
 
     def start_container(self, name: str, *, listen: str = "127.0.0.1:0", advertise: str | None = None,
-                        env: dict[str, str] | None = None, metrics: str | None = None) -> dict:
+                        env: dict[str, str] | None = None, metrics: str | None = None,
+                        host: str | None = None) -> dict:
         """``env``: variables for this container only (e.g. a loader crash point)."""
         if name not in self.containers:
             self.containers.append(name)
+        if host is not None:
+            self.where[name] = host
         saved = {k: os.environ.get(k) for k in env or {}}
         os.environ.update(env or {})
         try:
-            return start_container(self.root / name, None if self.etcd else self.address, listen, name=name,
-                                   checkpoint_after=self.checkpoint_after, advertise=advertise, metrics=metrics,
-                                   etcd=self.etcd, grid=self.name if self.etcd else None,
-                                   lease_ttl_s=self.lease_ttl_s)
+            with self._in(name):
+                return start_container(self.root / name, None if self.etcd else self.address, listen, name=name,
+                                       checkpoint_after=self.checkpoint_after, advertise=advertise,
+                                       metrics=metrics, etcd=self.etcd, grid=self.name if self.etcd else None,
+                                       lease_ttl_s=self.lease_ttl_s)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -88,13 +105,14 @@ class GridCluster:
         pid = self.pid(name)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and control.is_running(self.root / name):
+        while time.monotonic() < deadline and self.running(name):
             time.sleep(0.02)
         for f in ("container.json", "catalog.json"):
             (self.root / name / "run" / f).unlink(missing_ok=True)
 
     def stop(self, name: str) -> None:
-        stop_process(self.root / name, "catalog" if self.is_catalog(name) else "container")
+        with self._in(name):
+            stop_process(self.root / name, "catalog" if self.is_catalog(name) else "container")
 
     def signal(self, name: str, sig: int) -> None:
         """Send ``sig`` (SIGSTOP, SIGCONT) to a catalog or container."""
@@ -105,7 +123,8 @@ class GridCluster:
         return (self.status().get("coordination") or {}).get("leader")
 
     def running(self, name: str) -> bool:
-        return control.is_running(self.root / name)
+        with self._in(name):
+            return control.is_running(self.root / name)
 
     def stop_all(self) -> None:
         for name in [*self.containers, *self.catalogs]:

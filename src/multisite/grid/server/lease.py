@@ -19,6 +19,8 @@ import asyncio
 
 from ..voting import SyncReplicas
 
+LEASE_POLL_S = 0.05  # how often a primary waiting for the catalog's (or etcd's) word looks at its lease
+
 
 class Lease:
     """A primary's lease and the catalog's acknowledged view of its current replicas, this epoch."""
@@ -61,16 +63,25 @@ class Lease:
     async def report_if_narrower(self) -> bool:
         """Before answering: the catalog must not count current a replica this primary does not.
         False if the catalog says this primary was deposed meanwhile."""
-        while not self.deposed and not self.catalog_within(frozenset(self.sync.current)):
-            if self.stopped.is_set():  # handing over or shutting down without the catalog's word: neither
-                return False           # "rolled back" nor "committed" is certain; the caller aborts, OUTCOME_UNKNOWN
-            report = asyncio.ensure_future(self.host.report_currency())
-            stop = asyncio.ensure_future(self.stopped.wait())
-            try:
-                await asyncio.wait({report, stop}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
+        report: asyncio.Future | None = None
+        try:
+            while not self.deposed and not self.catalog_within(frozenset(self.sync.current)):
+                # Handing over or shutting down without the catalog's word, or the lease lost while waiting
+                # for it (another may be promoted now, holding the batch or not): neither "rolled back" nor
+                # "committed" is certain; the caller aborts, OUTCOME_UNKNOWN. A cut-off primary answers so
+                # within its lease instead of holding its clients until the cut heals.
+                if self.stopped.is_set() or not self.ok():
+                    return False
+                if report is None or report.done():
+                    report = asyncio.ensure_future(self.host.report_currency())
+                stop = asyncio.ensure_future(self.stopped.wait())
+                try:
+                    await asyncio.wait({report, stop}, timeout=LEASE_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+        finally:
+            if report is not None:
                 report.cancel()
-                stop.cancel()
         return not self.deposed
 
     def catalog_within(self, current: frozenset[str]) -> bool:
