@@ -87,3 +87,30 @@ def _wait_not_fenced(db) -> None:
     deadline = time.monotonic() + 10
     while db.info().get("fenced") and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_ha_review_a_member_joining_as_a_primary_takes_no_commit_beside_the_leader(ha, tmp_path):
+    # a new instance is a primary (the default of `instance create`); once `ha start` returned, it is
+    # under the manager, which must not leave it taking commits until its first pass rejoins it
+    from multisite import engine
+
+    lead = ha.wait_primary()
+    ha.wait_followers()
+    with ha.client() as db:
+        db.create_region("acct")
+        db.set("acct", ("before",), 1)
+    root = engine.create(tmp_path / "D", "D")
+    info = start_server(root, "127.0.0.1:0")
+    try:
+        start_ha(root, ha.cluster, ha.etcd, ttl_s=1.0)
+        with multisite.connect(f"127.0.0.1:{info['client_port']}") as db:
+            try:
+                db.create_region("acct")
+            except NotPrimary:
+                pass
+            with pytest.raises(NotPrimary):  # fenced, or a secondary already: either way no primary
+                db.set("acct", ("on-the-new-member",), 1)
+    finally:
+        stop_ha(root)
+        stop_server(root, 5)
+    assert lead == ha.wait_primary()

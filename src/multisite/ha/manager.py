@@ -90,6 +90,8 @@ class HAManager:
     async def start(self) -> None:
         """Join the cluster (its group checked); a member that is not primary listens for the leader."""
         await self.coord.join(self.group)
+        if self.inst.role == "primary":  # no lease of this manager's yet: commits wait for its campaign
+            await self.inst.call("lease", until=0.0)  # (or, another member leading, for its rejoin)
         if self.cfg.min_confirm or (self.inst.state.get("min_confirm") or {}).get("n"):  # 0 too: a previous
             await self.inst.call("min_confirm", n=self.cfg.min_confirm)  # manager's N stays in the server
         if self.inst.state.get("receiver") is None and self.inst.role != "primary":
