@@ -196,7 +196,8 @@ def test_checkpoints_of_another_replication_are_not_taken(dc):
     url = a.url + "/profiles/_local"
     assert http("GET", url + "/rep-a") == (404, {"error": "not_found", "reason": "missing"})
     assert http("PUT", url + "/rep-a", {"last_seq": "3-x", "session_id": "s1"}) == (201, {"ok": True, "id": "_local/rep-a", "rev": "0-1"})
-    st, cp = http("GET", url + "/rep-a")
+    assert http("GET", url + "/rep-a")[0] == 200
+    cp = http("GET", url + "/rep-a")[1]
     assert cp == {"last_seq": "3-x", "session_id": "s1", "_id": "_local/rep-a", "_rev": "0-1"}
     assert http("PUT", url + "/rep-b", {"_rev": "0-1", "last_seq": "9-y"}) == (409, {"error": "conflict", "reason": "Document update conflict."})
     assert http("PUT", url + "/rep-a", {"last_seq": "4-x"})[0] == 409  # no _rev: stale

@@ -396,8 +396,8 @@ def test_a_deletion_that_beats_a_clients_live_leaf_tombstones_it():
     edit = {"_id": "x", "_rev": "2-" + "2" * 32, "_revisions": {"start": 2, "ids": ["2" * 32, "1" * 32]}, "v": 1}
     p = couch.plan(a.family(base.unid), [couch.from_couch(edit)])
     assert p.outcomes == [Kind.KEPT.value]
-    (m,) = p.writes
-    assert m.deleted and m.seq == 3 and Stamp(2, 0x2222222222222222, "2" * 16) in m.merged
-    tree = couch.Tree(couch.Family(base.unid, m))
+    (rec,) = p.writes  # the record: the edit's conflict document, deleted at once
+    assert rec.is_conflict and rec.deleted and rec.seq == 3 and rec.stamp_at(2) == (2, 0x2222222222222222, "2" * 16)
+    tree = couch.Tree(couch.Family(base.unid, gone, (rec,)))
     assert tree.deleted and tree.conflicts() == []
-    assert any(lf.doc is None and lf.path[1] == "2" * 32 for lf in tree.leaves)  # the tombstone under the edit
+    assert any(lf.deleted and lf.path[1] == "2" * 32 for lf in tree.leaves)  # the tombstone under the edit

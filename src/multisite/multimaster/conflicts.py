@@ -53,7 +53,7 @@ class Outcome:
     kind: Kind
     write: Doc | None = None  # the new version of the document on this replica
     conflict_doc: Doc | None = None  # a conflict document to create on this replica
-    record: Doc | None = None  # a deleted conflict document recording a deletion that lost (see reconcile)
+    record: Doc | None = None  # a deleted conflict document recording the version dropped (``dropped_record``)
 
 
 def descends(hi: Doc, lo: Doc) -> bool:
@@ -162,12 +162,23 @@ def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
         return Outcome(Kind.KEPT)
     # This replica holds the loser: it takes the winner and keeps the loser as a conflict document,
     # unless a deletion is involved (a deleted loser has nothing to keep; Domino drops an update that
-    # a later deletion beat). A deletion that lost to an update leaves a record: its conflict document,
-    # deleted, so that a conflict document found later for a version it deleted is known superseded
-    # (its line was deleted here; ``superseded``), as a CouchDB client that saw the deletion knows.
+    # a later deletion beat); what is dropped leaves a deleted record (``dropped_record``).
     conflict = None if (loser.deleted or w.deleted) else conflict_document(loser)
-    record = conflict_document(loser) if loser.deleted and not w.deleted else None
-    return Outcome(Kind.CONFLICT if conflict else (Kind.DELETED if w.deleted else Kind.UPDATED), w, conflict, record)
+    return Outcome(Kind.CONFLICT if conflict else (Kind.DELETED if w.deleted else Kind.UPDATED), w, conflict,
+                   dropped_record(loser, w))
+
+
+def dropped_record(loser: Doc, w: Doc) -> Doc | None:
+    """The record a dropped losing version leaves: a deleted conflict document (a deletion that lost: its
+    conflict document, deleted; an update a deletion beat: its conflict document, retired at once). Its
+    line is the dropped line, ended by a deletion, so the line reads dead wherever it went (a CouchDB
+    client holding it gets a tombstone under it: ``couch.py``) and a conflict document found later for a
+    version of it is ``superseded``. None when nothing is dropped (two live versions: a conflict)."""
+    if loser.deleted:
+        return conflict_document(loser)
+    if w.deleted:
+        return retired(conflict_document(loser))
+    return None
 
 
 def knows(current: Doc | None, incoming: tuple) -> bool:

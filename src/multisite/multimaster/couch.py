@@ -22,16 +22,16 @@ stored: its line; each conflict document's line (``conflict_document`` keeps the
 but CouchDB's would not (``Leaf`` with no ``doc``): a tombstone under each version a merge absorbed
 (``Doc.merged``) and, while the document is deleted, under each live conflict document. CouchDB
 prefers any live leaf to every deleted one, while the seed lets a deletion beat an update; those
-tombstones, and the absorbing deletion below, are what make the two rules agree on every document.
+tombstones, and the records of dropped versions, are what make the two rules agree on every document.
 
 **Writes from a client** (``plan``): a revision already in the tree changes nothing; otherwise it is
 a version of the document, reconciled as a replica's would be (``conflicts.reconcile``), with what
-a client cannot do itself done here: a version that loses gets its conflict document; a deletion
-that descends from a conflict document deletes that one (how a conflict is resolved in CouchDB); a
-deletion that beats a live version becomes one deletion that absorbs it (so the client's live leaf
-gets a tombstone); a conflict document whose version the document (or another conflict) now
-descends from is deleted (its branch goes on elsewhere). A tombstone on a branch already dead changes
-nothing.
+the client's replica would keep, and a client cannot, kept here: a version that loses gets its
+conflict document, or the deleted record of a dropped version (``conflicts.dropped_record``: a
+deletion that lost, an update a deletion beat: so the client's leaf gets a tombstone); a deletion that
+descends from a conflict document deletes that one (how a conflict is resolved in CouchDB); a conflict
+document whose version the document (or another conflict) now descends from is deleted
+(``conflicts.superseded``). A tombstone on a branch already dead changes nothing.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import msgspec
 from ..errors import DocumentError
 from .conflicts import (
     Kind,
-    common_seq,
     conflict_document,
     descends,
+    dropped_record,
     knows,
     reconcile,
     superseded,
@@ -412,19 +412,6 @@ class Plan:
     outcomes: list[str] = field(default_factory=list)  # per revision: a Kind value, or "known", "ignored"
 
 
-def absorbing_deletion(w: Doc, live: Doc) -> Doc:
-    """The deletion made when deletion ``w`` beats the live version ``live``: one version after ``w``
-    that lists ``live``'s line since they parted among what it absorbed, so that a client holding
-    ``live`` gets a tombstone under it. Made from the pair only: the same wherever it is made."""
-    c = common_seq(w, live)
-    absorbed = tuple(Stamp(*live.stamp_at(k)) for k in range(c + 1, live.seq + 1))
-    h = hashlib.sha256(f"absorb|{w.unid}|{tuple(w.stamp)}|{tuple(live.stamp)}".encode()).hexdigest()[:15]
-    keep = {COUCH_ID_FIELD: w.fields[COUCH_ID_FIELD]} if COUCH_ID_FIELD in w.fields else {}
-    return Doc(w.unid, w.form, keep, w.seq + 1, max(w.time_us, live.time_us), "d" + h,
-               w.revisions + ((w.time_us, w.origin),), {**w.field_seqs, **{k: w.seq + 1 for k in keep}}, True,
-               w.merge, tuple(dict.fromkeys(w.merged + live.merged + absorbed)))
-
-
 def _deletion_of(c: Doc, v: Doc) -> Doc:
     """Conflict document ``c`` deleted by a client's tombstone ``v`` (which descends from it)."""
     keep = {k: c.fields[k] for k in KEPT_WHEN_DELETED if k in c.fields}
@@ -464,21 +451,14 @@ def _apply(p: Plan, v: Doc) -> str:
         if (parent is not None and parent[1:] != STEM and tree.knows(parent)
                 and not any(knows(d, parent) for d in (cur, *live) if d is not None and not d.deleted)):
             return "ignored"  # a tombstone on a branch already dead here
+    if cur is not None and cur.merged and descends(v, cur):
+        v = replace(v, merged=tuple(dict.fromkeys(cur.merged + v.merged)))  # as next_version keeps them
     out = reconcile(cur, v)
     kind = out.kind
     if kind in (Kind.SAME, Kind.OLDER):
         return kind.value
     if kind is Kind.KEPT:  # the document's version wins; the client's loses: what its replica would keep
-        if v.deleted and not cur.deleted:
-            _add_conflict(p, conflict_document(v))  # the record of a deletion that lost
-        elif v.deleted:
-            return kind.value
-        elif cur.deleted:
-            _write(p, absorbing_deletion(cur, v))
-        else:
-            _add_conflict(p, conflict_document(v))
-    elif kind is Kind.DELETED and cur is not None and not cur.deleted and not descends(v, cur):
-        _write(p, absorbing_deletion(v, cur))  # a deletion beat a live version
+        _add_conflict(p, dropped_record(v, cur) or conflict_document(v))
     else:
         _write(p, out.write)
         for cd in (out.conflict_doc, out.record):
@@ -489,7 +469,9 @@ def _apply(p: Plan, v: Doc) -> str:
 
 
 def _add_conflict(p: Plan, cd: Doc) -> None:
-    if all(c.unid != cd.unid for c in p.fam.conflicts):
+    """Write conflict document (or record) ``cd`` unless it is there already (a record may retire it)."""
+    old = next((c for c in p.fam.conflicts if c.unid == cd.unid), None)
+    if old is None or (old.stamp != cd.stamp and descends(cd, old)):
         _write(p, cd)
 
 

@@ -53,7 +53,7 @@ from ...fsutil import atomic_write
 from ...journal.records import SET
 from ...keys import encode_key
 from ...values import encode_value
-from ..conflicts import Kind, Outcome, reconcile, superseded
+from ..conflicts import Kind, Outcome, descends, reconcile, superseded
 from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
 
@@ -584,7 +584,10 @@ class DocDB:
             if conflicts:  # a conflict document made here may exist already (found before, or replicated)
                 exist = self._rows([cd.unid for cd in conflicts if cd.unid not in pending])
                 for cd in conflicts:
-                    if cd.unid not in pending and cd.unid not in exist:
+                    if cd.unid in pending:
+                        continue
+                    old = Doc.trusted(exist[cd.unid][1]) if cd.unid in exist else None
+                    if old is None or (old.stamp != cd.stamp and descends(cd, old)):  # (a record retires it)
                         pending[cd.unid] = (cd, None)
             self._retire_superseded(pending)
             writes = list(pending.values())
