@@ -162,6 +162,10 @@ class ClientAuth:
         """A connection's gate, after its TLS handshake (if any)."""
         host = addr[0] if isinstance(addr, tuple) else str(addr)
         table = self._table()
+        # the newest read is what open sessions check against from now on: else a connection made just
+        # after a user was added was checked by ``admit`` against the table of up to USERS_RECHECK_S
+        # before, without that user ("wrong user or password" for a user that exists)
+        self._recent = (self._clock(), table)
         auth = ConnectionAuth(_BoundedUsers(table, self._slots), self._pacer, host,  # type: ignore[arg-type]
                               required=bool(len(table)) or not self.open_allowed, cert_name=cert_name,
                               peer=_peer(addr))
