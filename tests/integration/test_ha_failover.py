@@ -191,3 +191,38 @@ def test_stopping_the_primary_manager_leaves_its_server_fenced_while_another_tak
     ha.wait_role(old, "secondary", timeout_s=10)
     ha.wait_followers()
     ha.wait_identical()
+
+
+def test_without_an_etcd_majority_the_primary_stops_within_its_lease_and_nobody_is_promoted(tmp_path):
+    from multisite.testing.etcd import EtcdCluster
+
+    with EtcdCluster(tmp_path / "own") as etcd:
+        c = HACluster(tmp_path, etcd.endpoints, ["A", "B", "C"], ttl_s=1.0, cluster="majority")
+        c.start()
+        try:
+            assert c.wait_primary() == "A"
+            c.wait_followers()
+            w = c.writer()
+            time.sleep(0.5)
+            etcd.kill(1)
+            etcd.kill(2)
+            t0 = time.monotonic()
+            deadline = t0 + 5
+            while time.monotonic() < deadline and (not w.refused or w.ack_times[-1][0] < t0):
+                time.sleep(0.05)
+            last_ack = max(x for x, _, _ in w.ack_times)
+            assert last_ack - t0 < 1.0, f"commits went on {last_ack - t0:.2f} s after etcd lost its majority"
+            time.sleep(2.0)
+            roles = {n: (c.status(n) or {}).get("role") for n in c.names}
+            assert roles["B"] == roles["C"] == "secondary", roles  # no promotion without a majority
+            etcd.restart(1)
+            etcd.restart(2)
+            lead = c.wait_primary(timeout_s=20)
+            t1 = time.monotonic()
+            w.wait_commit_after(t1, timeout_s=20, on=c.address(lead))
+            w.stop()
+            c.wait_followers()
+            c.wait_identical()
+            c.check_acknowledged(w)
+        finally:
+            c.stop()
