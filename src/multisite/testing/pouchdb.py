@@ -91,7 +91,7 @@ class Pouch:
     def __call__(self, op: str, timeout: float = ANSWER_TIMEOUT_S, **args: Any) -> Any:
         """Run ``op`` in Node; its result, or RuntimeError with the error it threw."""
         self.n += 1
-        self.proc.stdin.write(json.dumps({"id": self.n, "op": op, **args}) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.write(json.dumps({**args, "rid": self.n, "op": op}) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
         with self._cond:
             while True:
@@ -99,7 +99,7 @@ class Pouch:
                     if line == "":
                         raise RuntimeError(f"the PouchDB driver exited (see {self.workdir / 'node.log'})")
                     msg = json.loads(line)
-                    if msg.get("id") == self.n:
+                    if msg.get("rid") == self.n:
                         del self._lines[k]
                         if "error" in msg:
                             raise RuntimeError(f"PouchDB {op}: {msg['error']}")

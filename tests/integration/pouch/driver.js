@@ -1,5 +1,5 @@
 // PouchDB driven from Python (multisite.testing.pouchdb.Pouch): one JSON command a line on stdin,
-// one JSON answer a line on stdout ({"id", "result"} or {"id", "error"}).
+// one JSON answer a line on stdout ({"rid", "result"} or {"rid", "error"}: rid is the command's).
 //   node driver.js WORKDIR          (NODE_PATH holds pouchdb@9, pouchdb-adapter-memory)
 // Databases live under WORKDIR (LevelDB), or in memory with "adapter": "memory".
 'use strict';
@@ -9,6 +9,9 @@ const PouchDB = require('pouchdb');
 PouchDB.plugin(require('pouchdb-adapter-memory'));
 
 const workdir = process.argv[2];
+// PouchDB 9 leaves one promise unhandled when a remote source goes away in the middle of a batch
+// (finishBatch's src.info()); Node would end the process for it, a browser only logs it: so do we.
+process.on('unhandledRejection', (e) => console.error('unhandled rejection:', (e && e.message) || e));
 const dbs = {};
 const syncs = {};
 const events = {};
@@ -136,9 +139,9 @@ rl.on('line', async (line) => {
   try { msg = JSON.parse(line); } catch (e) { return; }
   try {
     const result = await ops[msg.op](msg);
-    process.stdout.write(JSON.stringify({id: msg.id, result}) + '\n');
+    process.stdout.write(JSON.stringify({rid: msg.rid, result}) + '\n');
   } catch (e) {
-    process.stdout.write(JSON.stringify({id: msg.id, error: String((e && (e.message || e.name)) || e)}) + '\n');
+    process.stdout.write(JSON.stringify({rid: msg.rid, error: String((e && (e.message || e.name)) || e)}) + '\n');
   }
 });
 rl.on('close', () => process.exit(0));
