@@ -59,7 +59,7 @@ def test_a_container_cut_off_stops_within_its_lease_is_replaced_and_rejoins(tmp_
             EtcdCluster(tmp_path, hosts=[hosts.address(h) for h in ETCD_HOSTS],
                         prefixes=[hosts.prefix(h) for h in ETCD_HOSTS]) as etcd:
         g = GridCluster(tmp_path / "grid", name="cut", partitions=4, etcd=etcd.endpoints,
-                        lease_ttl_s=LEASE_TTL_S, hosts=hosts)
+                        lease_ttl_s=LEASE_TTL_S, hosts=hosts, insecure=True)  # (TLS: test_grid_tls.py)
         w = None
         try:
             g.start_catalog(name="K", host="K", listen=f"{hosts.address('K')}:0")

@@ -12,7 +12,8 @@ import multisite
 GRID = Path(multisite.__file__).parent / "grid"
 BANNED = {"socket", "ssl", "asyncio", "selectors", "time", "threading", "subprocess", "random", "os"}
 MAY_IMPORT = {"multisite.errors", "multisite.keys", "multisite.values", "multisite.grid", "multisite.protocol.framing",
-              "multisite.ha.decide"}  # the lease's fencing deadline, shared with ha/ (sans-IO too)
+              "multisite.ha.decide",  # the lease's fencing deadline, shared with ha/ (sans-IO too)
+              "multisite.protocol.auth"}  # the users' rights, shared with the instance server (sans-IO too)
 
 
 @pytest.mark.parametrize("path", sorted(GRID.glob("*.py")), ids=lambda p: p.name)

@@ -35,6 +35,7 @@ SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "rep
                      ("grid", "wire"): set(),
                      ("ha", "decide"): set(),
                      ("grid", "catalog"): {"grid.placement", "grid.policy", "grid.routing", "grid.wire"},
+                     ("grid", "access"): set(),
                      ("grid", "coordination"): {"grid.catalog", "grid.placement", "grid.policy", "grid.routing",
                                                 "grid.wire", "ha.decide"},
                      ("multimaster", "ids"): set(),

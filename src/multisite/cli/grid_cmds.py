@@ -2,14 +2,49 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT
 from ..grid.coordination import LEASE_TTL_S_DEFAULT
+from ..server.client import client_tls_context
 from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
+from ..instance.users import ROLES, add_user, list_users, remove_user
+from ..net.tls import TLSConfig
 from .output import console, print_json, table
+from .user_cmds import read_secret, tell_added
+
+
+def security_options(fn):
+    """--tls-cert/--tls-key/--tls-ca, --users and --insecure of a grid process (grid/access.py)."""
+    for opt in reversed([
+        click.option("--tls-cert", default=None, metavar="FILE",
+                     help="This member's certificate (CN = its name, OU = the grid's name), signed by the grid's CA."),
+        click.option("--tls-key", default=None, metavar="FILE", help="Its private key."),
+        click.option("--tls-ca", default=None, metavar="FILE",
+                     help="The grid's CA: every grid wire is TLS, and members and clients must show a certificate "
+                          "it signed (clients may use a user's password instead)."),
+        click.option("--users", default=None, type=click.Path(file_okay=False),
+                     help="Directory of the grid's users.json (multisite grid user add; default: --dir)."),
+        click.option("--insecure", is_flag=True,
+                     help="Allow a --listen reachable from other hosts without TLS or without users."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def client_options(fn):
+    """How a client (grid status) reaches a grid with TLS and users."""
+    for opt in reversed([
+        click.option("--tls-ca", default=None, metavar="FILE", help="The grid's CA (the grid's wires are TLS)."),
+        click.option("--tls-cert", default=None, metavar="FILE", help="A client certificate (CN = a user)."),
+        click.option("--tls-key", default=None, metavar="FILE", help="Its private key."),
+        click.option("--user", default=None, help="A user of the grid (its password from MULTISITE_PASSWORD)."),
+    ]):
+        fn = opt(fn)
+    return fn
 
 
 @click.group()
@@ -41,8 +76,10 @@ def catalog() -> None:
                                            "HOST-PID).")
 @click.option("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT, show_default=True,
               help="With --etcd: seconds of the catalog's lease (a lost leader is replaced after about this).")
+@security_options
 def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, metrics: str | None, etcd: str | None,
-                  name: str | None, lease_ttl: float) -> None:
+                  name: str | None, lease_ttl: float, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
+                  users: str | None, insecure: bool) -> None:
     """Start the catalog; returns once it answers. A restarted catalog reloads its placement from --dir
     (with --etcd: from etcd).
 
@@ -50,7 +87,8 @@ def catalog_start(grid: str, dir: str, listen: str, heartbeat_timeout: float, me
     --etcd http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379 --name cat1
     """
     info = start_catalog(Path(dir), Path(grid), listen, heartbeat_timeout, metrics, etcd=etcd, name=name,
-                         lease_ttl_s=lease_ttl if etcd else None)
+                         lease_ttl_s=lease_ttl if etcd else None, tls=TLSConfig.from_options(tls_cert, tls_key, tls_ca),
+                         users=Path(users) if users else None, insecure=insecure)
     who = f"catalog {info['name']}" if info.get("name") else "catalog"
     console.print(f"{who} of grid {info['grid']} started: pid {info['pid']}, listening on {info['listen']}, "
                   f"log {info['log']}" + (" (coordinated through etcd)" if etcd else ""))
@@ -100,9 +138,11 @@ def container() -> None:
                    "replaying the journal (default 200,000).")
 @click.option("--metrics", default=None, metavar="HOST:PORT",
               help="Serve Prometheus metrics on http://HOST:PORT/metrics (port 0: a free one).")
+@security_options
 def container_start(catalog_addr: str | None, etcd: str | None, lease_ttl: float, dir: str, listen: str,
                     zone: str | None, name: str | None, grid: str | None, advertise: str | None,
-                    checkpoint_after: int | None, metrics: str | None) -> None:
+                    checkpoint_after: int | None, metrics: str | None, tls_cert: str | None, tls_key: str | None,
+                    tls_ca: str | None, users: str | None, insecure: bool) -> None:
     """Start a container; returns once the catalog has accepted it and sent its assignments.
 
     Example: multisite container start --catalog 127.0.0.1:7100 --dir /data/c1 --listen 127.0.0.1:0 --zone a
@@ -112,7 +152,9 @@ def container_start(catalog_addr: str | None, etcd: str | None, lease_ttl: float
     if not catalog_addr and not etcd:
         raise click.UsageError("give --catalog HOST:PORT[,HOST:PORT...] or --etcd URLS")
     st = start_container(Path(dir), catalog_addr, listen, zone, name, grid, checkpoint_after=checkpoint_after,
-                         advertise=advertise, metrics=metrics, etcd=etcd, lease_ttl_s=lease_ttl if etcd else None)
+                         advertise=advertise, metrics=metrics, etcd=etcd, lease_ttl_s=lease_ttl if etcd else None,
+                         tls=TLSConfig.from_options(tls_cert, tls_key, tls_ca), users=Path(users) if users else None,
+                         insecure=insecure)
     if not st.get("registered"):
         console.print(f"container started in {dir}, still waiting for {'etcd' if etcd else 'the catalog'} "
                       f"{etcd or catalog_addr}")
@@ -144,12 +186,15 @@ def grid() -> None:
 @click.option("--catalog", "catalog_addr", required=True,
               help="HOST:PORT of the grid's catalog (several, comma-separated: the first that answers).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-def grid_status(catalog_addr: str, as_json: bool) -> None:
+@client_options
+def grid_status(catalog_addr: str, as_json: bool, tls_ca: str | None, tls_cert: str | None, tls_key: str | None,
+                user: str | None) -> None:
     """Placement (partition → primary, sync and async containers), containers, under-replicated partitions.
 
     Example: multisite grid status --catalog 127.0.0.1:7100 --json
     """
-    st = catalog_status(catalog_addr)
+    st = catalog_status(catalog_addr, tls=client_tls_context(tls_ca, tls_cert, tls_key, check_hostname=False),
+                        user=user, password=os.environ.get("MULTISITE_PASSWORD") if user else None)
     if as_json:
         print_json(st)
         return
@@ -200,6 +245,59 @@ def grid_status(catalog_addr: str, as_json: bool) -> None:
         console.print("every partition is fully placed")
     for i in st["ignored"]:
         console.print(f"container {i['container']} takes no shards: {i['why']}")
+
+
+@grid.group("user")
+def grid_user() -> None:
+    """Users of a grid's clients (commits, reads, status, routes), kept in DIR/users.json as for an instance
+    server; give every catalog and container that DIR with --users (or copy the file)."""
+
+
+@grid_user.command("add")
+@click.argument("dir", type=click.Path(file_okay=False))
+@click.argument("name")
+@click.option("--role", type=click.Choice(ROLES), required=True,
+              help="read-only: reads, status, routes; read-write: also commits; admin: everything.")
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of standard input.")
+@click.option("--token", is_flag=True, help="Generate a random token as the secret and print it (once).")
+@click.option("--cert-only", is_flag=True,
+              help="No secret: the user authenticates only with a TLS client certificate whose common name is NAME.")
+@click.option("--replace", is_flag=True, help="Replace an existing user's role and secret.")
+def grid_user_add(dir: str, name: str, role: str, password_stdin: bool, token: bool, cert_only: bool,
+                  replace: bool) -> None:
+    """Add a user of the grid; running catalogs and containers take it on the next connection.
+
+    Example: echo 's3cret-pass' | multisite grid user add /data/grid-users app --role read-write --password-stdin
+    """
+    secret = read_secret(name, password_stdin, token, cert_only)
+    tell_added(add_user(dir, name, role, secret, replace=replace, instance=False), secret if token else None, replace)
+
+
+@grid_user.command("remove")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("name")
+def grid_user_remove(dir: str, name: str) -> None:
+    """Remove a user of the grid (its open connections are refused at their next request).
+
+    Example: multisite grid user remove /data/grid-users app
+    """
+    u = remove_user(dir, name, instance=False)
+    console.print(f"user {u.name} removed (was {u.role})")
+
+
+@grid_user.command("list")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, role, by}.")
+def grid_user_list(dir: str, as_json: bool) -> None:
+    """The grid's users, their roles and how they authenticate.
+
+    Example: multisite grid user list /data/grid-users --json
+    """
+    rows = [{"name": u.name, "role": u.role, "by": u.by} for u in list_users(dir, instance=False)]
+    if as_json:
+        print_json(rows)
+        return
+    table("users", ["name", "role", "by"], [(r["name"], r["role"], r["by"]) for r in rows], whole=["name"])
 
 
 def register(cli: click.Group) -> None:

@@ -37,19 +37,28 @@ def add_cmd(dir: str, name: str, role: str, password_stdin: bool, token: bool, c
 
     Example: echo 's3cret-pass' | multisite user add /data/A alice --role read-write --password-stdin
     """
+    secret = read_secret(name, password_stdin, token, cert_only)
+    u = add_user(dir, name, role, secret, replace=replace)
+    tell_added(u, secret if token else None, replace)
+
+
+def read_secret(name: str, password_stdin: bool, token: bool, cert_only: bool) -> str | None:
+    """The secret ``user add`` (and ``grid user add``) was given: None for a certificate-only user."""
     if password_stdin + token + cert_only > 1:
         raise ConfigError("give at most one of --password-stdin, --token and --cert-only")
     if cert_only:
-        secret = None
-    elif token:
-        secret = secrets.token_urlsafe(32)
-    elif password_stdin:
-        secret = sys.stdin.readline().rstrip("\r\n")
-    else:
-        secret = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
-    u = add_user(dir, name, role, secret, replace=replace)
+        return None
     if token:
-        click.echo(secret)  # alone on stdout, for scripts; the note goes to stderr
+        return secrets.token_urlsafe(32)
+    if password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    return click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
+
+
+def tell_added(u, token: str | None, replace: bool) -> None:
+    """What ``user add`` prints: a generated token alone on stdout (once), or one line."""
+    if token:
+        click.echo(token)  # alone on stdout, for scripts; the note goes to stderr
         click.echo(f"user {u.name} added (role {u.role}); the token above is not stored and is shown only once",
                    err=True)
     else:

@@ -27,12 +27,13 @@ __all__ = ["connect", "Change", "Loader", "LoaderDown", "LoaderError", "LoaderRe
            "CommitVote", "Decision", "SyncReplicas", "Vote"]
 
 
-def connect(catalog: str, *, timeout_s: float = 30.0):
+def connect(catalog: str, *, timeout_s: float = 30.0, **auth):
     """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT; with several catalogs,
-    ``"H1:P1,H2:P2"``: whichever answers)."""
+    ``"H1:P1,H2:P2"``: whichever answers). ``auth``: ``user``, ``password``, ``tls_ca``, ``tls_cert``,
+    ``tls_key`` on a grid with TLS and users (``server/client.py``)."""
     from .server.client import connect as _connect
 
-    return _connect(catalog, timeout_s=timeout_s)
+    return _connect(catalog, timeout_s=timeout_s, **auth)
 
 
 def __getattr__(name: str):

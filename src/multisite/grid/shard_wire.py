@@ -41,8 +41,12 @@ MAX_DATA_FRAME_BYTES = 64 * 1024 * 1024
 
 
 class Open(msgspec.Struct, array_like=True, tag=20):
+    """A client's first frame; ``user`` and ``password`` authenticate it by password (issue 24)."""
+
     version: int
     grid: str
+    user: str | None = None
+    password: str | None = None
 
 
 class Opened(msgspec.Struct, array_like=True, tag=21):
@@ -86,6 +90,10 @@ class FailCode(StrEnum):
     NOT_ASSIGNED = "NOT_ASSIGNED"  # the subscriber is not a replica of this partition in the placement
     BAD_REQUEST = "BAD_REQUEST"
     VERSION = "VERSION"
+    NOT_A_MEMBER = "NOT_A_MEMBER"  # with TLS: a subscriber without this grid's member certificate of its name
+    AUTHENTICATION_FAILED = "AUTHENTICATION_FAILED"
+    TLS_REQUIRED = "TLS_REQUIRED"  # a plain connection to a TLS port
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # the user's role does not allow the request (a read-only put)
 
 
 class Failed(msgspec.Struct, array_like=True, tag=25):

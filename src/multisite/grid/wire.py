@@ -89,6 +89,10 @@ class Assignments(msgspec.Struct, array_like=True, tag=3):
 
 class RefusedCode(StrEnum):
     WRONG_GRID = "WRONG_GRID"
+    NOT_A_MEMBER = "NOT_A_MEMBER"  # with TLS: no certificate of a member of this grid, of that name
+    AUTHENTICATION_FAILED = "AUTHENTICATION_FAILED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    TLS_REQUIRED = "TLS_REQUIRED"  # a plain connection to a TLS port
     NAME_IN_USE = "NAME_IN_USE"
     NOT_REGISTERED = "NOT_REGISTERED"
     BAD_REQUEST = "BAD_REQUEST"
@@ -103,7 +107,10 @@ class Refused(msgspec.Struct, array_like=True, tag=4):
 
 
 class StatusRequest(msgspec.Struct, array_like=True, tag=5):
-    pass
+    """``user`` and ``password``: a client that authenticates by password (issue 24)."""
+
+    user: str | None = None
+    password: str | None = None
 
 
 class Status(msgspec.Struct, array_like=True, tag=6):
@@ -113,7 +120,10 @@ class Status(msgspec.Struct, array_like=True, tag=6):
 
 
 class RouteRequest(msgspec.Struct, array_like=True, tag=7):
-    """A client → catalog: where is each partition's primary?"""
+    """A client → catalog: where is each partition's primary? (``user``, ``password``: as StatusRequest's)"""
+
+    user: str | None = None
+    password: str | None = None
 
 
 class Routes(msgspec.Struct, array_like=True, tag=8):

@@ -168,11 +168,23 @@ def _write(root: Path, table: UserTable) -> None:
     os.chmod(path, 0o600)  # hashes only, but no one else's business (and offline guessing costs nothing to try)
 
 
-def add_user(root: str | os.PathLike, name: str, role: str, secret: str | None, *, replace: bool = False) -> User:
+def _home(root: str | os.PathLike, instance: bool) -> Path:
+    """Where the users file lives: an instance's directory, or (``instance`` False: a grid's users, issue
+    24) any directory, made if missing."""
+    if instance:
+        return Layout.existing(root).root
+    path = Path(root).absolute()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def add_user(root: str | os.PathLike, name: str, role: str, secret: str | None, *, replace: bool = False,
+             instance: bool = True) -> User:
     """Add user ``name`` with ``role``; ``secret`` None: the user authenticates by client certificate only.
     ``replace``: an existing user of that name gets the new role and secret in one step (a password or
-    token changed without a moment in which the user does not exist)."""
-    lay = Layout.existing(root)
+    token changed without a moment in which the user does not exist). ``instance`` False: ``root`` is
+    any directory (a grid's users), not an instance."""
+    lay = Layout(_home(root, instance))
     check_name(name)
     check_role(role)
     hashed = hash_secret(secret) if secret is not None else None
@@ -186,8 +198,8 @@ def add_user(root: str | os.PathLike, name: str, role: str, secret: str | None, 
     return user
 
 
-def remove_user(root: str | os.PathLike, name: str) -> User:
-    lay = Layout.existing(root)
+def remove_user(root: str | os.PathLike, name: str, *, instance: bool = True) -> User:
+    lay = Layout(_home(root, instance))
     with _Locked(lay.root):
         table = load_users(lay.root)
         user = table.get(name)
@@ -197,8 +209,8 @@ def remove_user(root: str | os.PathLike, name: str) -> User:
     return user
 
 
-def list_users(root: str | os.PathLike) -> list[User]:
-    return list(load_users(Layout.existing(root).root))
+def list_users(root: str | os.PathLike, *, instance: bool = True) -> list[User]:
+    return list(load_users(_home(root, instance)))
 
 
 class UserFile:

@@ -98,6 +98,7 @@ def _make_leaf(
     ca_cert: x509.Certificate,
     usages: list[x509.ObjectIdentifier],
     loopback_names: bool = True,
+    unit: str | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     not_before, not_after = _validity()
@@ -106,7 +107,8 @@ def _make_leaf(
         alt_names = [x509.DNSName(f"{common_name}.invalid")]  # a name no host has
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+                                + ([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit)] if unit else [])))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -157,3 +159,18 @@ def make_named_cert(pki: dict[str, Path], name: str, loopback_names: bool = True
     key, cert = _make_leaf(name, ca_key, ca_cert, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
                            loopback_names)
     return {"cert": _write_cert(out / f"{name}.pem", cert), "key": _write_key(out / f"{name}.key", key)}
+
+
+def make_grid_cert(pki: dict[str, Path], name: str, grid: str | None) -> dict[str, Path]:
+    """A grid member's certificate (a catalog or container named ``name`` of grid ``grid``: its subject's
+    organizational unit), or with ``grid`` None a grid client's (a user ``name``), signed by ``pki``'s CA
+    for both roles: ``{"cert", "key"}`` written beside the CA (``grid-<grid>-<name>.pem``)."""
+    out = Path(pki["ca_cert"]).parent
+    ca_cert = x509.load_pem_x509_certificate(Path(pki["ca_cert"]).read_bytes())
+    ca_key = serialization.load_pem_private_key(Path(pki["ca_key"]).read_bytes(), password=None)
+    key, cert = _make_leaf(name, ca_key, ca_cert, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+                           unit=grid)
+    stem = f"grid-{grid or 'user'}-{name}"
+    return {"cert": _write_cert(out / f"{stem}.pem", cert), "key": _write_key(out / f"{stem}.key", key),
+            "ca": Path(pki["ca_cert"])}
+

@@ -10,7 +10,10 @@ With ``etcd`` (endpoints of a ``testing.etcd.EtcdCluster``) the catalogs and con
 through etcd (issue 24): ``start_catalog(name)`` may run several catalogs (each in ``root/<name>``),
 ``address`` lists them all, containers register in etcd, and ``leader()`` names the leading catalog.
 With ``hosts`` (a ``testing.netns.Hosts``), ``start_catalog`` and ``start_container`` take ``host=``: the
-process runs in that namespace, and its control socket is reached from there.
+process runs in that namespace, and its control socket is reached from there. With ``pki`` (a
+``testing.certs.make_test_pki``) every process gets a member certificate of the grid and every wire is
+TLS; ``users`` is the directory of the grid's users.json; the harness itself (status, ``client()``
+unless ``client_auth`` says otherwise) uses a member certificate named ``harness``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class GridCluster:
     def __init__(self, root: Path, *, name: str = "orders", partitions: int = 4, min_sync: int = 1,
                  max_sync: int = 1, max_async: int = 1, heartbeat_timeout_s: float = 1.0,
                  checkpoint_after: int | None = None, map_settings: str = "", etcd: str | None = None,
-                 lease_ttl_s: float | None = None, hosts=None) -> None:
+                 lease_ttl_s: float | None = None, hosts=None, pki: dict | None = None, users: Path | None = None,
+                 insecure: bool = False, client_auth: dict | None = None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -47,6 +51,21 @@ class GridCluster:
         self.catalogs: dict[str, str] = {}  # name -> address (a restart takes the same port)
         self.containers: list[str] = []
         self.hosts, self.where = hosts, {}  # process name -> network namespace host
+        self.pki, self.users, self.insecure = pki, users, insecure
+        self.harness_tls = self.member_tls("harness") if pki else None
+        self.client_auth = client_auth if client_auth is not None else (
+            {"tls_ca": str(self.harness_tls.ca), "tls_cert": str(self.harness_tls.cert),
+             "tls_key": str(self.harness_tls.key)} if pki else {})
+
+    def member_tls(self, name: str, grid: str | None = None):
+        """A member certificate of this grid (or of ``grid``) named ``name``, as TLS options."""
+        from ..net.tls import TLSConfig
+        from .certs import make_grid_cert
+        c = make_grid_cert(self.pki, name, grid or self.name)
+        return TLSConfig(str(c["cert"]), str(c["key"]), str(c["ca"]))
+
+    def _security(self, name: str) -> dict:
+        return {"tls": self.member_tls(name) if self.pki else None, "users": self.users, "insecure": self.insecure}
 
     def _in(self, name: str):
         """The namespace of ``name``'s process for a block (its control socket is reachable from there)."""
@@ -66,7 +85,7 @@ class GridCluster:
         with self._in(name):
             info = start_catalog(self.root / name, self.toml, self.catalogs.get(name, listen),
                                  self.heartbeat_timeout_s, metrics, etcd=self.etcd, name=name if self.etcd else None,
-                                 lease_ttl_s=self.lease_ttl_s)
+                                 lease_ttl_s=self.lease_ttl_s, **self._security(name))
         self.catalogs[name] = info["listen"]
         return info["listen"]
 
@@ -88,7 +107,7 @@ class GridCluster:
                 return start_container(self.root / name, None if self.etcd else self.address, listen, name=name,
                                        checkpoint_after=self.checkpoint_after, advertise=advertise,
                                        metrics=metrics, etcd=self.etcd, grid=self.name if self.etcd else None,
-                                       lease_ttl_s=self.lease_ttl_s)
+                                       lease_ttl_s=self.lease_ttl_s, **self._security(name))
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -136,7 +155,11 @@ class GridCluster:
 
     # -- state ------------------------------------------------------------------------------------
     def status(self) -> dict:
-        return catalog_status(self.address)
+        if self.harness_tls is None:
+            return catalog_status(self.address)
+        from ..server.client import client_tls_context
+        t = self.harness_tls
+        return catalog_status(self.address, tls=client_tls_context(t.ca, t.cert, t.key, check_hostname=False))
 
     def settled(self, status: dict | None = None) -> dict | None:
         st = status or self.status()
@@ -182,7 +205,7 @@ class GridCluster:
 
     def client(self, timeout_s: float = 30.0):
         from ..grid.server.client import connect
-        return connect(self.address, timeout_s=timeout_s)
+        return connect(self.address, timeout_s=timeout_s, **self.client_auth)
 
     def shard_dir(self, container: str, partition: int) -> Path:
         return self.root / container / f"{self.name}-p{partition}"

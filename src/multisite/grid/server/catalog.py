@@ -40,7 +40,8 @@ from ..wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, Refus
                     Routes, Side, Status, StatusRequest)
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
-from ...net.tls import parse_hostport
+from ...net.tls import TLSConfig, parse_hostport
+from .security import GridSecurity, serve
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 TICK_S = 0.1  # how often the catalog looks for silent containers
@@ -60,12 +61,15 @@ async def read_message(reader: asyncio.StreamReader, wire: GridWire):
 class CatalogServer:
     def __init__(self, root: Path, grid: Path, listen: str, heartbeat_timeout_s: float,
                  metrics: str | None = None, *, etcd: list[str] | None = None, name: str | None = None,
-                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT) -> None:
+                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT, tls: TLSConfig | None = None,
+                 users: Path | None = None, insecure: bool = False) -> None:
         self.metrics_listen = metrics  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.listen = listen
         self.log = logging.getLogger("multisite.catalog")
         policy = load_policy(grid)
+        self.security = GridSecurity(lambda: policy.name, tls, users or root, parse_hostport(listen)[0], insecure,
+                                     self.log)
         self.conns: dict[str, tuple[asyncio.StreamWriter, GridWire]] = {}
         self._stop = asyncio.Event()
         self.port = 0
@@ -114,6 +118,13 @@ class CatalogServer:
         name = None
         try:
             first = await read_message(reader, wire)
+            if isinstance(first, (StatusRequest, RouteRequest)):  # a client's (or a member's) question
+                access = await self.security.client(writer, self.security.peer(writer), first.user, first.password)
+                why = access if isinstance(access, tuple) else access.refusal(
+                    "status" if isinstance(first, StatusRequest) else "routes")
+                if why is not None:
+                    writer.write(wire.send(Refused(*why)))
+                    return
             if isinstance(first, StatusRequest):
                 writer.write(wire.send(Status(json.dumps(await self.status()))))
                 return
@@ -122,6 +133,10 @@ class CatalogServer:
                 writer.write(wire.send(Routes(json.dumps(table.to_dict()))))
                 return
             if not isinstance(first, Register):
+                return
+            why = self.security.member_refusal(self.security.peer(writer), first.container, "register")
+            if why is not None:  # before it registers: nothing of it reaches the catalog's decisions
+                writer.write(wire.send(Refused(RefusedCode.NOT_A_MEMBER, why)))
                 return
             if self.coord is not None:
                 writer.write(wire.send(Refused(RefusedCode.BAD_REQUEST, (
@@ -183,15 +198,16 @@ class CatalogServer:
     # -- status and control -----------------------------------------------------------------------
     async def status(self) -> dict:
         if self.coord is not None:
-            return await self.coord.status()
-        return self.catalog.status(time.monotonic())
+            return {**await self.coord.status(), "security": self.security.status()}
+        return {**self.catalog.status(time.monotonic()), "security": self.security.status()}
 
     def quick_status(self) -> dict:
         """Without etcd's health (the control socket's ``status`` and /metrics answer at once)."""
         if self.coord is not None:
             now = time.monotonic()
-            return {**self.coord.view(now).status(now), "coordination": self.coord.coordination()}
-        return self.catalog.status(time.monotonic())
+            return {**self.coord.view(now).status(now), "coordination": self.coord.coordination(),
+                    "security": self.security.status()}
+        return {**self.catalog.status(time.monotonic()), "security": self.security.status()}
 
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await answer_simple(reader, writer, self.quick_status, self._stop)
@@ -199,10 +215,10 @@ class CatalogServer:
     async def run(self) -> None:
         host, port = parse_hostport(self.listen)
         try:
-            srv = await asyncio.start_server(self.handle, host, port)
+            srv = await serve(self.handle, host, port, self.security)
         except OSError as e:
             raise ConfigError(f"the catalog cannot listen on {self.listen}: {e.strerror or e}") from None
-        self.port = srv.sockets[0].getsockname()[1]
+        self.port = srv.port
         if self.coord is not None:
             await self.coord.start(f"{host}:{self.port}")
             pol = self.coord.policy
@@ -256,12 +272,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--etcd", default=None, help="etcd URLs: the catalogs coordinate through etcd (issue 24)")
     ap.add_argument("--name", default=None, help="this catalog's name among the grid's catalogs (with --etcd)")
     ap.add_argument("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT)
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    ap.add_argument("--tls-ca")
+    ap.add_argument("--users", default=None, help="the directory of the grid's users.json (default: DIR)")
+    ap.add_argument("--insecure", action="store_true")
     a = ap.parse_args(argv)
     root = Path(a.dir).absolute()
     run_logged(root, "catalog.log", LOG_FORMAT,
                lambda: CatalogServer(root, Path(a.grid), a.listen, a.heartbeat_timeout, a.metrics,
                                      etcd=parse_urls(a.etcd) if a.etcd else None, name=a.name,
-                                     lease_ttl_s=a.lease_ttl).run())
+                                     lease_ttl_s=a.lease_ttl,
+                                     tls=TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca),
+                                     users=Path(a.users).absolute() if a.users else None,
+                                     insecure=a.insecure).run())
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ may have committed, and it raises ``CommitOutcomeUnknown``. A commit refused by 
 
 Blocking and thread-safe: each thread has its own connections (a connection carries one request at
 a time here; use threads, or several clients, for concurrency).
+
+On a grid with TLS (issue 24), ``tls_ca`` (the grid's CA) makes every connection TLS, ``tls_cert`` and
+``tls_key`` present a client certificate (its common name is the user), and ``user`` and ``password``
+authenticate a user of the grid's users file; ``AuthenticationFailed`` and ``PermissionDenied`` (a
+read-only user's put) come back as those classes.
 """
 
 from __future__ import annotations
@@ -23,30 +28,56 @@ from __future__ import annotations
 import json
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Any
 
-from ...errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ProtocolError,
-                       ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
+from ...errors import (AuthenticationFailed, CommitOutcomeUnknown, GridUnavailable, MultisiteError, PermissionDenied,
+                       ProtocolError, ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
 from ...journal.records import KILL, SET
 from ...keys import check_key
 from ...values import decode_value, encode_value
 from ..routing import RouteCache, RouteTable, partition_of, routing_partition
 from ..shard_wire import SHARD_WIRE_VERSION, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, encode
-from ..wire import NEED_DATA, GridWire, RouteRequest, Routes, Side
+from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side
 from ...net.tls import parse_hostport
+from ...server.client import client_tls_context
 
 CONNECT_TIMEOUT_S = 2.0
 REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip
 RETRY_PAUSE_S = 0.05
 
 
-def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S) -> RouteTable:
+def open_socket(address: str, timeout: float, tls: ssl.SSLContext | None) -> socket.socket:
+    """A connection to a grid port (TLS when ``tls``); a refused handshake is an OSError (``ssl.SSLError``)."""
+    host, port = parse_hostport(address)
+    s = socket.create_connection((host, port), timeout=timeout)
+    if tls is None:
+        return s
+    try:
+        return tls.wrap_socket(s, server_hostname=host)
+    except OSError:
+        s.close()
+        raise
+
+
+def refusal(code: str, message: str) -> MultisiteError:
+    """A grid port's authentication refusal as the exception the application sees."""
+    if code == "PERMISSION_DENIED":
+        return PermissionDenied(message)
+    return AuthenticationFailed(message)  # AUTHENTICATION_FAILED, TLS_REQUIRED
+
+
+REFUSALS = ("AUTHENTICATION_FAILED", "PERMISSION_DENIED", "TLS_REQUIRED")
+
+
+def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S, tls: ssl.SSLContext | None = None,
+                 user: str | None = None, password: str | None = None) -> RouteTable:
     """Ask the catalog for its route table (one address)."""
     wire = GridWire(Side.MEMBER)
-    with socket.create_connection(parse_hostport(catalog), timeout=timeout) as s:
-        s.sendall(wire.send(RouteRequest()))
+    with open_socket(catalog, timeout, tls) as s:
+        s.sendall(wire.send(RouteRequest(user, password)))
         while True:
             ev = wire.next_event()
             if ev is NEED_DATA:
@@ -54,6 +85,8 @@ def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S) -> RouteTable
                 continue
             if isinstance(ev, Routes):
                 return RouteTable.from_dict(json.loads(ev.json))
+            if isinstance(ev, Refused) and ev.code in REFUSALS:
+                raise refusal(ev.code, f"the catalog {catalog}: {ev.message}")
             if ev is None:  # it closed without an answer (stopping, restarting)
                 raise ConnectionError(f"the catalog {catalog} closed the connection without the routes")
             raise MultisiteError(f"the catalog {catalog} answered {type(ev).__name__} to a route request")
@@ -66,19 +99,22 @@ def _key(key: Any) -> tuple:
 class _Conn:
     """One blocking connection to a container."""
 
-    def __init__(self, address: str, grid: str) -> None:
+    def __init__(self, address: str, grid: str, tls: ssl.SSLContext | None = None, user: str | None = None,
+                 password: str | None = None) -> None:
         self.address = address
-        self.sock = socket.create_connection(parse_hostport(address), timeout=CONNECT_TIMEOUT_S)
+        self.sock = open_socket(address, CONNECT_TIMEOUT_S, tls)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(REPLY_TIMEOUT_S)
         self.wire = DataWire(server=False)
         self.rid = 0
-        self.sock.sendall(encode(Open(SHARD_WIRE_VERSION, grid)))
+        self.sock.sendall(encode(Open(SHARD_WIRE_VERSION, grid, user, password)))
         first = self._read()
         if isinstance(first, Failed):
             self.sock.close()
             if first.code == FailCode.WRONG_GRID:
                 raise WrongGrid(first.message)
+            if first.code in REFUSALS:
+                raise refusal(first.code, f"container {address}: {first.message}")
             raise MultisiteError(f"container {address}: {first.code}: {first.message}")
         if not isinstance(first, Opened):
             raise MultisiteError(f"container {address} answered {type(first).__name__} to Open")
@@ -127,8 +163,12 @@ class _Conn:
 class Grid:
     """A client of one grid (see the module docstring)."""
 
-    def __init__(self, catalog: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, catalog: str, *, timeout_s: float = 30.0, user: str | None = None,
+                 password: str | None = None, tls_ca: str | None = None, tls_cert: str | None = None,
+                 tls_key: str | None = None) -> None:
         self.catalog = catalog
+        self.user, self.password = user, password
+        self.tls = client_tls_context(tls_ca, tls_cert, tls_key, check_hostname=False)
         self.catalogs = [c.strip() for c in catalog.split(",") if c.strip()]
         if not self.catalogs:
             raise MultisiteError("give the grid's catalog as HOST:PORT[,HOST:PORT...]")
@@ -192,7 +232,7 @@ class Grid:
             c.close()
             c = None
         if c is None:
-            c = conns[address] = _Conn(address, self.grid)
+            c = conns[address] = _Conn(address, self.grid, self.tls, self.user, self.password)
         return c
 
     def _lost(self, address: str) -> None:
@@ -211,7 +251,7 @@ class Grid:
         for i in range(n):
             k = (self._answering + i) % n
             try:
-                table = fetch_routes(self.catalogs[k])
+                table = fetch_routes(self.catalogs[k], tls=self.tls, user=self.user, password=self.password)
             except (OSError, ProtocolError):
                 if first and i == n - 1:
                     raise
@@ -275,6 +315,8 @@ class Grid:
             raise TransactionError(f.message)
         if f.code == FailCode.WRONG_GRID:
             raise WrongGrid(f.message)
+        if f.code in (FailCode.AUTHENTICATION_FAILED, FailCode.PERMISSION_DENIED):
+            raise refusal(f.code, f.message)
         if f.code == FailCode.OUTCOME_UNKNOWN:
             raise CommitOutcomeUnknown(f.message, partition=partition)
         if f.code == FailCode.NOT_PRIMARY:  # REFRESH marks the route stale; WAIT retries it as it is
@@ -316,6 +358,9 @@ class GridTransaction:
             self.seqno = self.grid._commit(self.partition, self.ops)
 
 
-def connect(catalog: str, *, timeout_s: float = 30.0) -> Grid:
-    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT, or several: H:P,H:P)."""
-    return Grid(catalog, timeout_s=timeout_s)
+def connect(catalog: str, *, timeout_s: float = 30.0, user: str | None = None, password: str | None = None,
+            tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None) -> Grid:
+    """A client of the grid whose catalog listens at ``catalog`` (HOST:PORT, or several: H:P,H:P); with
+    TLS and users, as the module docstring says."""
+    return Grid(catalog, timeout_s=timeout_s, user=user, password=password, tls_ca=tls_ca, tls_cert=tls_cert,
+                tls_key=tls_key)

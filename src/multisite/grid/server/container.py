@@ -60,7 +60,8 @@ from .etcd_link import EtcdLink
 from .primary import PrimaryShard
 from .replica import ReplicaShard, restore_interrupted_swap
 from .shard import Request, ShardRefusal, read_into
-from ...net.tls import parse_hostport
+from ...net.tls import TLSConfig, parse_hostport
+from .security import CLOSED_AFTER_TLS, CLOSES_BEFORE_REFUSED, GridSecurity, certificate_refused, serve
 from ...ha.etcd_client import parse_urls
 
 RECONNECT_S = 0.5
@@ -77,7 +78,8 @@ class ContainerServer:
     def __init__(self, root: Path, catalog: str, listen: str, zone: str | None, name: str | None,
                  grid: str | None, capacity: int, *, checkpoint_after: int = CHECKPOINT_AFTER_DEFAULT,
                  advertise: str | None = None, metrics: str | None = None, etcd: list[str] | None = None,
-                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT) -> None:
+                 lease_ttl_s: float = LEASE_TTL_S_DEFAULT, tls: TLSConfig | None = None,
+                 users: Path | None = None, insecure: bool = False) -> None:
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.root = root
         self.advertise = advertise  # the address the catalog gives clients and replicas (a proxy, a NAT)
@@ -108,6 +110,13 @@ class ContainerServer:
         if etcd and not self.grid:
             raise ConfigError(f"a new container with --etcd needs --grid NAME (the grid whose keys it joins in etcd); "
                               f"{root} has not joined one yet")
+        self.security = GridSecurity(lambda: self.grid, tls, users or root, parse_hostport(listen)[0], insecure,
+                                     self.log)
+        if tls is not None:  # its certificate names it: other members take it by that name only
+            if self.name and self.name != self.security.name:
+                raise ConfigError(f"container {root} is named {self.name!r}, its certificate names "
+                                  f"{self.security.name!r}: a member's name is its certificate's common name")
+            self.name = self.security.name
         self.shards: dict[int, Shard] = {}
         self.applied_version = -1
         self.registered = False
@@ -275,7 +284,7 @@ class ContainerServer:
     def status(self) -> dict:
         return {"name": self.name, "grid": self.grid, "zone": self.zone, "catalog": self.catalog,
                 "registered": self.registered, "applied_version": self.applied_version, "pid": os.getpid(),
-                "lease_ok": self.lease_ok(), "dir_id": self.dir_id,
+                "lease_ok": self.lease_ok(), "dir_id": self.dir_id, "security": self.security.status(),
                 "coordination": self.etcd.status() if self.etcd is not None else {"mode": "catalog",
                                                                                     "catalogs": self.catalogs},
                 "refused": None if self.refused is None else {"code": self.refused.code,
@@ -285,23 +294,39 @@ class ContainerServer:
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
-        turn = 0
+        turn = silent = 0  # silent: sessions in a row the catalog closed after TLS without a word
         while not self._stop.is_set():
             self.catalog = self.catalogs[turn % len(self.catalogs)]
             host, port = parse_hostport(self.catalog)
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=self.security.client_ssl), CONNECT_TIMEOUT_S)
             except (TimeoutError, OSError) as e:
+                if certificate_refused(e):  # a verdict on a certificate, not a network blip: final
+                    self.refuse(Refused(RefusedCode.NOT_A_MEMBER, f"TLS with the catalog {self.catalog} refused a "
+                                                                  f"certificate: {getattr(e, 'reason', None) or e}"))
+                    return
                 self.log.debug("catalog %s not reachable: %s", self.catalog, e)
                 turn += 1
                 await asyncio.sleep(RECONNECT_S / len(self.catalogs))
                 continue
             try:
-                await self._session(reader, writer)
+                if await self._session(reader, writer) or self.security.tls is None:
+                    silent = 0
+                else:
+                    silent += 1
+                    if silent >= CLOSES_BEFORE_REFUSED:
+                        self.refuse(Refused(RefusedCode.NOT_A_MEMBER, f"the catalog {self.catalog}: "
+                                                                      f"{CLOSED_AFTER_TLS}"))
             except ProtocolError as e:
                 self.log.warning("catalog connection broken: %s", e)
             except (ConnectionError, OSError) as e:
-                self.log.info("catalog connection lost: %s", e)
+                if certificate_refused(e):  # TLS 1.3: the catalog's verdict on our certificate comes after
+                    self.refuse(Refused(RefusedCode.NOT_A_MEMBER, f"the catalog {self.catalog} refused this "
+                                                                  f"container's certificate: "
+                                                                  f"{getattr(e, 'reason', None) or e}"))
+                else:
+                    self.log.info("catalog connection lost: %s", e)
             finally:
                 self.registered = False
                 self._link = None
@@ -311,8 +336,10 @@ class ContainerServer:
                 return
             await asyncio.sleep(RECONNECT_S)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One session with the catalog; whether the catalog said anything at all."""
         wire = GridWire(Side.MEMBER)
+        heard = False
         writer.write(wire.send(Register(GRID_WIRE_VERSION, self.grid, self.name, self.zone, self.address,
                                         self.capacity)))
         beats: asyncio.Task | None = None
@@ -321,20 +348,21 @@ class ContainerServer:
                 msg = await read_message(reader, wire)
                 if msg is None:
                     self.log.info("the catalog closed the connection")
-                    return
+                    return heard
+                heard = True
                 if isinstance(msg, Refused) and msg.code == RefusedCode.NOT_REGISTERED:
                     # the catalog counted this container lost (silent past its timeout, e.g. a long first
                     # apply under load): a new session registers it again; only the other refusals are final
                     self.log.warning("the catalog %s lost this container: %s; registering again", self.catalog,
                                      msg.message)
-                    return
+                    return heard
                 if isinstance(msg, Refused):
                     self.refused = msg
                     self.log.error("refused by the catalog %s: %s: %s", self.catalog, msg.code, msg.message)
                     # for `container start`, which reports it as the error it is
                     atomic_write(self.root / "run" / REFUSED_FILE,
                                  json.dumps({"code": msg.code, "message": msg.message}).encode())
-                    return
+                    return heard
                 if isinstance(msg, HeartbeatAck):
                     sent = self._sent.pop(msg.ack, None)
                     if sent is not None:
@@ -402,8 +430,11 @@ class ContainerServer:
                 return
             gw = GridWire(Side.CATALOG)
             gw.receive_data(head)
-            if isinstance(await read_message(reader, gw), StatusRequest):
-                writer.write(gw.send(Status(json.dumps(self.status()))))
+            ask = await read_message(reader, gw)
+            if isinstance(ask, StatusRequest):
+                access = await self.security.client(writer, self.security.peer(writer), ask.user, ask.password)
+                why = access if isinstance(access, tuple) else access.refusal("status")
+                writer.write(gw.send(Refused(*why) if why else Status(json.dumps(self.status()))))
                 await writer.drain()
         except (ProtocolError, OSError, asyncio.IncompleteReadError) as e:
             self.log.debug("connection on %s ended: %s", self.address, e)
@@ -412,7 +443,10 @@ class ContainerServer:
 
     async def _subscriber(self, sub: Subscribe, reader, writer, wire: DataWire) -> None:
         sh = self.shards.get(sub.partition)
-        if sub.grid != self.grid:
+        why = self.security.member_refusal(self.security.peer(writer), sub.replica, "subscribe")
+        if why is not None:
+            writer.write(encode(Failed(0, FailCode.NOT_A_MEMBER, why)))
+        elif sub.grid != self.grid:
             writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the "
                                                                f"replica of grid {sub.grid!r}")))
         elif sh is None or sh.primary is None:
@@ -426,6 +460,11 @@ class ContainerServer:
         if hello.grid and hello.grid != self.grid:
             writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the client "
                                                                f"asked for grid {hello.grid!r}")))
+            return
+        access = await self.security.client(writer, self.security.peer(writer), hello.user, hello.password)
+        why = access if isinstance(access, tuple) else access.refusal("read")  # at least a reader
+        if why is not None:
+            writer.write(encode(Failed(0, why[0], why[1])))
             return
         writer.write(encode(Opened(self.name)))
         loop = asyncio.get_running_loop()
@@ -442,6 +481,12 @@ class ContainerServer:
             else:
                 writer.write(encode(Failed(0, FailCode.BAD_REQUEST, f"{type(msg).__name__} on a client connection")))
                 return
+            why = access.refusal(kind)
+            if why is not None:  # a read-only user's put; a user removed meanwhile (then the connection ends)
+                writer.write(encode(Failed(msg.rid, why[0], why[1])))
+                if access.gate is not None and access.gate.must_close:
+                    return
+                continue
             fut = loop.create_future()
             fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
             sh = self.shards.get(msg.partition)
@@ -480,10 +525,10 @@ class ContainerServer:
     async def run(self) -> None:
         host, port = parse_hostport(self.listen)
         try:
-            srv = await asyncio.start_server(self.answer, host, port)
+            srv = await serve(self.answer, host, port, self.security)
         except OSError as e:
             raise ConfigError(f"the container cannot listen on {self.listen}: {e.strerror or e}") from None
-        self.address = self.advertise or f"{host}:{srv.sockets[0].getsockname()[1]}"
+        self.address = self.advertise or f"{host}:{srv.port}"
         self.name = self.name or self.address
         self.log.info("container %s (zone %s) listening on %s, %s", self.name, self.zone or "-", self.address,
                       f"etcd {','.join(self.etcd_urls)}, grid {self.grid}" if self.etcd_urls
@@ -634,6 +679,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--catalog", default=None)
     ap.add_argument("--etcd", default=None)
     ap.add_argument("--lease-ttl", type=float, default=LEASE_TTL_S_DEFAULT)
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    ap.add_argument("--tls-ca")
+    ap.add_argument("--users", default=None, help="the directory of the grid's users.json (default: DIR)")
+    ap.add_argument("--insecure", action="store_true")
     ap.add_argument("--listen", required=True)
     ap.add_argument("--zone", default=None)
     ap.add_argument("--name", default=None)
@@ -650,7 +700,10 @@ def main(argv: list[str] | None = None) -> None:
                lambda: ContainerServer(root, a.catalog, a.listen, a.zone, a.name, a.grid, a.capacity,
                                        checkpoint_after=a.checkpoint_after, advertise=a.advertise,
                                        metrics=a.metrics, etcd=parse_urls(a.etcd) if a.etcd else None,
-                                       lease_ttl_s=a.lease_ttl).run())
+                                       lease_ttl_s=a.lease_ttl,
+                                       tls=TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca),
+                                       users=Path(a.users).absolute() if a.users else None,
+                                       insecure=a.insecure).run())
 
 
 if __name__ == "__main__":

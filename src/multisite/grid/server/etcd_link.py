@@ -28,19 +28,22 @@ whether it was replaced meanwhile.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
 import msgspec
 
-from ...errors import ConfigError, CoordinatorError, CoordinatorUnavailable
+from ...errors import ConfigError, CoordinatorError, CoordinatorUnavailable, MultisiteError
 from ...ha.etcd_client import Compare, EtcdClient, Put
 from ..catalog import Catalog
-from ..coordination import (CONTAINERS, CURRENCY, EPOCHS, REPORT_INTERVAL_S, REPORTS, STATE, ContainerRecord, Entry,
-                            GridKeys, Write, currency_write, deposed, may_commit, registration_write, report_value)
+from ..coordination import (CATALOGS, CONTAINERS, CURRENCY, EPOCHS, REPORT_INTERVAL_S, REPORTS, STATE,
+                            ContainerRecord, Entry, GridKeys, Write, currency_write, deposed, may_commit,
+                            registration_write, report_value)
 from ..policy import policy_from_dict
 from ..wire import Refused, RefusedCode
 from .coordinator import RETRY_S, LeaseKeeper, Mirror, execute
+from .security import probe_catalog
 
 log = logging.getLogger("multisite.container")
 CURRENCY_ATTEMPTS = 3  # a report whose revision moved (its own earlier one applied late) is tried again
@@ -131,8 +134,27 @@ class EtcdLink:
         """At start: etcd answers (a clear error naming its URLs otherwise; later losses are waited out)."""
         try:
             await self.mirror.refresh()
+            catalogs = await self.etcd.get_prefix(self.keys.key(CATALOGS))
         except CoordinatorUnavailable as e:
             raise ConfigError(f"the container cannot reach etcd: {e.message}") from None
+        if self.host.security.tls is not None:
+            await self._check_certificate(catalogs)
+
+    async def _check_certificate(self, catalogs) -> None:
+        """With TLS, before registering: a catalog of the grid must take this container's certificate (one
+        of another CA, or naming another grid, is refused here, not by every peer later)."""
+        for kv in catalogs:
+            address = json.loads(kv.value).get("address", "")
+            try:
+                why = await probe_catalog(address, self.host.security)
+            except (OSError, TimeoutError, MultisiteError) as e:
+                log.warning("catalog %s could not check this container's certificate: %s", address, e)
+                continue
+            if why is not None:
+                raise ConfigError(f"the grid's catalog at {address} refused this container: {why}")
+            return
+        log.warning("no catalog of grid %s answered: this container's certificate was not checked before it "
+                    "registers (its peers still check it)", self.host.grid)
 
     async def run(self) -> None:
         """Register, apply the leader's state, report; register again whenever the lease ended."""

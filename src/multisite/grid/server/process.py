@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ...errors import ConfigError, ServerError, WrongGrid
+from ...errors import AuthenticationFailed, ConfigError, PermissionDenied, ServerError, WrongGrid
 from ..policy import load_policy
 from ..routing import RouteTable
 from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
 from ...net import control
 from .container import IDENTITY_FILE, REFUSED_FILE
 from ...net.process import wait_exit
-from ...net.tls import parse_hostport
+from ...net.tls import TLSConfig, parse_hostport
+from ...instance.users import load_users
+from ..access import check_listen
+from .client import REFUSALS, open_socket, refusal
 from ...ha.etcd_client import parse_urls
 
 START_TIMEOUT_S = 30.0
@@ -67,11 +71,23 @@ def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
     raise ServerError(f"the {what} in {root} did not answer within {START_TIMEOUT_S:.0f} s")
 
 
+def _security_args(root: Path, listen: str, tls: TLSConfig | None, users: Path | None, insecure: bool) -> list[str]:
+    """The TLS and users options of a grid process, checked here first (a clear error before spawning)."""
+    check_listen(parse_hostport(listen)[0], tls is not None, len(load_users(users or root)), insecure)
+    out = [] if tls is None else ["--tls-cert", str(Path(tls.cert).absolute()), "--tls-key",
+                                  str(Path(tls.key).absolute()), "--tls-ca", str(Path(tls.ca).absolute())]
+    out += ["--users", str(Path(users).absolute())] if users else []
+    return out + (["--insecure"] if insecure else [])
+
+
 def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: float, metrics: str | None = None,
-                  *, etcd: str | None = None, name: str | None = None, lease_ttl_s: float | None = None) -> dict:
+                  *, etcd: str | None = None, name: str | None = None, lease_ttl_s: float | None = None,
+                  tls: TLSConfig | None = None, users: Path | None = None, insecure: bool = False) -> dict:
     """Spawn the catalog for ``grid`` (a grid.toml) keeping its state in ``root`` (with ``etcd``: in
-    etcd, as one of the grid's catalogs, named ``name``); returns its run info."""
+    etcd, as one of the grid's catalogs, named ``name``); returns its run info. ``tls``, ``users`` (the
+    directory of the grid's users.json, default ``root``) and ``insecure``: ``grid/access.py``."""
     parse_hostport(listen)
+    sec = _security_args(Path(root).absolute(), listen, tls, users, insecure)
     if etcd:
         parse_urls(etcd)
     if name and not etcd:
@@ -86,14 +102,15 @@ def start_catalog(root: Path, grid: Path, listen: str, heartbeat_timeout_s: floa
                    "--heartbeat-timeout", str(heartbeat_timeout_s)]
                   + (["--metrics", metrics] if metrics else [])
                   + (["--etcd", etcd] if etcd else []) + (["--name", name] if name else [])
-                  + (["--lease-ttl", str(lease_ttl_s)] if lease_ttl_s else []), "catalog")
+                  + (["--lease-ttl", str(lease_ttl_s)] if lease_ttl_s else []) + sec, "catalog")
     return _wait_ready(proc, Path(root).absolute(), "catalog")
 
 
 def start_container(root: Path, catalog: str | None, listen: str, zone: str | None = None, name: str | None = None,
                     grid: str | None = None, checkpoint_after: int | None = None,
                     advertise: str | None = None, metrics: str | None = None, *, etcd: str | None = None,
-                    lease_ttl_s: float | None = None) -> dict:
+                    lease_ttl_s: float | None = None, tls: TLSConfig | None = None, users: Path | None = None,
+                    insecure: bool = False) -> dict:
     """Spawn a container; returns its status once the catalog accepted it (``registered`` False if the
     catalog did not answer within REGISTER_TIMEOUT_S: it keeps trying). ``catalog`` may list several
     addresses; with ``etcd`` the container registers in etcd instead (``grid`` is then needed the
@@ -110,6 +127,7 @@ def start_container(root: Path, catalog: str | None, listen: str, zone: str | No
         raise ConfigError(f"a new container with --etcd needs --grid NAME: the grid whose keys it joins in etcd "
                           f"({root} has joined none yet)")
     args = (["--catalog", catalog] if catalog else []) + ["--listen", listen]
+    args += _security_args(root, listen, tls, users, insecure)
     args += ["--etcd", etcd] if etcd else []
     args += ["--lease-ttl", str(lease_ttl_s)] if lease_ttl_s else []
     args += ["--zone", zone] if zone else []
@@ -170,23 +188,27 @@ def stop_process(root: Path, what: str, timeout: float = 10.0) -> int:
     return wait_exit(pid, timeout)
 
 
-def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> dict:
+def catalog_status(catalog: str, timeout: float = STATUS_TIMEOUT_S, *, tls: ssl.SSLContext | None = None,
+                   user: str | None = None, password: str | None = None) -> dict:
     """Ask the catalog at ``catalog`` (HOST:PORT, or several: the first that answers) its status over
-    the grid wire; ``answered_by`` says which."""
-    addr, msg = _ask_any(catalog, StatusRequest(), Status, timeout)
+    the grid wire; ``answered_by`` says which. ``tls`` (``server.client.client_tls_context``), ``user``
+    and ``password``: on a grid with TLS and users."""
+    addr, msg = _ask_any(catalog, StatusRequest(user, password), Status, timeout, tls)
     return {**json.loads(msg.json), "answered_by": addr}
 
 
-def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S) -> RouteTable:
+def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S, *, tls: ssl.SSLContext | None = None,
+                   user: str | None = None, password: str | None = None) -> RouteTable:
     """The catalog's route table: each partition's primary address (None while it is down) and epoch."""
-    return RouteTable.from_dict(json.loads(_ask_any(catalog, RouteRequest(), Routes, timeout)[1].json))
+    return RouteTable.from_dict(json.loads(_ask_any(catalog, RouteRequest(user, password), Routes, timeout,
+                                                    tls)[1].json))
 
 
 def _addresses(catalogs: str) -> list[str]:
     return [c.strip() for c in catalogs.split(",") if c.strip()]
 
 
-def _ask_any(catalogs: str, request, reply_type: type, timeout: float):
+def _ask_any(catalogs: str, request, reply_type: type, timeout: float, tls: ssl.SSLContext | None = None):
     """``(address, answer)`` of the first catalog of the list that answers; the errors of all otherwise."""
     addrs = _addresses(catalogs)
     if not addrs:
@@ -194,7 +216,9 @@ def _ask_any(catalogs: str, request, reply_type: type, timeout: float):
     errors = []
     for addr in addrs:
         try:
-            return addr, _ask(addr, request, reply_type, timeout if len(addrs) == 1 else min(timeout, 3.0))
+            return addr, _ask(addr, request, reply_type, timeout if len(addrs) == 1 else min(timeout, 3.0), tls)
+        except (AuthenticationFailed, PermissionDenied):
+            raise
         except ServerError as e:
             if len(addrs) == 1:
                 raise
@@ -202,11 +226,10 @@ def _ask_any(catalogs: str, request, reply_type: type, timeout: float):
     raise ServerError("no catalog answered: " + "; ".join(errors))
 
 
-def _ask(catalog: str, request, reply_type: type, timeout: float):
-    host, port = parse_hostport(catalog)
+def _ask(catalog: str, request, reply_type: type, timeout: float, tls: ssl.SSLContext | None = None):
     wire = GridWire(Side.MEMBER)
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
+        with open_socket(catalog, timeout, tls) as s:
             s.sendall(wire.send(request))
             while True:
                 ev = wire.next_event()
@@ -215,11 +238,16 @@ def _ask(catalog: str, request, reply_type: type, timeout: float):
                     continue
                 if isinstance(ev, reply_type):
                     return ev
+                if isinstance(ev, Refused) and ev.code in REFUSALS:
+                    raise refusal(ev.code, f"the catalog at {catalog}: {ev.message}")
                 if isinstance(ev, Refused):
                     raise ServerError(f"the catalog at {catalog} refused: {ev.code}: {ev.message}")
                 raise ServerError(f"the catalog at {catalog} closed the connection without an answer")
     except socket.timeout:
         raise ServerError(f"the catalog at {catalog} did not answer within {timeout:.0f} s") from None
+    except ssl.SSLError as e:  # the handshake, or (TLS 1.3) the catalog's verdict on our certificate after it
+        raise AuthenticationFailed(f"TLS with the catalog at {catalog} failed: {e.reason or e} (give the grid's CA "
+                                   f"with --tls-ca, and a certificate it signed)") from None
     except OSError as e:
         raise ServerError(f"cannot reach the catalog at {catalog}: {e.strerror or e}; is it started "
                           f"(`multisite catalog start`)?") from None

@@ -134,7 +134,8 @@ class ReplicaShard:
 
     async def _follow(self, addr: str) -> None:
         host, port = parse_hostport(addr)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.host.security.client_ssl),
+                                                5.0)
         loop = asyncio.get_running_loop()
         try:
             wire = DataWire(server=False)
