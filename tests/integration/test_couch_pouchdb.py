@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-import multisite.documents as documents
+from multisite import documents
 from multisite.cli.main import cli
 from multisite.instance.users import add_user
 from multisite.multimaster import couch

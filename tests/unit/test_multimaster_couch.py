@@ -325,7 +325,10 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
                 d = pick(live, o[2])
                 r.write(d.next_version(clock(), r.db_id, {o[3]: o[4]}))
             elif kind == "ms_delete" and live:
-                r.write(pick(live, o[2]).next_version(clock(), r.db_id, deleted=True))
+                gone = pick(live, o[2]).next_version(clock(), r.db_id, deleted=True)
+                r.write(gone)
+                for ret in superseded(gone, r.family(gone.unid).conflicts):  # as DocDB.delete
+                    r.write(ret)
             elif kind == "ms_resolve":
                 cds = sorted((d for d in r.docs.values() if d.is_conflict and not d.deleted), key=lambda d: d.unid)
                 if cds:

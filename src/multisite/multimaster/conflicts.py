@@ -134,13 +134,15 @@ def retired(c: Doc) -> Doc:
 
 
 def superseded(current: Doc | None, conflicts: Iterable[Doc]) -> list[Doc]:
-    """The deletions (``retired``) of the live conflict documents of one document whose version the
-    document, or another conflict document, descends from: that losing line went on there (a conflict
-    found at version 2 of a line and again at its version 3, a loser that later won, a line that was
-    deleted), so the older one holds nothing the newer does not."""
+    """The deletions (``retired``) of the live conflict documents of one document that no longer lose to
+    it: its version the document, or another conflict document, descends from (that losing line went on
+    there: a conflict found at version 2 of a line and again at its version 3, a loser that later won, a
+    line that was deleted), or the document is deleted (it takes its conflicts with it; CouchDB would
+    otherwise make a conflict the winner)."""
     conflicts = list(conflicts)
-    return [retired(c) for c in conflicts if not c.deleted and (
-        (current is not None and knows(current, c.stamp)) or any(o is not c and knows(o, c.stamp) for o in conflicts))]
+    gone = current is not None and current.deleted
+    return [retired(c) for c in conflicts if not c.deleted and (gone or (current is not None and knows(current, c.stamp))
+                                                               or any(o is not c and knows(o, c.stamp) for o in conflicts))]
 
 
 def reconcile(current: Doc | None, incoming: Doc) -> Outcome:

@@ -332,7 +332,8 @@ class DocDB:
             if cur.deleted:
                 return cur
             d = cur.next_version(self._now(), self.db_id, deleted=True)
-            self._write([(d, c)])
+            conflicts = self.families([unid])[unid][1]
+            self._write([(d, c)] + [(r, None) for r in superseded(d, conflicts)])  # and its conflict documents
             return d
 
     def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None, *, checked: bool = False) -> None:
