@@ -70,6 +70,7 @@ class EtcdLink:
         self._report: str | None = None
         self._report_at = 0.0
         self._report_task: asyncio.Task | None = None
+        self._again = False
 
     # -- what the primaries ask ---------------------------------------------------------------------
     def lease_ok(self) -> bool:
@@ -91,8 +92,20 @@ class EtcdLink:
         return {p for p, ok in zip(jobs, results) if ok is False}
 
     def report_currency_soon(self) -> None:
+        """Report without waiting (a replica counts current again: wider is safe later); a report asked
+        for while one runs is made after it (the running one read the current sets at its start)."""
+        self._again = True
         if self._report_task is None or self._report_task.done():
-            self._report_task = asyncio.create_task(self.report_currency())
+            self._report_task = asyncio.create_task(self._report_while_asked())
+
+    async def _report_while_asked(self) -> None:
+        while self._again:
+            self._again = False
+            await self.report_currency()
+
+    def _unreported(self) -> bool:
+        return any(sh.primary is not None and (frozenset(sh.primary.sync.current) != sh.primary.lease.reported)
+                   for sh in list(self.host.shards.values()))
 
     async def _currency(self, p: int, pr, current: frozenset[str]) -> bool | None:
         """One partition's report: True written, False deposed, None not known (etcd did not answer;
@@ -167,6 +180,8 @@ class EtcdLink:
                     try:
                         await self._apply_state()
                         await self._write_report()
+                        if self._unreported():  # a safety net: every change of a current set reaches etcd
+                            self.report_currency_soon()
                     except (CoordinatorUnavailable, CoordinatorError) as e:
                         log.warning("etcd: %s", e.message)
                     try:
