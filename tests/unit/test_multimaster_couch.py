@@ -293,9 +293,13 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
     model = CouchModel()
     tick = [1_000_000]
 
-    def clock():
-        tick[0] += rng.choice([0, 1, 5])  # same-µs edits on purpose
-        return tick[0]
+    last = {}
+
+    def clock(db_id=None):  # same-µs edits on two replicas on purpose; one database's times increase (DocDB._now)
+        tick[0] += rng.choice([0, 1, 5])
+        t = max(tick[0], last.get(db_id, 0) + 1) if db_id else tick[0]
+        last[db_id] = t
+        return t
 
     def client_hash():  # md5-like, or with a time-like prefix in the servers' range (ties at equal positions)
         if rng.random() < 0.5:
@@ -306,7 +310,7 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
         return xs[k % len(xs)] if xs else None
 
     for k in range(3):  # a few documents every side holds, to edit apart
-        t = clock()
+        t = clock(a.db_id)
         a.write(first_version(f"{t:016x}{rng.getrandbits(64):016x}", "MP"[k % 2], {f: 0 for f in "abc"}, t,
                               a.db_id, k % 2 == 0))
         model.edit(f"doc:{k}", None, {"a": 0, "b": 0}, False, client_hash())
@@ -318,21 +322,21 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
             r = (a, b)[o[1]]
             live = sorted((d for d in r.mains() if not d.deleted), key=lambda d: d.unid)
             if kind == "ms_create":
-                t = clock()
+                t = clock(r.db_id)
                 r.write(first_version(f"{t:016x}{rng.getrandbits(64):016x}", o[2], {f: 0 for f in "abc"}, t,
                                       r.db_id, o[2] == "M"))
             elif kind == "ms_update" and live:
                 d = pick(live, o[2])
-                r.write(d.next_version(clock(), r.db_id, {o[3]: o[4]}))
+                r.write(d.next_version(clock(r.db_id), r.db_id, {o[3]: o[4]}))
             elif kind == "ms_delete" and live:
-                gone = pick(live, o[2]).next_version(clock(), r.db_id, deleted=True)
+                gone = pick(live, o[2]).next_version(clock(r.db_id), r.db_id, deleted=True)
                 r.write(gone)
                 for ret in superseded(gone, r.family(gone.unid).conflicts):  # as DocDB.delete
                     r.write(ret)
             elif kind == "ms_resolve":
                 cds = sorted((d for d in r.docs.values() if d.is_conflict and not d.deleted), key=lambda d: d.unid)
                 if cds:
-                    r.write(pick(cds, o[2]).next_version(clock(), r.db_id, deleted=True))
+                    r.write(pick(cds, o[2]).next_version(clock(r.db_id), r.db_id, deleted=True))
         elif kind == "cd_create":
             i = rng.choice([f"doc:{len(model.docs)}", f"{rng.getrandbits(128):032x}"])
             model.edit(i, None, {"a": o[1]}, False, client_hash())

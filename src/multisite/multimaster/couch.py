@@ -5,8 +5,8 @@ A CouchDB client (PouchDB, CouchDB's replicator) replicates with a document serv
 around it only reads, writes and moves bytes.
 
 **Names.** A document's ``_id`` is its UNID; a document a CouchDB client made under another ``_id``
-gets the UNID ``unid_for(_id)`` (a hash, the same on every server) and keeps its ``_id`` in the
-field ``$CouchId`` (which a deletion stub keeps too). The form travels as the body member ``$Form``,
+gets the UNID ``unid_for(_id)`` (the id's first bytes and a hash of it, the same on every server) and
+keeps its ``_id`` in the field ``$CouchId`` (which a deletion stub keeps too). The form travels as the body member ``$Form``,
 left out for the form ``Document``, which a client's documents get.
 
 **Revisions.** A version ``(seq, time_us, origin)`` is the revision ``seq-<time_us as 16 hex
@@ -40,6 +40,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -88,11 +89,15 @@ def bad_request(reason: str) -> CouchError:
 
 
 # -- names ----------------------------------------------------------------------------------------
+@lru_cache(maxsize=65536)  # the same ids come in _revs_diff, then _bulk_docs
 def unid_for(doc_id: str) -> str:
-    """The UNID of the document whose CouchDB ``_id`` is ``doc_id``: itself when it is one."""
+    """The UNID of the document whose CouchDB ``_id`` is ``doc_id``: itself when it is one, else the
+    id's first 8 bytes (zero-padded; a UNID's creation time elsewhere) and 8 bytes of a hash of all of
+    it: ids that share a prefix (``order:2024-...``) keep their documents near one another on disk."""
     if _UNID.match(doc_id):
         return doc_id
-    return hashlib.sha256(b"couch-id|" + doc_id.encode()).hexdigest()[:32]
+    raw = doc_id.encode()
+    return raw[:8].ljust(8, b"\0").hex() + hashlib.sha256(b"couch-id|" + raw).hexdigest()[:16]
 
 
 def check_doc_id(doc_id: Any) -> str:
@@ -421,6 +426,10 @@ def _deletion_of(c: Doc, v: Doc) -> Doc:
 
 def plan(fam: Family, incoming: Iterable[Doc]) -> Plan:
     """Apply a client's versions of one document (``from_couch`` or ``new_edit``) to ``fam``, in order."""
+    incoming = list(incoming)
+    if fam.current is None and not fam.conflicts and len(incoming) == 1:  # a new document: the common case
+        v = incoming[0]
+        return Plan(replace(fam, current=v), [v], [(Kind.DELETED if v.deleted else Kind.NEW).value])
     p = Plan(fam)
     for v in incoming:
         p.outcomes.append(_apply(p, v))

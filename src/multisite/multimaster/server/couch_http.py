@@ -511,7 +511,10 @@ class CouchServer:
         for i, revs in body.items():
             u = couch.unid_for(i)
             cur, cds = fams[u]
-            tree = Tree(Family(u, None if cur is not None and cur.is_conflict else cur, tuple(cds)))
+            if cur is None and not cds:  # a new document: every revision is missing
+                out[i] = {"missing": revs}
+                continue
+            tree = Tree(Family(u, None if cur.is_conflict else cur, tuple(cds)))
             missing = [r for r, st in zip(revs, asked[i]) if not tree.knows(st)]
             if missing:
                 out[i] = {"missing": missing}
@@ -537,6 +540,10 @@ class CouchServer:
                 raise CouchError(413, "document_too_large", str(d.get("_id") if isinstance(d, dict) else "")[:200])
 
     async def _write_docs(self, db: DocDB, docs: list, new_edits: bool) -> list[dict]:
+        return await asyncio.to_thread(self._write_docs_sync, db, docs, new_edits)
+
+    @staticmethod
+    def _write_docs_sync(db: DocDB, docs: list, new_edits: bool) -> list[dict]:
         """Apply each document (a pushed revision, or a new edit), grouped by document, in one transaction."""
         results: list[dict] = [{} for _ in docs]
         groups: dict[str, list[tuple[int, Any]]] = {}
@@ -571,7 +578,7 @@ class CouchServer:
                     results[k] = {"ok": True, "id": couch.couch_id(v), "rev": couch.doc_rev(v)}
             return writes, None
 
-        await asyncio.to_thread(db.transact, list(groups), decide)
+        db.transact(list(groups), decide)
         return results
 
     async def bulk_get(self, request: web.Request, db: DocDB) -> web.Response:

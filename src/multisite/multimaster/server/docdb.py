@@ -507,12 +507,8 @@ class DocDB:
                 if u in want:
                     out[u] = _raw_decode(vb)
             return out
-        out = {}
-        for u in unids:
-            v = self.db.get("docs", (u,))
-            if v is not None:
-                out[u] = v
-        return out
+        keys = {encode_key((u,)): u for u in want}  # scattered (a client's ids hash to their UNIDs): one query
+        return {keys[kb]: _raw_decode(vb) for kb, vb in self.db.get_encoded_many("docs", list(keys)).items()}
 
     def current_many(self, unids: Iterable[str]) -> dict[str, Doc | None]:
         unids = list(unids)
