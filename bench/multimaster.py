@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -121,7 +122,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--figure", choices=["native", "couch"], default="native",
+                    help="native: two docservers beside PouchDB (issue 12); couch: PouchDB against the CouchDB "
+                         "endpoints beside express-pouchdb (issue 26)")
     a = ap.parse_args()
+    if a.figure == "couch":
+        couch_main(a)
+        return
     n_new, n_conf = (10_000, 1_000) if a.quick else (100_000, 10_000)
     runs = 1 if a.quick else a.runs
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -175,6 +182,200 @@ def main() -> None:
     body = (f"{begin}\n## Multi-master document replication (`bench/multimaster.py`, issue 12)\n\n{table}\n\n"
             f"{NOTES}\n{end}")
     write_section("multimaster.py", body)
+
+
+# -- issue 26: PouchDB against the CouchDB endpoints, beside express-pouchdb ----------------------------------
+COUCH_BATCH = 1000  # PouchDB's batch_size, the same for every server (its default, 100, is slower for all)
+COUCH_TARGET = {"push": 2.0, "pull": 2.0}  # docs/s against express-pouchdb's in the same run
+LATENCY_TARGET_MS = {"p50": 100.0, "p99": 500.0}
+
+
+def _node(*args: str, timeout: float = 1800) -> dict:
+    from multisite.testing.pouchdb import node_env
+    out = subprocess.run(["node", str(HERE / "pouchdb_couch.js"), *args], env=node_env(), capture_output=True,
+                         text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"node pouchdb_couch.js {args[0]} failed: {out.stderr[-600:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class _Peer:
+    """A CouchDB-protocol server for PouchDB to replicate with: ``ours`` (a docserver's CouchDB endpoints,
+    its database in fsync durability), ``express`` (express-pouchdb on LevelDB, in its own node process)
+    or ``null`` (a server that stores nothing: what PouchDB's own work costs)."""
+
+    def __init__(self, kind: str, work: Path):
+        self.kind, self.work, self.proc = kind, work, None
+        work.mkdir(parents=True)
+        if kind == "ours":
+            docdb.create(work / "db", "Bench", durability="fsync").close()
+            info = start_docserver(work / "srv", [str(work / "db")], "CB", "127.0.0.1:0", couch_listen="127.0.0.1:0")
+            self.port = info["couch_port"]
+        else:
+            from multisite.testing.pouchdb import node_env
+            cmd = ["node", str(HERE / "pouchdb_couch.js"), "serve", str(work)] if kind == "express" else \
+                [sys.executable, "-c", NULL_SERVER]
+            self.proc = subprocess.Popen(cmd, env=node_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.port = json.loads(self.proc.stdout.readline())["port"]
+        self.url = f"http://127.0.0.1:{self.port}/bench"
+
+    def close(self) -> None:
+        if self.kind == "ours":
+            stop_docserver(self.work / "srv")
+        else:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+NULL_SERVER = r"""
+import asyncio, json, msgspec
+from aiohttp import web
+local = {}
+async def h(req):
+    p, body = req.path, await req.read()
+    if p.endswith("/_revs_diff"):
+        return web.json_response({k: {"missing": v} for k, v in msgspec.json.decode(body).items()})
+    if p.endswith("/_bulk_docs"):
+        return web.json_response([], status=201)
+    if "/_local/" in p:
+        if req.method == "GET":
+            return web.json_response(local[p]) if p in local else web.json_response({"error": "not_found"}, status=404)
+        d = msgspec.json.decode(body); d["_rev"] = "0-%d" % (int(local.get(p, {}).get("_rev", "0-0")[2:]) + 1); local[p] = d
+        return web.json_response({"ok": True, "id": p, "rev": d["_rev"]}, status=201)
+    return web.json_response({"couchdb": "Welcome", "uuid": "0" * 32, "db_name": "bench", "update_seq": "0"})
+async def main():
+    app = web.Application(client_max_size=2**30); app.router.add_route("*", "/{t:.*}", h)
+    r = web.AppRunner(app, access_log=None); await r.setup(); s = web.TCPSite(r, "127.0.0.1", 0); await s.start()
+    print(json.dumps({"port": s._server.sockets[0].getsockname()[1]}), flush=True); await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def couch_throughput(work: Path, n: int, run: int = 0) -> dict:
+    """PouchDB pushing ``n`` new documents to each server, then a fresh PouchDB pulling them back (the
+    servers in a different order each run: the machine's load changes under a run)."""
+    out = {}
+    kinds = ["null", "ours", "express"]
+    for kind in kinds[run % 3:] + kinds[:run % 3]:
+        peer = _Peer(kind, work / kind)
+        try:
+            push = _node("push", peer.url, str(work / kind), str(n), str(COUCH_BATCH))
+            assert push["ok"] and push["docs_written"] == n, push
+            out[f"push_{kind}"] = n / push["seconds"]
+            if kind != "null":
+                pull = _node("pull", peer.url, str(work / kind), str(COUCH_BATCH))
+                assert pull["ok"] and pull["doc_count"] == n, pull
+                out[f"pull_{kind}"] = n / pull["seconds"]
+        finally:
+            peer.close()
+    return out
+
+
+def couch_latency(work: Path, n: int, rate: float) -> dict:
+    """Live sync at ``rate`` writes a second: each PouchDB write until ``multisite doc get`` (the server's
+    doc.get, which the command calls for a served database) reads it, in ms."""
+    import threading
+    from multisite.multimaster import couch
+    from multisite.testing.pouchdb import node_env
+    peer = _Peer("ours", work / "live")
+    home = work / "live" / "srv"
+    proc = subprocess.Popen(["node", str(HERE / "pouchdb_couch.js"), "live", peer.url, str(work / "live"), str(n),
+                             str(rate)], env=node_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pending: dict[str, float] = {}
+    lat: list[float] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            msg = json.loads(line)
+            if msg.get("done"):
+                break
+            with lock:
+                pending[couch.unid_for(msg["id"])] = msg["t"]
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        deadline = time.monotonic() + n / rate + 120
+        while (not done.is_set() or pending) and time.monotonic() < deadline:
+            with lock:
+                todo = list(pending.items())
+            for unid, t in todo:
+                if call(home, "doc.get", db="Bench", unid=unid) is not None:
+                    lat.append(time.time() * 1000 - t)
+                    with lock:
+                        del pending[unid]
+            time.sleep(0.002)
+        assert len(lat) == n, f"{n - len(lat)} writes never readable"
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait(30)
+        peer.close()
+    lat.sort()
+    return {"p50": lat[len(lat) // 2], "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))], "max": lat[-1], "n": n}
+
+
+def couch_main(a: argparse.Namespace) -> None:
+    n, live_n = (10_000, 250) if a.quick else (100_000, 1500)
+    runs = 1 if a.quick else a.runs
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load0 = os.getloadavg()[0]
+    thr: list[dict] = []
+    lat: list[dict] = []
+    for r in range(runs):
+        with tempfile.TemporaryDirectory(prefix="mm-couch-") as tmp:
+            thr.append(couch_throughput(Path(tmp) / "t", n, r))
+            lat.append(couch_latency(Path(tmp), live_n, 50.0))
+        t, la = thr[-1], lat[-1]
+        console.print(f"run {r + 1}: push {t['push_ours']:,.0f} vs express {t['push_express']:,.0f} (no-op server "
+                      f"{t['push_null']:,.0f}) docs/s; pull {t['pull_ours']:,.0f} vs {t['pull_express']:,.0f}; "
+                      f"live p50 {la['p50']:.0f} ms p99 {la['p99']:.0f} ms")
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    lines = [f"Run {started}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, node "
+             f"{subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}, PouchDB 9.0.0 "
+             f"(LevelDB), express-pouchdb 4.2.0, tree {git_state()}, load average {load0:.1f} at the start and "
+             f"{os.getloadavg()[0]:.1f} at the end. Medians of {runs} run(s); PouchDB's batch_size {COUCH_BATCH} "
+             f"for every server.", "",
+             "| figure | multisite | express-pouchdb | ratio | target | verdict | a server that stores nothing |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    for k, what in (("push", f"PouchDB → server, {n:,} new docs (docs/s)"),
+                    ("pull", f"server → a fresh PouchDB, {n:,} docs (docs/s)")):
+        ours, exp = med([t[f"{k}_ours"] for t in thr]), med([t[f"{k}_express"] for t in thr])
+        null = f"{med([t['push_null'] for t in thr]):,.0f}" if k == "push" else "-"
+        ratio = ours / exp
+        lines.append(f"| {what} | {ours:,.0f} | {exp:,.0f} | {ratio:.2f}x | {COUCH_TARGET[k]:.0f}x | "
+                     f"{'met' if ratio >= COUCH_TARGET[k] else 'missed'} | {null} |")
+    for q in ("p50", "p99"):
+        v = med([x[q] for x in lat])
+        lines.append(f"| live sync at 50 writes/s, write in PouchDB → readable by `doc get`, {q} (ms) | {v:.0f} | - "
+                     f"| - | ≤ {LATENCY_TARGET_MS[q]:.0f} | {'met' if v <= LATENCY_TARGET_MS[q] else 'missed'} | - |")
+    runs_text = "; ".join(f"push {t['push_ours']:,.0f}/{t['push_express']:,.0f}/{t['push_null']:,.0f}, pull "
+                          f"{t['pull_ours']:,.0f}/{t['pull_express']:,.0f}, live p50/p99/max {la['p50']:.0f}/"
+                          f"{la['p99']:.0f}/{la['max']:.0f} ms" for t, la in zip(thr, lat))
+    table = "\n".join(lines) + f"\n\nEach run (multisite/express-pouchdb/no-op server): {runs_text}."
+    console.print(table)
+    if a.quick:
+        return
+    begin, end = markers("multimaster.py couch")
+    write_section("multimaster.py couch", f"{begin}\n## PouchDB and the CouchDB endpoints (`bench/multimaster.py "
+                  f"--figure couch`, issue 26)\n\n{table}\n\n{COUCH_NOTES}\n{end}")
+
+
+COUCH_NOTES = """PouchDB runs in its own node process, the server in its own (a document server with
+`--couch-listen`, its database in `fsync` durability; express-pouchdb on LevelDB, which does not
+sync its writes); both on 127.0.0.1. The push is `PouchDB.replicate(local, remote)` of documents made
+beforehand (not timed), the pull `PouchDB.replicate(remote, fresh)` of what the push left. The
+latency run writes 1,500 documents at 50 a second in a PouchDB that syncs live with the server and
+polls `doc.get` through the server's control socket (what `multisite doc get` calls for a served
+database) for each one; the time is from PouchDB's write to the first read that finds it.
+
+"A server that stores nothing" answers `_revs_diff` with everything missing, `_bulk_docs` with `[]`
+and keeps checkpoints in memory: what PouchDB itself costs to push, the ceiling for any server."""
 
 
 NOTES = """Both multisite servers are real processes on 127.0.0.1 (no TLS), their databases in `fsync`

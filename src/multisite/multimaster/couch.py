@@ -40,7 +40,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import msgspec
@@ -291,8 +291,13 @@ class Leaf:
     seq: int
     hash: str
     deleted: bool
-    path: tuple[str, ...]  # _revisions.ids: this leaf's hash first, then its ancestors', newest first
+    below: tuple[str, ...] | None  # a made-up tombstone's ancestors' hashes (None: the line of ``doc``)
     doc: Doc | None  # the version whose body this is (None: a tombstone made up here, see tombstone)
+
+    @cached_property
+    def path(self) -> tuple[str, ...]:
+        """_revisions.ids: this leaf's hash first, then its ancestors', newest first."""
+        return (self.hash, *self.below) if self.below is not None else tuple(line_hashes(self.doc))
 
     @property
     def rev(self) -> str:
@@ -322,7 +327,7 @@ def tombstone_stamp(unid: str, s: tuple) -> Stamp:
 def _tombstone(unid: str, s: tuple, below: tuple[str, ...]) -> Leaf:
     t = tombstone_stamp(unid, s)
     h = rev_hash(t.time_us, t.origin)
-    return Leaf(t.seq, h, True, (h, rev_hash(s[1], s[2]), *below), None)
+    return Leaf(t.seq, h, True, (rev_hash(s[1], s[2]), *below), None)
 
 
 def _line(d: Doc) -> tuple[str, ...]:
@@ -335,10 +340,13 @@ class Tree:
     def __init__(self, fam: Family):
         self.fam = fam
         cur = fam.current
-        leaves: list[Leaf] = []
         self.made_up: set[tuple] = set()  # stamps of the tombstones made up here
+        if cur is not None and not fam.conflicts and not cur.merged:  # a document that is its own line
+            self.leaves = [Leaf(cur.seq, rev_hash(cur.time_us, cur.origin), cur.deleted, None, cur)]
+            return
+        leaves: list[Leaf] = []
         if cur is not None:
-            leaves.append(Leaf(cur.seq, rev_hash(cur.time_us, cur.origin), cur.deleted, _line(cur), cur))
+            leaves.append(Leaf(cur.seq, rev_hash(cur.time_us, cur.origin), cur.deleted, None, cur))
         live = [c for c in fam.conflicts if not c.deleted]
         for c in fam.conflicts:
             if cur is not None and knows(cur, c.stamp):
@@ -350,11 +358,11 @@ class Tree:
                 if parent is not None and ((cur is not None and knows(cur, parent))
                                            or any(knows(o, parent) for o in live)):
                     continue  # a superseded conflict's deletion: its branch goes on elsewhere
-                leaves.append(Leaf(c.seq, rev_hash(c.time_us, c.origin), True, _line(c), c))
+                leaves.append(Leaf(c.seq, rev_hash(c.time_us, c.origin), True, None, c))
             elif cur is None or cur.deleted:
                 leaves.append(self._made_up(fam.unid, tuple(c.stamp), _line(c)[1:]))
             else:
-                leaves.append(Leaf(c.seq, rev_hash(c.time_us, c.origin), False, _line(c), c))
+                leaves.append(Leaf(c.seq, rev_hash(c.time_us, c.origin), False, None, c))
         for d in (cur, *fam.conflicts):  # a tombstone under each version a merge absorbed
             for s in (d.merged if d is not None else ()):
                 if cur is None or cur.stamp_at(s[0]) != tuple(s):  # (unless the line went on from it)
