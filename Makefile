@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup postgres browser etcd demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth bench-ops clean
+.PHONY: setup postgres browser etcd node demo test test-unit test-integration test-faults test-spark bench bench-catchup bench-grid bench-delivery bench-multimaster bench-loader bench-client-auth bench-ops clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(BROKER): $(BIN)/python
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq mosquitto; }
 	touch $@
 
-setup: $(STAMP) $(BROKER) postgres browser etcd etcd-tools
+setup: $(STAMP) $(BROKER) postgres browser etcd etcd-tools node
 
 # The dashboard's test drives a real headless Chromium through selenium: Debian's chromium and
 # chromium-driver, installed here when missing (as root; the test skips, saying so, where none can be had).
@@ -56,6 +56,15 @@ etcd-tools: etcd
 	@if [ -d /run/systemd/system ] && (systemctl is-enabled --quiet etcd || systemctl is-active --quiet etcd) 2>/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then systemctl disable --now etcd; \
 	  else echo "Debian's etcd service is enabled (port 2379); the tests do not need it: sudo systemctl disable --now etcd"; fi; fi
+
+# The CouchDB endpoints' tests, bench and demo run real PouchDB in Node (issue 26): Debian's nodejs and npm,
+# installed here when missing; the tests install their pinned npm packages into a cache they keep.
+node:
+	@if command -v node >/dev/null && command -v npm >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm); \
+	else echo "no node/npm found: install them (Debian: apt-get install nodejs npm) for the PouchDB tests"; fi
 
 # The grid Loader's tests start a throwaway PostgreSQL (docs/decisions.md): the system's binaries, or
 # Debian's package installed here (CI runs as root).
@@ -93,7 +102,7 @@ bench-loader: setup  # the grid's Loader: write-through to PostgreSQL beside psy
 bench-client-auth: setup  # what client authentication costs: none, password, TLS + password, TLS + certificate
 	PYTHONPATH=src $(BIN)/python bench/client_auth.py $(ARGS)
 
-bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH)
+bench-multimaster: setup  # two docservers beside PouchDB (npm install pouchdb@9 in /tmp/pouch, or POUCHDB_NODE_PATH); ARGS="--figure couch": PouchDB against the CouchDB endpoints beside express-pouchdb
 	$(BIN)/python bench/multimaster.py $(ARGS)
 
 .PHONY: bench-replication
