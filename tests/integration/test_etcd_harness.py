@@ -107,7 +107,8 @@ def test_one_member_lost_still_writable_two_lost_writes_fail_clearly(tmp_path):
     with EtcdCluster(tmp_path) as etcd:
         c = EtcdClient(etcd.endpoints)
         etcd.kill(0)
-        assert run(c.put_if_absent("q/k", "1")).succeeded
+        etcd.wait_healthy(members=[1, 2])  # if it led etcd, the others elect a leader first (~0.5 s): a
+        assert run(c.put_if_absent("q/k", "1")).succeeded  # transaction sent meanwhile has an unknown outcome
         assert [h.healthy for h in run(c.health())] == [False, True, True]
         etcd.kill(1)
         t0 = time.monotonic()
@@ -117,6 +118,7 @@ def test_one_member_lost_still_writable_two_lost_writes_fail_clearly(tmp_path):
         assert all(u in str(e.value) for u in etcd.client_urls)
         assert not any(h.healthy for h in run(c.health()))
         etcd.restart(0)  # a majority again: writable
+        etcd.wait_healthy(members=[0, 2])
         assert run(c.put("q/k", "3")) > 0
 
 
