@@ -3,7 +3,8 @@ its replica of one Profiles database. They reconcile over TCP with the seed's st
 new documents move both ways, edits to different fields of one Person merge (the form merges
 conflicts), edits to the same field of a Note make a conflict document on the side that held the
 losing version, a deletion beats an older edit, and a connection document then keeps the two in
-step on a one-second schedule. Both servers end with the same documents, version for version.
+step on a one-second schedule. Both servers end with the same documents, version for version. Then
+a PouchDB database syncs live with Boston's CouchDB endpoints (``multimaster_pouch.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from ..multimaster.server import docdb
 from ..multimaster.server.process import call, start_docserver, stop_docserver
+from .multimaster_pouch import pouchdb_scene
 
 
 def _table(console: Console, title: str, rows: list[dict]) -> None:
@@ -91,7 +93,7 @@ def _edit_apart_and_replicate(sites: _Sites) -> dict[str, bool]:
     b = doc("Boston", "doc.list")
     _table(sites.console, "Profiles in Boston after replication", b)
     merged = next(d for d in b if d["unid"] == ada)["fields"]
-    conflicts = [d for d in b if d["conflict"]]
+    conflicts = [d for d in b if d["conflict"] and not d["deleted"]]  # (a deleted one records a dropped edit)
     return {
         "first session moved the new documents both ways": first["new"] == 4,
         "Ada's edits merged on both sites": merged.get("phone") == "555-0199" and merged.get("city") == "Cambridge",
@@ -130,7 +132,8 @@ def act_multimaster(console: Console, root: Path) -> bool:
     try:
         info["London"] = start_docserver(homes["London"], [str(base / "london-profiles")], "London", "127.0.0.1:0")
         info["Boston"] = start_docserver(homes["Boston"], [str(base / "boston-profiles")], "Boston", "127.0.0.1:0",
-                                         address_book=str(base / "boston-names"), replicators=2)
+                                         address_book=str(base / "boston-names"), replicators=2,
+                                         couch_listen="127.0.0.1:0")
         for n, i in info.items():
             console.print(f"document server {n}: pid {i['pid']}, listening on {i['listen']}")
         sites = _Sites(console, homes, info["London"]["listen"])
@@ -139,6 +142,8 @@ def act_multimaster(console: Console, root: Path) -> bool:
         same = sites.doc("Boston", "doc.list") == sites.doc("London", "doc.list")
         checks["the connection document fired on schedule"] = scheduled
         checks["Boston and London hold the same documents, version for version"] = same and len(with_book) > 0
+        url = f"http://127.0.0.1:{info['Boston']['couch_port']}/profiles"
+        checks.update(pouchdb_scene(console, lambda op, **a: sites.doc("Boston", op, **a), url, base / "pouch"))
         return _report(console, checks)
     finally:
         for n in info:
