@@ -7,8 +7,8 @@ conflict document. Skipped, saying why, where Node, npm or the npm registry cann
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 
