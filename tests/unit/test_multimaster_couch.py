@@ -408,3 +408,53 @@ def test_a_deletion_that_beats_a_clients_live_leaf_tombstones_it():
     tree = couch.Tree(couch.Family(base.unid, gone, (rec,)))
     assert tree.deleted and tree.conflicts() == []
     assert any(lf.deleted and lf.path[1] == "2" * 32 for lf in tree.leaves)  # the tombstone under the edit
+
+
+def _client(i: str, revs: list[str], **body) -> Doc:
+    pos = int(revs[0].split("-")[0])
+    return couch.from_couch({"_id": i, "_rev": revs[0], "_revisions": {"start": pos, "ids": [r.split("-", 1)[1] for r in revs]},
+                             **body})
+
+
+def test_a_deletion_beaten_by_a_deletion_leaves_a_record_so_the_line_reads_dead():
+    base = _client("d", ["1-" + "1" * 32], v=0)
+    a = Replica("aaaaaaaaaaaaaaaa")
+    a.write(base)
+    live2 = base.next_version(0x10, a.db_id, {"v": 2})  # the client pulled this one
+    a.write(live2)
+    mine = live2.next_version(0x11, a.db_id, deleted=True)  # A deletes it
+    a.write(mine)
+    theirs = _client("d", ["3-" + "e" * 32, "2-" + "e" * 32, "1-" + "1" * 32], _deleted=True)  # the client's, later
+    p = couch.plan(a.family(base.unid), [theirs])
+    assert p.fam.current == theirs
+    (rec,) = [d for d in p.writes if d.is_conflict]
+    assert rec.deleted and rec.stamp == mine.stamp  # A's deletion, recorded: its line ends live2
+    tree = couch.Tree(p.fam)
+    assert tree.deleted and couch.doc_rev(rec) in tree.deleted_conflicts() + [tree.winner.rev]
+    assert tree.knows(live2.stamp)  # a client holding live2 sees it end in a tombstone
+
+
+def test_a_conflict_whose_line_goes_on_is_retired_and_a_deleted_document_takes_its_conflicts(tmp_path):
+    from multisite import documents
+    db = documents.create(tmp_path / "a", "T", durability="none")
+    try:
+        u = db.create("F", {"v": 0})
+        base = db.get(u)
+        w = base.next_version(base.time_us + 10, "bbbbbbbbbbbbbbbb", {"v": "w"}).next_version(
+            base.time_us + 11, "bbbbbbbbbbbbbbbb", {"v": "w2"})
+        loser = db.update(u, {"v": "l"})
+        assert db.apply_incoming([w])["conflict"] == 1
+        (c,) = [d for d in db.documents() if d.is_conflict]
+        assert c.stamp == loser.stamp and c.revisions == loser.revisions  # the loser's line
+        later = loser.next_version(base.time_us + 20, "cccccccccccccccc", {"v": "l2"}).next_version(
+            base.time_us + 21, "cccccccccccccccc", {"v": "l3"})  # the losing line goes on and wins
+        db.apply_incoming([later])
+        assert db.get(u) == later
+        cds = {d.unid: d for d in db.documents(include_deleted=True) if d.is_conflict}
+        assert cds.pop(c.unid).deleted  # superseded: its line went on
+        (now,) = cds.values()
+        assert now.fields["v"] == "w2" and not now.deleted  # w2 is the loser now
+        db.delete(u)
+        assert all(d.deleted for d in db.documents(include_deleted=True) if d.is_conflict)
+    finally:
+        db.close()
