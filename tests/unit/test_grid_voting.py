@@ -76,9 +76,21 @@ def test_min_sync_zero_still_waits_for_the_sync_replicas_but_commits_whatever_th
 def test_a_vote_after_the_deadline_is_late_even_before_the_caller_ticked():
     v = CommitVote(1, ["r1", "r2"], min_sync=1, now=0.0, timeout_s=1.0)
     v.vote("r1", YES, 0.5)
-    assert v.vote("r2", YES, 1.5) is None  # timed out first, then recorded as late
-    assert v.decision.commit and v.decision.timed_out == ("r2",) and v.late == {"r2": YES}
-    assert v.vote("r2", YES, 1.6) is None  # a repeat of the late vote
+    d = v.vote("r2", YES, 1.5)  # timed out first, then recorded as late; the deadline's decision comes back
+    assert d is v.decision and d.commit and d.timed_out == ("r2",) and v.late == {"r2": YES}
+    assert v.vote("r2", YES, 1.6) is None  # a repeat of the late vote: decided before this call
+
+
+def test_a_vote_arriving_past_the_deadline_before_the_primarys_timer_settles_the_vote():
+    """Found under load (bench/grid.py, TLS): the late vote decided the vote by its deadline but the
+    decision was dropped, the vote stayed in flight for good, and no replica could count current again."""
+    s = SyncReplicas(1, ["r1"])
+    s.caught_up("r1", 0)
+    v = s.begin(0.0, seqno=1)
+    d = s.vote(v.txn, "r1", YES, v.deadline + 0.5)  # the answer came after the deadline, before any tick
+    assert d is not None and not d.commit and d.timed_out == ("r1",)
+    assert s.in_flight == {} and "r1" in s.behind
+    assert s.caught_up("r1", 0)  # it may count current again once it has everything
 
 
 def test_a_repeated_vote_is_harmless_and_a_contradicting_one_is_a_protocol_error():

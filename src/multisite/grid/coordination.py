@@ -64,7 +64,8 @@ EPOCHS = "epochs/"
 CURRENCY = "currency/"
 LEASE_TTL_S_DEFAULT = 1.0  # a container's (and a catalog's) lease: failover in about 1.5 s
 RENEW_FRACTION = 1 / 5  # renew a lease this often (of its TTL): one lost renewal does not fence
-REPORT_INTERVAL_S = 0.25  # a container writes its report key at most this often (status only)
+REPORT_INTERVAL_S = 0.25  # a container looks at its report this often; a new applied version goes out then
+SEQNO_REPORT_INTERVAL_S = 1.0  # seqnos alone (status only: every write is a Raft round and a watch event)
 STATE_FORMAT = 1
 
 

@@ -145,7 +145,11 @@ class CommitVote:
         """``replica`` voted ``vote``. Returns the decision if this vote made it."""
         if self.state is State.ERROR:
             raise LocalProtocolError(f"vote on transaction {self.txn} already failed; it was rolled back")
-        self.tick(now)  # a vote that arrives after the deadline is late, whatever order the caller saw
+        # A vote that arrives after the deadline is late, whatever order the caller saw; if the deadline
+        # decides the vote on this call, that decision is returned (as from ``tick``), or the caller would
+        # never learn it: a primary whose timer had not fired yet kept the decided vote in flight for good,
+        # and no replica could count current again (every later commit VOTED_ROLLBACK).
+        by_deadline = self.tick(now)
         if replica not in self.voters:
             self._violate(f"replica {replica!r} voted on transaction {self.txn} but was not asked "
                           f"(voters: {', '.join(self.voters) or 'none'})")
@@ -155,12 +159,12 @@ class CommitVote:
                 self._violate(f"replica {replica!r} voted {vote.value} on transaction {self.txn} after voting "
                               f"{earlier.value}")
             self._step(Event.REPEAT)
-            return None
+            return by_deadline
         if replica in self.timed_out or self.state is not State.COLLECTING:
             # timed out, or the vote was decided without it (early rollback): late, the decision stands
             self.late[replica] = vote
             self._step(Event.LATE)
-            return None
+            return by_deadline
         self.votes[replica] = vote
         self._step(Event.VOTE)
         return self._decide()
@@ -260,7 +264,7 @@ class SyncReplicas:
         except RemoteProtocolError:
             self._settle(v)
             raise
-        if d is not None:
+        if d is not None or v.decided:  # a decided vote never stays in flight
             self._settle(v)
         return d
 

@@ -49,14 +49,16 @@ REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog ro
 RETRY_PAUSE_S = 0.05
 
 
-def open_socket(address: str, timeout: float, tls: ssl.SSLContext | None) -> socket.socket:
-    """A connection to a grid port (TLS when ``tls``); a refused handshake is an OSError (``ssl.SSLError``)."""
+def open_socket(address: str, timeout: float, tls: ssl.SSLContext | None,
+                session: ssl.SSLSession | None = None) -> socket.socket:
+    """A connection to a grid port (TLS when ``tls``, resuming ``session`` if given: a resumed handshake
+    skips the certificates' signature and checks); a refused handshake is an OSError (``ssl.SSLError``)."""
     host, port = parse_hostport(address)
     s = socket.create_connection((host, port), timeout=timeout)
     if tls is None:
         return s
     try:
-        return tls.wrap_socket(s, server_hostname=host)
+        return tls.wrap_socket(s, server_hostname=host, session=session)
     except OSError:
         s.close()
         raise
@@ -100,9 +102,9 @@ class _Conn:
     """One blocking connection to a container."""
 
     def __init__(self, address: str, grid: str, tls: ssl.SSLContext | None = None, user: str | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, session: ssl.SSLSession | None = None) -> None:
         self.address = address
-        self.sock = open_socket(address, CONNECT_TIMEOUT_S, tls)
+        self.sock = open_socket(address, CONNECT_TIMEOUT_S, tls, session)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(REPLY_TIMEOUT_S)
         self.wire = DataWire(server=False)
@@ -169,6 +171,7 @@ class Grid:
         self.catalog = catalog
         self.user, self.password = user, password
         self.tls = client_tls_context(tls_ca, tls_cert, tls_key, check_hostname=False)
+        self._sessions: dict[str, ssl.SSLSession] = {}  # container address -> a TLS session to resume
         self.catalogs = [c.strip() for c in catalog.split(",") if c.strip()]
         if not self.catalogs:
             raise MultisiteError("give the grid's catalog as HOST:PORT[,HOST:PORT...]")
@@ -232,7 +235,10 @@ class Grid:
             c.close()
             c = None
         if c is None:
-            c = conns[address] = _Conn(address, self.grid, self.tls, self.user, self.password)
+            c = conns[address] = _Conn(address, self.grid, self.tls, self.user, self.password,
+                                       self._sessions.get(address))
+            if self.tls is not None and c.sock.session is not None:  # (TLS 1.3: its ticket came with Opened)
+                self._sessions[address] = c.sock.session
         return c
 
     def _lost(self, address: str) -> None:

@@ -14,7 +14,8 @@ commit path waits for a catalog:
    its own part of what the leader decided (``Catalog`` in mirror mode, ``assignments_for``), in
    order; no catalog sends it anything.
 3. **Reports.** ``reports/<name>`` (applied placement version, seqnos, Loaders) under its lease, when
-   they changed and at most every ``REPORT_INTERVAL_S``: for ``grid status``, never for a decision.
+   they changed: a new applied version at once, seqnos at most every ``SEQNO_REPORT_INTERVAL_S``; for
+   ``grid status``, never for a decision.
 4. **Currency.** A primary's report of its current synchronous replicas is a transaction on
    ``epochs/<p>`` (``coordination.currency_write``), awaited where the catalog's ``HeartbeatAck`` was;
    a failed condition that ``epochs/<p>`` explains means deposed.
@@ -37,9 +38,9 @@ import msgspec
 from ...errors import ConfigError, CoordinatorError, CoordinatorUnavailable, MultisiteError
 from ...ha.etcd_client import Compare, EtcdClient, Put
 from ..catalog import Catalog
-from ..coordination import (CATALOGS, CONTAINERS, CURRENCY, EPOCHS, REPORT_INTERVAL_S, REPORTS, STATE,
-                            ContainerRecord, Entry, GridKeys, Write, currency_write, deposed, may_commit,
-                            registration_write, report_value)
+from ..coordination import (CATALOGS, CONTAINERS, CURRENCY, EPOCHS, REPORT_INTERVAL_S, REPORTS,
+                            SEQNO_REPORT_INTERVAL_S, STATE, ContainerRecord, Entry, GridKeys, Write, currency_write,
+                            deposed, may_commit, registration_write, report_value)
 from ..policy import policy_from_dict
 from ..wire import Refused, RefusedCode
 from .coordinator import RETRY_S, LeaseKeeper, Mirror, execute
@@ -69,6 +70,7 @@ class EtcdLink:
         self._applied: bytes | None = None
         self._report: str | None = None
         self._report_at = 0.0
+        self._report_version = -2
         self._report_task: asyncio.Task | None = None
         self._again = False
 
@@ -245,14 +247,18 @@ class EtcdLink:
         self.host.registered = up
 
     async def _write_report(self) -> None:
+        """The report key, when it changed: a new applied version at once (the harness and status wait
+        for it), seqnos alone at most every ``SEQNO_REPORT_INTERVAL_S``."""
         now = time.monotonic()
-        if now - self._report_at < REPORT_INTERVAL_S or not self.keeper.lease:
+        if not self.keeper.lease:
             return
         value = report_value(self.host.applied_version, self.host.seqnos(), self.host.loader_report())
         if value == self._report:
             return
+        if self._report_version == self.host.applied_version and now - self._report_at < SEQNO_REPORT_INTERVAL_S:
+            return
         await self.etcd.put(self.keys.key(REPORTS + self.host.name), value, lease=self.keeper.lease)
-        self._report, self._report_at = value, now
+        self._report, self._report_at, self._report_version = value, now, self.host.applied_version
 
     async def close(self) -> None:
         """After the shards closed: end the lease, so that the leader replaces this container at once."""

@@ -214,8 +214,9 @@ class PrimaryShard:
                     try:
                         decision = await asyncio.wait_for(fut, max(0.0, vote.deadline - time.monotonic()) + 0.05)
                     except TimeoutError:
-                        decision = sync.tick(time.monotonic() + 1e-3)[0] if vote.txn in sync.in_flight \
-                            else vote.decision
+                        if vote.txn in sync.in_flight:
+                            sync.tick(time.monotonic() + 1e-3)
+                        decision = vote.decision
                     finally:
                         self.votes.pop(vote.txn, None)
                 else:

@@ -147,7 +147,7 @@ def _own_certificate(tls: TLSConfig) -> dict:
     return {"subject": tuple(subject)}
 
 
-async def probe_catalog(address: str, security: GridSecurity, timeout_s: float = 3.0) -> str | None:
+async def probe_catalog(address: str, security: GridSecurity, timeout_s: float = 10.0) -> str | None:
     """Whether a catalog of the grid takes this process's certificate (a member asking its status): None if
     it does, why not if it refused; OSError or TimeoutError when it cannot be reached."""
     host, port = parse_hostport(address)
