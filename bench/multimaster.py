@@ -276,7 +276,7 @@ def couch_server_work(work: Path, n: int) -> dict:
     ``_revs_diff`` and ``_bulk_docs``, then pulled through ``_changes`` and ``_bulk_get``, in batches of
     ``COUCH_BATCH``, in this process (fsync durability); documents per second of CPU and of wall time."""
     from multisite.multimaster import couch
-    from multisite.multimaster.server.couch_http import CouchServer
+    from multisite.multimaster.server import couch_docs, couch_feed
     db = docdb.create(work / "cpu", "Bench", durability="fsync")
     docs = [{"_id": f"doc{j:08d}", "_rev": f"1-{j * 7919 + 12345:032x}", "n": j, "pad": "x" * 64} for j in range(n)]
     out = {}
@@ -285,16 +285,16 @@ def couch_server_work(work: Path, n: int) -> dict:
         for i in range(0, n, COUCH_BATCH):
             batch = docs[i:i + COUCH_BATCH]
             body = {d["_id"]: [d["_rev"]] for d in batch}
-            CouchServer._revs_diff(db, body, {k: [couch.parse_rev(r) for r in v] for k, v in body.items()})
-            CouchServer._write_docs_sync(db, batch, False)
+            couch_docs.revs_diff_sync(db, body, {k: [couch.parse_rev(r) for r in v] for k, v in body.items()})
+            couch_docs.write_docs_sync(db, batch, False)
         out["push_cpu"], out["push_wall"] = n / (time.process_time() - c0), n / (time.perf_counter() - w0)
         c0, w0, since, got = time.process_time(), time.perf_counter(), 0, 0
         opts = {"all": True, "docs": False, "conflicts": False, "ids": None}
         while True:
-            rows, since = CouchServer._changes_page(None, db, since, COUCH_BATCH, opts)  # type: ignore[arg-type]
+            rows, since = couch_feed.changes_page(db, since, COUCH_BATCH, opts)
             if not rows:
                 break
-            got += len(CouchServer._bulk_get(db, [{"id": r["id"], "rev": r["changes"][0]["rev"]} for r in rows],
+            got += len(couch_docs.bulk_get_sync(db, [{"id": r["id"], "rev": r["changes"][0]["rev"]} for r in rows],
                                              True, True))
         assert got == n, got
         out["pull_cpu"], out["pull_wall"] = n / (time.process_time() - c0), n / (time.perf_counter() - w0)
@@ -414,7 +414,8 @@ database) for each one; the time is from PouchDB's write to the first read that 
 "A server that stores nothing" answers `_revs_diff` with everything missing, `_bulk_docs` with `[]`
 and keeps checkpoints in memory: what PouchDB itself costs to push, the ceiling for any server.
 "The endpoints' own work" runs the handlers' database work for the same documents in one process
-(`CouchServer._revs_diff`, `_write_docs_sync`, `_changes_page`, `_bulk_get`, fsync durability).
+(`couch_docs.revs_diff_sync`, `write_docs_sync`, `bulk_get_sync`, `couch_feed.changes_page`; fsync
+durability).
 
 **The 2x targets are missed, and no server can meet them with this client**: PouchDB pushing to a
 server that stores nothing runs at the rate it pushes to either real server, because PouchDB's own

@@ -1,0 +1,145 @@
+"""``GET|POST /{db}/_changes`` of the CouchDB endpoints: a page of changed documents (a conflict
+document's change is its document's; every row its own sequence), and the longpoll and continuous
+feeds that wait for the database's next write (``CouchServer`` sets the event a database's writes set)
+with heartbeats, at most ``MAX_FEED_TIMEOUT_S``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .. import couch
+from ..couch import Family, Tree
+from .couch_io import (
+    JSON,
+    conflicts_extra,
+    encode,
+    flag,
+    int_param,
+    json_response,
+    qjson,
+    read_body,
+)
+from .docdb import DocDB
+
+MAX_FEED_TIMEOUT_S = 300.0
+DEFAULT_FEED_TIMEOUT_S = 60.0
+MAX_CHANGES_LIMIT = 10_000  # rows of one _changes answer (a client pages on)
+CHANGES_ROW_BATCH = 500  # change rows read and turned into _changes rows at once
+
+
+async def changes(request: web.Request, db: DocDB, ev: asyncio.Event) -> web.StreamResponse:
+    q = request.query
+    feed = q.get("feed", "normal")
+    if feed not in ("normal", "longpoll", "continuous", "eventsource"):
+        raise couch.bad_request(f"Supported `feed` types: normal, continuous, longpoll; not {feed!r:.20}")
+    since = couch.parse_since(q.get("since"), db.db_id, db.changeno)
+    limit = int_param(q, "limit", MAX_CHANGES_LIMIT, 1, MAX_CHANGES_LIMIT)
+    opts = {"all": q.get("style") == "all_docs", "docs": flag(q, "include_docs"), "conflicts": flag(q, "conflicts"),
+            "ids": await _doc_ids(request)}
+    timeout_s = min(int_param(q, "timeout", int(DEFAULT_FEED_TIMEOUT_S * 1000)) / 1000, MAX_FEED_TIMEOUT_S)
+    heartbeat = q.get("heartbeat")
+    beat_s = (60.0 if heartbeat == "true" else int_param(q, "heartbeat", 60_000, 1000) / 1000) if heartbeat else None
+    if feed == "continuous":
+        return await _continuous(request, db, ev, since, limit, opts, timeout_s, beat_s)
+    rows, last = await asyncio.to_thread(changes_page, db, since, limit, opts)
+    if rows or feed == "normal":
+        return json_response({"results": rows, "last_seq": couch.seq_text(last, db.db_id), "pending": 0})
+    resp = web.StreamResponse(headers={"Content-Type": JSON})
+    await resp.prepare(request)
+    deadline = time.monotonic() + timeout_s
+    while not rows and time.monotonic() < deadline:
+        await _wait(db, ev, last, min(deadline - time.monotonic(), beat_s or timeout_s), resp, beat_s)
+        rows, last = await asyncio.to_thread(changes_page, db, last, limit, opts)
+    await resp.write(encode({"results": rows, "last_seq": couch.seq_text(last, db.db_id), "pending": 0}))
+    await resp.write_eof()
+    return resp
+
+async def _continuous(request, db, ev, since, limit, opts, timeout_s, beat_s) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": JSON})
+    await resp.prepare(request)
+    last, sent, idle_until = since, 0, time.monotonic() + timeout_s
+    while sent < limit and time.monotonic() < idle_until:
+        rows, last = await asyncio.to_thread(changes_page, db, last, limit - sent, opts)
+        for r in rows:
+            await resp.write(encode(r) + b"\n")
+        sent += len(rows)
+        if rows:
+            idle_until = time.monotonic() + timeout_s
+        elif sent < limit:
+            await _wait(db, ev, last, min(idle_until - time.monotonic(), beat_s or timeout_s), resp, beat_s)
+    await resp.write(encode({"last_seq": couch.seq_text(last, db.db_id), "pending": 0}) + b"\n")
+    await resp.write_eof()
+    return resp
+
+async def _wait(db: DocDB, ev: asyncio.Event, last: int, wait_s: float, resp: web.StreamResponse, beat_s: float | None) -> None:
+    """Until a write after ``last`` or ``wait_s``; a heartbeat newline each ``beat_s`` meanwhile."""
+    end = time.monotonic() + max(0.0, wait_s)
+    while db.changeno <= last and time.monotonic() < end:
+        ev.clear()
+        if db.changeno > last:
+            return
+        step = end - time.monotonic() if beat_s is None else min(beat_s, end - time.monotonic())
+        try:
+            await asyncio.wait_for(ev.wait(), max(0.0, step))
+        except TimeoutError:
+            if beat_s is not None and db.changeno <= last:
+                await resp.write(b"\n")
+
+async def _doc_ids(request: web.Request) -> set[str] | None:
+    q = request.query
+    if q.get("filter") is None:
+        return None
+    if q["filter"] != "_doc_ids":
+        raise couch.bad_request(f"filter {q['filter']!r:.60} is not supported by multisite (only _doc_ids)")
+    ids = qjson(q, "doc_ids")
+    if ids is None and request.method == "POST":
+        body = await read_body(request)
+        ids = body.get("doc_ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise couch.bad_request("filter=_doc_ids needs doc_ids, a list of document ids")
+    return set(ids)
+
+def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[dict], int]:
+    """Up to ``limit`` rows of documents changed after ``since`` (a conflict document's change is its
+    document's), each at its latest change, and the change number they cover. Reads on until it has
+    ``limit`` rows or there are no more changes (a short page tells a client it is done)."""
+    picked: dict[str, int] = {}  # document -> its latest change number, in change order
+    last = since
+    while len(picked) < limit:
+        rows, upto = db.change_rows(last, CHANGES_ROW_BATCH)
+        if not rows:
+            last = max(last, upto)
+            break
+        for n, u, _ in rows:
+            main = db.ref_of(u) or u
+            picked.pop(main, None)
+            picked[main] = n
+            last = n
+            if len(picked) >= limit:
+                break
+        else:
+            last = upto
+    out = []
+    mains = list(picked)
+    fams = db.families(mains)
+    for u in mains:
+        cur, cds = fams[u]
+        if cur is None or cur.is_conflict:
+            continue  # its conflict documents came first; listed once the document is here
+        fam = Family(u, cur, tuple(cds))
+        doc_id = couch.couch_id(cur)
+        if opts["ids"] is not None and doc_id not in opts["ids"]:
+            continue
+        tree = Tree(fam)
+        row: dict[str, Any] = {"seq": couch.seq_text(picked[u], db.db_id), "id": doc_id,
+                               "changes": [{"rev": lf.rev} for lf in (tree.leaves if opts["all"] else tree.leaves[:1])]}
+        if tree.deleted:
+            row["deleted"] = True
+        if opts["docs"]:
+            row["doc"] = tree.winner.json(doc_id, extra=conflicts_extra(tree, opts["conflicts"]))
+        out.append(row)
+    return out, last

@@ -1,0 +1,70 @@
+"""What the CouchDB endpoints (``couch_http.py``, ``couch_feed.py``, ``couch_docs.py``) share: JSON by
+msgspec, query parameters, request bodies within ``MAX_REQUEST_BYTES`` (413 past it, 400 for JSON that
+does not parse: CouchDB's errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from .. import couch
+from ..couch import CouchError, Tree
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+encode = msgspec.json.Encoder().encode
+decode = msgspec.json.Decoder().decode
+JSON = "application/json"
+
+
+def json_response(obj: Any, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=encode(obj), status=status, content_type=JSON, headers=headers)
+
+
+def flag(q: Any, name: str) -> bool:
+    return q.get(name, "false").lower() == "true"
+
+
+def int_param(q: Any, name: str, default: int, lo: int = 0, hi: int = 2**62) -> int:
+    v = q.get(name)
+    if v is None:
+        return default
+    try:
+        return max(lo, min(hi, int(v)))
+    except ValueError:
+        raise couch.bad_request(f"Invalid value for {name}: {v!r:.40}") from None
+
+
+def qjson(q: Any, name: str) -> Any:
+    v = q.get(name)
+    if v is None:
+        return None
+    try:
+        return decode(v)
+    except msgspec.DecodeError:
+        raise couch.bad_request(f"Invalid JSON in {name}") from None
+
+
+async def read_body(request: web.Request) -> Any:
+    """The request's JSON body (None when empty)."""
+    if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+        raise CouchError(413, "too_large", f"the request body is larger than {MAX_REQUEST_BYTES} bytes")
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 16):
+        data += chunk
+        if len(data) > MAX_REQUEST_BYTES:
+            raise CouchError(413, "too_large", f"the request body is larger than {MAX_REQUEST_BYTES} bytes")
+    if not data:
+        return None
+    try:
+        return decode(bytes(data))
+    except msgspec.DecodeError:
+        raise CouchError(400, "bad_request", "invalid UTF-8 JSON") from None
+
+
+def conflicts_extra(tree: Tree, want: bool) -> dict | None:
+    if not want:
+        return None
+    c = tree.conflicts()
+    return {"_conflicts": c} if c else None
