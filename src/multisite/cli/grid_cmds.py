@@ -10,7 +10,7 @@ import click
 from ..grid.catalog import HEARTBEAT_TIMEOUT_S_DEFAULT
 from ..grid.coordination import LEASE_TTL_S_DEFAULT
 from ..server.client import client_tls_context
-from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
+from ..grid.server.process import catalog_operate, catalog_status, start_catalog, start_container, stop_process
 from ..instance.users import ROLES, add_user, list_users, remove_user
 from ..net.tls import TLSConfig
 from .output import console, print_json, table
@@ -245,6 +245,50 @@ def grid_status(catalog_addr: str, as_json: bool, tls_ca: str | None, tls_cert: 
         console.print("every partition is fully placed")
     for i in st["ignored"]:
         console.print(f"container {i['container']} takes no shards: {i['why']}")
+
+
+def _client(tls_ca, tls_cert, tls_key, user) -> dict:
+    return {"tls": client_tls_context(tls_ca, tls_cert, tls_key, check_hostname=False), "user": user,
+            "password": os.environ.get("MULTISITE_PASSWORD") if user else None}
+
+
+@grid.command("drain")
+@click.argument("container_name")
+@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalogs (the leader takes it).")
+@click.option("--undo", is_flag=True, help="Let the container take shards again.")
+@client_options
+def grid_drain(container_name: str, catalog_addr: str, undo: bool, tls_ca: str | None, tls_cert: str | None,
+               tls_key: str | None, user: str | None) -> None:
+    """Move a container's primaries and replicas away (a primary goes to a current synchronous replica
+    only, never by a promotion that may lose commits); once `grid status` shows it holds no shard it may
+    stop. Needs the admin role on a grid with users.
+
+    Example: multisite grid drain c2 --catalog 127.0.0.1:7100
+    """
+    res = catalog_operate(catalog_addr, "drain", {"container": container_name, "on": not undo},
+                          **_client(tls_ca, tls_cert, tls_key, user))
+    console.print(res["message"])
+
+
+@grid.command("promote")
+@click.option("--catalog", "catalog_addr", required=True, help="HOST:PORT of the grid's catalogs (the leader takes it).")
+@click.option("--partition", type=int, required=True, help="The partition whose primary is lost.")
+@click.option("--to", "to", required=True, help="The replica (container name) to make its primary.")
+@click.option("--force", is_flag=True, help="Required: the replica may lack acknowledged commits.")
+@client_options
+def grid_promote(catalog_addr: str, partition: int, to: str, force: bool, tls_ca: str | None, tls_cert: str | None,
+                 tls_key: str | None, user: str | None) -> None:
+    """Force a replica to be the primary of a partition whose primary is lost while no synchronous
+    replica was current (the partition then waits, to lose nothing). It may lose acknowledged commits:
+    the warning says how many, as far as the last reported seqnos tell.
+
+    Example: multisite grid promote --catalog 127.0.0.1:7100 --partition 3 --to c2 --force
+    """
+    if not force:
+        raise click.UsageError("a forced promotion may lose acknowledged commits: give --force to do it")
+    res = catalog_operate(catalog_addr, "promote", {"partition": partition, "container": to},
+                          **_client(tls_ca, tls_cert, tls_key, user))
+    console.print(f"[bold yellow]warning:[/bold yellow] {res['message']}")
 
 
 @grid.group("user")

@@ -27,7 +27,8 @@ from ..protocol.auth import is_loopback
 
 MEMBER = "member"
 #: what a grid request is, for ``protocol.auth``'s rights table (a member may do all of them)
-OPS = {"register": MEMBER, "subscribe": MEMBER, "status": "info", "routes": "info", "read": "get", "commit": "commit"}
+OPS = {"register": MEMBER, "subscribe": MEMBER, "status": "info", "routes": "info", "read": "get", "commit": "commit",
+       "operate": "grid.operate"}  # (an op protocol/auth.py does not list needs admin: drain, promote)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, Role, Shortfall, plan
+from .placement import CAPACITY_SHARDS_DEFAULT, Container, Placement, Plan, Role, Shards, Shortfall, plan
 from .policy import NAME_RE, GridPolicy
 from .routing import RouteTable, table_from_routes
 from .wire import GRID_WIRE_VERSION, Assignments, Heartbeat, Refused, RefusedCode, Register, View
@@ -55,6 +55,8 @@ class Member:
     applied_version: int = -1
     seqnos: dict[int, int] | None = None
     loaders: dict[int, dict] | None = None  # issue 16: its shards' Loader reports (last heartbeat)
+    draining: bool = False  # grid drain: it takes no shard, and gives its own away
+    last_seqnos: dict[int, int] | None = None  # its shards' seqnos as last reported before it was lost
 
     def container(self) -> Container:
         return Container(self.name, self.zone, self.capacity)
@@ -88,7 +90,7 @@ class Catalog:
         return {"format": STATE_FORMAT, "grid": self.policy.name, "partitions": self.policy.partitions,
                 "placement": self.placement.to_dict(),
                 "members": [{"name": m.name, "zone": m.zone, "address": m.address, "capacity": m.capacity,
-                             "up": m.up}
+                             "up": m.up, **({"draining": True} if m.draining else {})}
                             for m in sorted(self.members.values(), key=lambda m: m.name)]}
 
     def _restore(self, state: Mapping[str, Any], now: float, quiet: bool = False) -> None:
@@ -103,7 +105,7 @@ class Catalog:
         self.placement = Placement.from_dict(state["placement"])
         for m in state.get("members", []):
             self.members[m["name"]] = Member(m["name"], m["zone"], m["address"], m["capacity"], last_heard=now,
-                                             up=m.get("up", True))
+                                             up=m.get("up", True), draining=m.get("draining", False))
         up = sum(m.up for m in self.members.values())
         if quiet:
             return
@@ -138,6 +140,7 @@ class Catalog:
         m = Member(msg.container, msg.zone, msg.address, msg.capacity, last_heard=now)
         if old is not None:
             m.seqnos = old.seqnos if old.up else None
+            m.draining, m.last_seqnos = old.draining, old.last_seqnos
         self.members[m.name] = m
         self._log.append(f"container {m.name} registered (zone {m.zone or '-'}, address {m.address})"
                          + ("" if old is None else " again"))
@@ -164,7 +167,7 @@ class Catalog:
                 if m.up and now - m.last_heard > self.heartbeat_timeout_s]
         for name in lost:
             m = self.members[name]
-            m.up, m.seqnos = False, None
+            m.up, m.seqnos, m.last_seqnos = False, None, m.seqnos or m.last_seqnos
             self._log.append(f"container {name} lost: no heartbeat for {now - m.last_heard:.1f} s "
                              f"(timeout {self.heartbeat_timeout_s:g} s)")
         if lost:
@@ -177,7 +180,7 @@ class Catalog:
         m = self.members.get(name)
         if m is None or not m.up:
             return False
-        m.up, m.seqnos = False, None
+        m.up, m.seqnos, m.last_seqnos = False, None, m.seqnos or m.last_seqnos
         self._log.append(f"container {name} lost: {why}")
         self._replan(f"{name} lost")
         return True
@@ -199,20 +202,77 @@ class Catalog:
         if m is not None:
             self._update_currency(m, currency)
 
+    # -- operator commands --------------------------------------------------------------------------
+    def drain(self, name: str, on: bool, now: float) -> str:
+        """``grid drain``: ``name`` takes no shard any more and gives its own away (its primaries to
+        current synchronous replicas only, never by a promotion that may lose commits); ``on`` False
+        undoes it. What was done, in words."""
+        m = self.members.get(name)
+        if m is None:
+            raise ConfigError(f"no container {name!r} in grid {self.policy.name!r} (its containers: "
+                              f"{', '.join(sorted(self.members)) or 'none'})")
+        if m.draining == on:
+            return f"container {name} is {'already' if on else 'not'} draining"
+        m.draining = on
+        self._log.append(f"container {name} {'draining: its shards go elsewhere' if on else 'no longer draining'}"
+                         f" (operator)")
+        self._replan(f"{name} {'drained' if on else 'undrained'}")
+        left = len(self.assignments_for(name).shards)
+        return (f"container {name} is draining; {left} shard(s) still on it (a primary waits for a current "
+                f"synchronous replica); it may stop once it holds none" if on else
+                f"container {name} takes shards again")
+
+    def force_promote(self, partition: int, name: str, now: float) -> str:
+        """``grid promote --force``: make replica ``name`` the primary of ``partition``, whose primary is
+        lost and which waits because no synchronous replica is current. It may lose acknowledged commits:
+        the returned warning says how many as far as the seqnos last reported tell."""
+        parts = self.placement.partitions
+        if not 0 <= partition < len(parts):
+            raise ConfigError(f"grid {self.policy.name!r} has no partition {partition} (0..{len(parts) - 1})")
+        s = parts[partition]
+        prim = self.members.get(s.primary) if s.primary else None
+        if prim is not None and prim.up:
+            raise ConfigError(f"partition {partition}'s primary {s.primary} is up: a forced promotion is only for a "
+                              f"partition whose primary is lost (for a planned hand-over, drain {s.primary})")
+        if name not in (*s.sync_replicas, *s.async_replicas):
+            raise ConfigError(f"container {name!r} holds no replica of partition {partition} (its replicas: "
+                              f"{', '.join((*s.sync_replicas, *s.async_replicas)) or 'none'})")
+        m = self.members.get(name)
+        if m is None or not m.up:
+            raise ConfigError(f"container {name!r} is not up: it cannot take partition {partition} over")
+        have = (m.seqnos or {}).get(partition)
+        had = (prim.last_seqnos or {}).get(partition) if prim is not None else None
+        if have is not None and had is not None:
+            lose = (f"it holds seqno {have}, the lost primary {s.primary} reported {had}: up to "
+                    f"{max(0, had - have)} acknowledged transaction(s) may be lost")
+        else:
+            lose = f"how far it is behind the lost primary {s.primary or '-'} is not known"
+        warning = (f"partition {partition}: {name} forced primary; {lose}, and any {s.primary or 'it'} took after "
+                   f"its last report. They stay in {s.primary or 'the old primary'}'s journal and go to its "
+                   f"lost-transaction file when it rejoins as a replica")
+        new = Shards(name, tuple(c for c in s.sync_replicas if c != name),
+                     tuple(c for c in s.async_replicas if c != name), frozenset(), s.epoch + 1)
+        self.placement = Placement(tuple(new if i == partition else x for i, x in enumerate(parts)),
+                                   self.placement.version + 1)
+        self._log.append(f"FORCED promotion (operator): {warning} (epoch {new.epoch})")
+        self._replan(f"{name} forced primary of partition {partition}")
+        return warning
+
     def note(self, line: str) -> None:
         """A line for the catalog's log from the process around it."""
         self._log.append(line)
 
     # -- decisions -----------------------------------------------------------------------------------
     def _plan(self, why: str) -> Plan:
-        up = [m.container() for m in self.members.values() if m.up]
+        up = [m.container() for m in self.members.values() if m.up and not m.draining]
+        draining = [m.name for m in self.members.values() if m.up and m.draining]
         need = self.policy.initial_containers
         if len(up) < need and not any(s.primary for s in self.placement.partitions):
             # the first placement waits for the initial containers (numInitialContainers)
             reason = f"the first placement waits for {need} container(s) to be up ({len(up)} now: initial_containers)"
             return Plan(self.placement, shortfalls=tuple(
                 Shortfall(i, Role.PRIMARY, 1, 0, reason, blocks_commits=True) for i in range(self.policy.partitions)))
-        p = plan(self.policy, up, self.placement)
+        p = plan(self.policy, up, self.placement, draining)
         for mv in p.moves:
             self._log.append(f"{why}: {mv.kind.value} partition {mv.partition} {mv.role.value} on {mv.container}"
                              + (f" (from {mv.source})" if mv.source else "")
@@ -316,7 +376,7 @@ class Catalog:
         containers = [{"name": m.name, "zone": m.zone, "address": m.address, "up": m.up,
                        "last_heartbeat_age_s": round(now - m.last_heard, 3), "shards": counts.get(m.name, 0),
                        "primaries": prim.get(m.name, 0), "applied_version": m.applied_version,
-                       "capacity": m.capacity}
+                       "capacity": m.capacity, "draining": m.draining}
                       for m in sorted(self.members.values(), key=lambda m: m.name)]
         return {"grid": self.policy.name, "policy": self.policy.to_dict(), "version": self.placement.version,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s, "partitions": parts, "containers": containers,

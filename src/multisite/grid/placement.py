@@ -210,6 +210,7 @@ class _Planner:
     moves: list[Move] = field(default_factory=list)
     load: Counter = field(default_factory=Counter)
     prim: Counter = field(default_factory=Counter)
+    draining: frozenset[str] = frozenset()
 
     def zone(self, c: str) -> str | None:
         return self.live[c].zone if self.policy.zones else None
@@ -271,6 +272,8 @@ class _Planner:
         lossy = False
         if current:
             new = current[0]
+        elif lost in self.draining:
+            return  # a planned hand-over waits for a current synchronous replica: the primary is alive
         elif self.policy.min_sync == 0 or lost is None:
             new = sorted(p.sync, key=by_prim)[0] if p.sync else sorted(p.asyn, key=by_prim)[0]
             lossy = True
@@ -374,7 +377,11 @@ class _Planner:
         pol = self.policy
         out = []
         if p.primary is None or p.primary_down:
-            if p.primary_down and not (p.sync or p.asyn):
+            if p.primary in self.draining:
+                why = (f"primary container {p.primary} is draining and no current synchronous replica can take "
+                       f"the partition over: it stays primary until one is current (with max_sync = 0, "
+                       f"`grid promote --force` a replica)")
+            elif p.primary_down and not (p.sync or p.asyn):
                 why = (f"primary container {p.primary} is down and holds the only copy of the partition: "
                        f"waiting for {p.primary} to return")
             elif p.primary_down:
@@ -385,7 +392,7 @@ class _Planner:
                 why = "no container is up"
             else:
                 why = "every container that could take the shard is full (capacity)"
-            out.append(Shortfall(i, Role.PRIMARY, 1, 0, why, blocks_commits=True))
+            out.append(Shortfall(i, Role.PRIMARY, 1, 0, why, blocks_commits=p.primary not in self.draining))
         for role, have, want in ((Role.SYNC, len(p.sync), pol.max_sync), (Role.ASYNC, len(p.asyn), pol.max_async)):
             if have < want:
                 why = self._why_short()
@@ -413,8 +420,12 @@ class _Planner:
         return "every container that could take the shard is full (capacity)"
 
 
-def plan(policy: GridPolicy, containers: Iterable[Container], current: Placement | None = None) -> Plan:
-    """The next placement for ``containers`` (those up now) from ``current`` (None: nothing placed yet)."""
+def plan(policy: GridPolicy, containers: Iterable[Container], current: Placement | None = None,
+         draining: Iterable[str] = ()) -> Plan:
+    """The next placement for ``containers`` (those up now) from ``current`` (None: nothing placed yet).
+    ``draining``: containers up but to be emptied (``grid drain``): they take no shard, their replicas
+    are placed elsewhere, and each of their primaries goes to a current synchronous replica only, never
+    by a promotion that may lose commits; until one is current it stays where it is."""
     current = current or Placement.empty(policy.partitions)
     if len(current.partitions) != policy.partitions:
         raise ConfigError(f"placement has {len(current.partitions)} partitions, grid {policy.name!r} has "
@@ -430,7 +441,7 @@ def plan(policy: GridPolicy, containers: Iterable[Container], current: Placement
             ignored.append((c.name, f"capacity {c.capacity}: it takes no shards"))
         else:
             live[c.name] = c
-    pl = _Planner(policy, live, [])
+    pl = _Planner(policy, live, [], draining=frozenset(draining) - set(live))
     pl.parts = [pl.drop(i, s) for i, s in enumerate(current.partitions)]
     for i, p in enumerate(pl.parts):
         pl.promote(i, p)

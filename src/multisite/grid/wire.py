@@ -93,6 +93,8 @@ class RefusedCode(StrEnum):
     AUTHENTICATION_FAILED = "AUTHENTICATION_FAILED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     TLS_REQUIRED = "TLS_REQUIRED"  # a plain connection to a TLS port
+    NOT_LEADER = "NOT_LEADER"  # an operation asked of a catalog that does not lead (it names the leader)
+    RETRY = "RETRY"  # the operation's write met a change of the grid: ask again
     NAME_IN_USE = "NAME_IN_USE"
     NOT_REGISTERED = "NOT_REGISTERED"
     BAD_REQUEST = "BAD_REQUEST"
@@ -133,8 +135,18 @@ class Routes(msgspec.Struct, array_like=True, tag=8):
     json: str
 
 
+class Operate(msgspec.Struct, array_like=True, tag=10):
+    """An operator → catalog (issue 24): ``op`` (``drain``, ``promote``) with ``args``; answered by a
+    ``Status`` whose JSON holds the outcome in words, or ``Refused`` (``NOT_LEADER``, ``RETRY``, ...)."""
+
+    op: str
+    args: dict[str, Any] = {}
+    user: str | None = None
+    password: str | None = None
+
+
 Message = Union[Register, Heartbeat, Assignments, Refused, StatusRequest, Status, RouteRequest, Routes,
-                HeartbeatAck]
+                HeartbeatAck, Operate]
 MESSAGE_TYPES: dict[int, type] = {c.__struct_config__.tag: c for c in Message.__args__}  # type: ignore[attr-defined]
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {t: msgspec.msgpack.Decoder(c) for t, c in MESSAGE_TYPES.items()}
@@ -160,6 +172,7 @@ TRANSITIONS: dict[tuple[Side, State, type], State] = {
     (M, State.IDLE, Register): State.REGISTERED,
     (M, State.IDLE, StatusRequest): State.ASKED,
     (M, State.IDLE, RouteRequest): State.ASKED,
+    (M, State.IDLE, Operate): State.ASKED,
     (C, State.REGISTERED, Assignments): State.REGISTERED,
     (M, State.REGISTERED, Heartbeat): State.REGISTERED,
     (C, State.REGISTERED, HeartbeatAck): State.REGISTERED,

@@ -35,9 +35,9 @@ from ..catalog import HEARTBEAT_TIMEOUT_S_DEFAULT, Catalog
 from ..coordination import LEASE_TTL_S_DEFAULT
 from ...ha.etcd_client import parse_urls
 from ..policy import load_policy
-from .etcd_catalog import CoordinatedCatalog
-from ..wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register, RouteRequest,
-                    Routes, Side, Status, StatusRequest)
+from .etcd_catalog import CoordinatedCatalog, OperationRefused
+from ..wire import (NEED_DATA, GridWire, Heartbeat, HeartbeatAck, Operate, Refused, RefusedCode, Register,
+                    RouteRequest, Routes, Side, Status, StatusRequest)
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
 from ...net.tls import TLSConfig, parse_hostport
@@ -118,13 +118,17 @@ class CatalogServer:
         name = None
         try:
             first = await read_message(reader, wire)
-            if isinstance(first, (StatusRequest, RouteRequest)):  # a client's (or a member's) question
+            if isinstance(first, (StatusRequest, RouteRequest, Operate)):  # a client's (or a member's) question
                 access = await self.security.client(writer, self.security.peer(writer), first.user, first.password)
                 why = access if isinstance(access, tuple) else access.refusal(
-                    "status" if isinstance(first, StatusRequest) else "routes")
+                    "status" if isinstance(first, StatusRequest) else "routes" if isinstance(first, RouteRequest)
+                    else "operate")
                 if why is not None:
                     writer.write(wire.send(Refused(*why)))
                     return
+            if isinstance(first, Operate):
+                writer.write(wire.send(await self.operate(first.op, first.args)))
+                return
             if isinstance(first, StatusRequest):
                 writer.write(wire.send(Status(json.dumps(await self.status()))))
                 return
@@ -194,6 +198,29 @@ class CatalogServer:
             await asyncio.sleep(TICK_S)
             if self.catalog.tick(time.monotonic()):
                 self.settle()
+
+    # -- operator commands ------------------------------------------------------------------------
+    async def operate(self, op: str, args: dict) -> Status | Refused:
+        """``grid drain`` and ``grid promote --force``: the Catalog's decision, recorded (the state file, or
+        with etcd the leader's next write) before the answer."""
+        def apply(cat: Catalog, now: float) -> str:
+            if op == "drain":
+                return cat.drain(str(args["container"]), bool(args.get("on", True)), now)
+            if op == "promote":
+                return cat.force_promote(int(args["partition"]), str(args["container"]), now)
+            raise ConfigError(f"unknown grid operation {op!r} (drain, promote)")
+        try:
+            if self.coord is not None:
+                msg = await self.coord.operate(apply)
+            else:
+                msg = apply(self.catalog, time.monotonic())
+                self.settle()
+        except (ConfigError, KeyError, TypeError, ValueError) as e:
+            return Refused(RefusedCode.BAD_REQUEST, str(e))
+        except OperationRefused as e:
+            return Refused(e.code, e.message)
+        self.log.warning("operator: %s", msg)
+        return Status(json.dumps({"op": op, "message": msg}))
 
     # -- status and control -----------------------------------------------------------------------
     async def status(self) -> dict:

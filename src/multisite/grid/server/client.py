@@ -45,6 +45,7 @@ from ...net.tls import parse_hostport
 from ...server.client import client_tls_context
 
 CONNECT_TIMEOUT_S = 2.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a loaded container takes its time: abandoned handshakes were retried in a storm
 REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip
 RETRY_PAUSE_S = 0.05
 
@@ -57,6 +58,7 @@ def open_socket(address: str, timeout: float, tls: ssl.SSLContext | None,
     s = socket.create_connection((host, port), timeout=timeout)
     if tls is None:
         return s
+    s.settimeout(max(timeout, TLS_HANDSHAKE_TIMEOUT_S))  # abandoning a slow handshake only starts another one
     try:
         return tls.wrap_socket(s, server_hostname=host, session=session)
     except OSError:

@@ -30,6 +30,16 @@ from ..routing import RouteTable
 from .coordinator import LeaseKeeper, Mirror, execute
 
 TICK_S = 0.1  # a catalog looks at its lease and the leader key at least this often
+
+
+class OperationRefused(MultisiteError):
+    """An operator's request this catalog cannot carry out now (``code``: NOT_LEADER, RETRY)."""
+
+    code = "NOT_LEADER"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
 HEALTH_TIMEOUT_S = 1.0
 
 
@@ -48,6 +58,7 @@ class CoordinatedCatalog:
         self.failed_writes = 0
         self.terms = 0  # times this catalog took the lead
         self._cache: tuple[int, Catalog] | None = None
+        self._pass = asyncio.Lock()  # one pass (decide, write) at a time: the loop's and an operation's
 
     # -- start and run ------------------------------------------------------------------------------
     async def start(self, address: str) -> None:
@@ -102,6 +113,26 @@ class CoordinatedCatalog:
 
     # -- one pass -----------------------------------------------------------------------------------
     async def step(self) -> None:
+        async with self._pass:
+            await self._step()
+
+    async def operate(self, apply) -> str:
+        """An operator's change (``apply(catalog, now)``), made by the leader and written to etcd before
+        it returns; OperationRefused when this catalog does not lead or the write met another change."""
+        async with self._pass:
+            if self.leader is None:
+                held = self.keys.leader()
+                where = f"{held['name']} at {held['address']}" if held else "none yet (an election is due)"
+                raise OperationRefused("NOT_LEADER", f"catalog {self.name} does not lead grid {self.policy.name}; "
+                                                     f"the leader is {where}")
+            msg = apply(self.leader.cat, time.monotonic())
+            failed = self.failed_writes
+            await self._step()
+            if self.failed_writes != failed or self.leader is None:
+                raise OperationRefused("RETRY", "the grid changed while the operation was written: ask again")
+            return msg
+
+    async def _step(self) -> None:
         now = time.monotonic()
         if self.keeper.ended.is_set() or not self.keeper.lease:
             self._follow("its lease in etcd ended (paused, or cut off from etcd)")

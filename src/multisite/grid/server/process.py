@@ -19,7 +19,7 @@ from pathlib import Path
 from ...errors import AuthenticationFailed, ConfigError, PermissionDenied, ServerError, WrongGrid
 from ..policy import load_policy
 from ..routing import RouteTable
-from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side, Status, StatusRequest
+from ..wire import NEED_DATA, GridWire, Operate, Refused, RouteRequest, Routes, Side, Status, StatusRequest
 from ...net import control
 from .container import IDENTITY_FILE, REFUSED_FILE
 from ...net.process import wait_exit
@@ -202,6 +202,27 @@ def catalog_routes(catalog: str, timeout: float = STATUS_TIMEOUT_S, *, tls: ssl.
     """The catalog's route table: each partition's primary address (None while it is down) and epoch."""
     return RouteTable.from_dict(json.loads(_ask_any(catalog, RouteRequest(user, password), Routes, timeout,
                                                     tls)[1].json))
+
+
+def catalog_operate(catalog: str, op: str, args: dict, timeout: float = STATUS_TIMEOUT_S, *,
+                    tls: ssl.SSLContext | None = None, user: str | None = None,
+                    password: str | None = None) -> dict:
+    """An operator's request (``drain``, ``promote``) to whichever catalog of the list leads; its answer
+    (``message``: what was done, or the warning of a forced promotion)."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    while True:
+        for addr in _addresses(catalog):
+            try:
+                return json.loads(_ask(addr, Operate(op, args, user, password), Status, timeout, tls).json)
+            except ServerError as e:
+                text = str(e)
+                if "BAD_REQUEST" in text:
+                    raise ConfigError(text.split("BAD_REQUEST: ", 1)[-1]) from None
+                seen[addr] = text
+        if time.monotonic() > deadline:
+            raise ServerError("no catalog carried the operation out: " + "; ".join(f"{a}: {t}" for a, t in seen.items()))
+        time.sleep(0.3)
 
 
 def _addresses(catalogs: str) -> list[str]:
