@@ -36,10 +36,10 @@ from ..protocol.admission import AdmissionPolicy
 from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Request, encode
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, common_name
 from .memtls import MemoryTLS
+from .min_confirm import ListenerMinConfirm
 from .sockets import KEEPALIVE_S, check_keepalive, keepalive, new_loop
 from .syncer import Syncer
 
-MIN_CONFIRM_CHECK_S = 0.05  # how often answers held for --min-confirm are checked against their timeout
 # Client connections at once; more are closed at accept, with a log line. With authentication
 # (``auth``) the connection slots are ``protocol.admission``'s, which also bounds those not logged in.
 MAX_CONNECTIONS = AdmissionPolicy.connections_max
@@ -97,7 +97,7 @@ class _Connection(asyncio.Protocol):
         self.lis._flow(self)
 
 
-class ClientListener:
+class ClientListener(ListenerMinConfirm):
     """Serves the client protocol on ``host:port`` from a thread of its own (``clients-loop``).
 
     ``run_op(op, args)`` answers a request; with ``db`` (the instance server's Database) and
@@ -475,50 +475,6 @@ class ClientListener:
         self.groups += 1
         answered = self._gathering.synced(upto, err, time.monotonic())
         self._answered(answered, err)
-
-    # -- --min-confirm: answers held until enough secondaries confirmed --------------------------------
-    def set_min_confirm(self, n: int, timeout_s: float, why: Callable[[], str]) -> None:
-        """Hold each commit's answer until ``n`` secondaries confirmed it (0: answer when hard here); one
-        still unconfirmed after ``timeout_s`` is answered MIN_CONFIRM_TIMEOUT naming ``why()``.
-        Thread-safe."""
-        def apply() -> None:
-            first = not self._gathering.min_confirm and n
-            self._gathering.min_confirm, self.min_confirm_timeout_s, self._confirm_why = n, timeout_s, why
-            if not n:
-                self._answered(self._gathering.min_confirm_off(), None)
-            elif first:
-                self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
-        self._loop.call_soon_threadsafe(apply)
-
-    def confirmed(self, seqno: int) -> None:
-        """Enough secondaries have hardened every seqno up to ``seqno`` (from the sources' thread)."""
-        if seqno > self._gathering.confirmed_seqno:
-            self._loop.call_soon_threadsafe(self._on_confirmed, seqno)
-
-    def _on_confirmed(self, seqno: int) -> None:
-        self._answered(self._gathering.confirmed(seqno), None)
-
-    def rolled_back(self, seqno: int) -> None:
-        """The instance rolled back to ``seqno`` (a rollback listener: from the thread that rolled
-        back): confirmations past it no longer count (``Gathering.rolled_back``)."""
-        self._loop.call_soon_threadsafe(self._on_rolled_back, seqno)
-
-    def _on_rolled_back(self, seqno: int) -> None:
-        self._answered(self._gathering.rolled_back(seqno), None)
-
-    def _expire_unconfirmed(self) -> None:
-        if not self._gathering.min_confirm:
-            return
-        try:
-            if self._gathering.waiting_confirm:
-                late = self._gathering.expire(time.monotonic(), self.min_confirm_timeout_s, self._confirm_why())
-                if late:
-                    self._log.warning("%d commits not confirmed by %d secondaries within %g s: %s", len(late),
-                                      self._gathering.min_confirm, self.min_confirm_timeout_s,
-                                      self._confirm_why())
-                    self._answered(late, None)
-        finally:  # always: a failed check must not end the timer, or waiting commits are never answered
-            self._loop.call_later(MIN_CONFIRM_CHECK_S, self._expire_unconfirmed)
 
     def _answered(self, answered: list, err: BaseException | None) -> None:
         """Metrics for requests just answered, and their connections' next requests and replies."""

@@ -45,6 +45,7 @@ from ..net.affinity import parse_cpus
 from .client import fetch_hello
 from .client_auth import ClientAuth
 from .clients import ClientListener
+from .min_confirm import MIN_CONFIRM_TIMEOUT_S_DEFAULT, ServerMinConfirm
 from .sockets import KEEPALIVE_S, check_keepalive
 from ..net.control import control_address
 from ..replication.server.receiver import ReceiverConfig, ReceiverServer
@@ -57,7 +58,6 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # it has rejoined the new primary. The fence is in memory: without the file a restarted old primary (a
 # stopped leader, or a lost one whose host came back) took commits beside the new one.
 HA_LEASE_FILE = "ha_lease.json"
-MIN_CONFIRM_TIMEOUT_S_DEFAULT = 5.0  # a commit waits this long for --min-confirm secondaries, then is refused
 
 
 def component_logger(root: Path, name: str, filename: str, parent: str = "multisite") -> logging.Logger:
@@ -71,7 +71,7 @@ def component_logger(root: Path, name: str, filename: str, parent: str = "multis
     return log
 
 
-class InstanceServer:
+class InstanceServer(ServerMinConfirm):
     def __init__(self, root: Path, listen: str | None, keepalive_s: int = KEEPALIVE_S,
                  tls: TLSConfig | None = None, insecure: bool = False, metrics: str | None = None):
         self.root = Path(root).absolute()
@@ -238,49 +238,6 @@ class InstanceServer:
             atomic_write(marker, json.dumps({"since": time.time()}).encode())
         self.db.set_lease(until)
         return {"pid": os.getpid(), "until": until}
-
-    async def ctl_min_confirm(self, n: int, timeout_s: float = MIN_CONFIRM_TIMEOUT_S_DEFAULT) -> dict:
-        """Answer a commit only once ``n`` secondaries confirmed they hardened it (0: once hard here);
-        a commit not confirmed within ``timeout_s`` is answered MIN_CONFIRM_TIMEOUT."""
-        if type(n) is not int or n < 0:
-            raise ConfigError(f"min-confirm: a number of secondaries, 0 or more, got {n!r}")
-        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 3600):
-            raise ConfigError(f"min-confirm: timeout_s must be a number of seconds above 0, got {timeout_s!r}")
-        if self.clients is None:
-            raise ConfigError("min-confirm needs the client port (server start --listen)")
-        self.min_confirm, self.min_confirm_timeout_s = n, float(timeout_s)
-        self.clients.set_min_confirm(n, float(timeout_s), self._confirm_why)
-        self.source_confirmed()
-        return {"pid": os.getpid(), "min_confirm": n, "timeout_s": timeout_s, "counting": self.confirming()}
-
-    def confirming(self) -> dict[str, int]:
-        """The secondaries that count for --min-confirm now (in a session) and what each confirmed."""
-        # a copy taken at once (under the GIL): the client listener's thread calls this (_confirm_why)
-        # while this server's loop adds and removes sources
-        return {n: s.last_confirmed for n, s in list(self.sources.items()) if s.state in ("streaming", "xoff")}
-
-    def source_confirmed(self) -> None:
-        """A source's secondary confirmed more: the ``min_confirm``-th highest confirmation is what every
-        waiting commit up to it may be answered for."""
-        n = self.min_confirm
-        if not n or self.clients is None:
-            return
-        marks = sorted(self.confirming().values(), reverse=True)
-        if len(marks) >= n:  # never past what this instance has (a mark not yet lowered after a rollback)
-            self.clients.confirmed(min(marks[n - 1], self.db.seqno))
-
-    def _rolled_back(self, seqno: int) -> None:
-        """The instance rolled back to ``seqno``: what its secondaries confirmed past it was of the
-        history rolled back, and counts for --min-confirm no more (the seqnos are given again)."""
-        for s in self.sources.values():
-            s.last_confirmed = min(s.last_confirmed, seqno)
-        if self.clients is not None:
-            self.clients.rolled_back(seqno)
-
-    def _confirm_why(self) -> str:
-        c = self.confirming()
-        return (f"{len(c)} of the {self.min_confirm} secondaries needed are connected"
-                + (f" ({', '.join(f'{k} at {v}' for k, v in sorted(c.items()))})" if c else ""))
 
     async def ctl_ping(self) -> dict:
         return {"pid": os.getpid(), "in_process": self.in_process}

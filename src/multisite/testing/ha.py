@@ -36,7 +36,7 @@ from ..ha.process import run_file, start_ha, stop_ha
 from ..journal.lostfile import LostFile, list_lost_files
 from ..net import control
 from ..server.client import RemoteDatabase
-from ..server.instance import MIN_CONFIRM_TIMEOUT_S_DEFAULT
+from ..server.min_confirm import MIN_CONFIRM_TIMEOUT_S_DEFAULT
 from ..server.process import start_server, stop_server
 from .checks import wait_until
 
