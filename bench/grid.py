@@ -130,8 +130,12 @@ class GridUp:
     """A catalog and its containers, started here and stopped by ``close`` (SIGKILL as the last resort)."""
 
     def __init__(self, work: Path, label: str, *, partitions: int, min_sync: int, max_sync: int, max_async: int,
-                 heartbeat_timeout_s: float = 1.0, initial_containers: int = 1) -> None:
+                 heartbeat_timeout_s: float = 1.0, initial_containers: int = 1, etcd: str | None = None,
+                 catalogs: int = 1, pki: dict | None = None) -> None:
+        """``etcd``: the catalogs (``catalogs`` of them, k1..kN) and containers coordinate through it
+        (issue 24); ``pki``: every grid wire is TLS, each process with a member certificate, the load too."""
         from multisite.grid.server.process import start_catalog
+        self.etcd, self.pki = etcd, pki
         self.root = work / f"{label}-{time.monotonic_ns()}"
         self.root.mkdir(parents=True)
         self.name = "bench"
@@ -140,14 +144,31 @@ class GridUp:
         self.toml.write_text(f'name = "{self.name}"\npartitions = {partitions}\nmin_sync = {min_sync}\n'
                              f'max_sync = {max_sync}\nmax_async = {max_async}\n'
                              f'initial_containers = {initial_containers}\n[maps.{MAP}]\n')
-        info = start_catalog(self.root / "catalog", self.toml, "127.0.0.1:0", heartbeat_timeout_s)
-        self.address = info["listen"]
-        self.pids: dict[str, int] = {"catalog": info["pid"]}
+        self.catalogs = [f"k{i + 1}" for i in range(catalogs)] if etcd else ["catalog"]
+        self.pids: dict[str, int] = {}
+        addresses = []
+        for k in self.catalogs:
+            info = start_catalog(self.root / k, self.toml, "127.0.0.1:0", heartbeat_timeout_s, etcd=etcd,
+                                 name=k if etcd else None, tls=self._tls(k))
+            addresses.append(info["listen"])
+            self.pids[k] = info["pid"]
+        self.address = ",".join(addresses)
         self.containers: list[str] = []
+        t = self._tls("bench-load")
+        self.auth = {"tls_ca": t.ca, "tls_cert": t.cert, "tls_key": t.key} if t else {}
+
+    def _tls(self, name: str):
+        if not self.pki:
+            return None
+        from multisite.net.tls import TLSConfig
+        from multisite.testing.certs import make_grid_cert
+        c = make_grid_cert(self.pki, name, self.name)
+        return TLSConfig(str(c["cert"]), str(c["key"]), str(c["ca"]))
 
     def add(self, name: str, listen: str = "127.0.0.1:0") -> int:
         from multisite.grid.server.process import start_container
-        st = start_container(self.root / name, self.address, listen, name=name)
+        st = start_container(self.root / name, None if self.etcd else self.address, listen, name=name,
+                             etcd=self.etcd, grid=self.name if self.etcd else None, tls=self._tls(name))
         if not st.get("registered"):
             raise RuntimeError(f"container {name} did not register")
         self.pids[name] = st["pid"]
@@ -156,7 +177,10 @@ class GridUp:
 
     def status(self) -> dict:
         from multisite.grid.server.process import catalog_status
-        return catalog_status(self.address)
+        from multisite.server.client import client_tls_context
+        tls = client_tls_context(self.auth["tls_ca"], self.auth["tls_cert"], self.auth["tls_key"],
+                                 check_hostname=False) if self.auth else None
+        return catalog_status(self.address, tls=tls)
 
     def settled(self, timeout_s: float = 60.0, full: bool = True) -> dict:
         """The status once every container applied the placement, every sync replica is current, every
@@ -176,7 +200,7 @@ class GridUp:
             time.sleep(0.1)
 
     def log(self, who: str) -> Path:
-        return self.root / who / "log" / f"{'catalog' if who == 'catalog' else 'container'}.log"
+        return self.root / who / "log" / f"{'catalog' if who in self.catalogs else 'container'}.log"
 
     def kill(self, name: str) -> float:
         os.kill(self.pids[name], signal.SIGKILL)
@@ -186,9 +210,9 @@ class GridUp:
     def close(self) -> None:
         from multisite.errors import ServerError
         from multisite.grid.server.process import stop_process
-        for name in [*self.containers, "catalog"]:
+        for name in [*self.containers, *self.catalogs]:
             d = self.root / name
-            what = "catalog" if name == "catalog" else "container"
+            what = "catalog" if name in self.catalogs else "container"
             if (d / "run" / f"{what}.json").exists():
                 try:
                     stop_process(d, what, timeout=10)
@@ -215,7 +239,7 @@ def worker_main(spec: dict) -> None:
     """A worker process: ``threads`` threads committing single-update transactions until ``end``;
     prints one JSON line: the commits returned inside [start, end], errors by kind."""
     import multisite.grid as mg
-    g = mg.connect(spec["catalog"])
+    g = mg.connect(spec["catalog"], **spec.get("auth", {}))
     start, end = spec["start"], spec["end"]
     counts = [0] * spec["threads"]
     errors: dict[str, int] = {}
@@ -281,7 +305,7 @@ def drive(grid: GridUp, workers: int, threads: int, seconds: float, warmup: floa
     t_start = time.time() + warmup + 0.5  # process start-up (imports) before the warm-up
     t_end = t_start + seconds
     procs = [spawn_worker({"catalog": grid.address, "threads": threads, "start": t_start, "end": t_end,
-                           "seed": w + 1, "keys": keys}) for w in range(workers)]
+                           "seed": w + 1, "keys": keys, "auth": grid.auth}) for w in range(workers)]
     pids = {**grid.pids, **(extra_pids or {}), **{f"worker{w}": p.pid for w, p in enumerate(procs)},
             "bench (this)": os.getpid()}
     time.sleep(max(0.0, t_start - time.time()))
@@ -327,7 +351,9 @@ def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int
     try:
         for cname, c in configs.items():
             g = GridUp(work, f"{what}-{cname}", partitions=c["partitions"], min_sync=c["min_sync"],
-                       max_sync=c["max_sync"], max_async=c["max_async"], initial_containers=c["containers"])
+                       max_sync=c["max_sync"], max_async=c["max_async"], initial_containers=c["containers"],
+                       etcd=ETCD.endpoints if c.get("etcd") else None, catalogs=c.get("catalogs", 1),
+                       pki=PKI if c.get("tls") else None)
             grids[cname] = g
             for i in range(c["containers"]):
                 g.add(f"c{i + 1}")
@@ -339,7 +365,7 @@ def compare(work: Path, a, configs: dict[str, dict], levels: list[tuple[int, int
             for w, t in levels:
                 order = list(configs) if r % 2 == 0 else list(configs)[::-1]
                 for cname in order:
-                    ld = drive(grids[cname], w, t, a.seconds)
+                    ld = drive(grids[cname], w, t, a.seconds, warmup=a.warmup)
                     res[cname][ld.label].append(ld)
                     note(f"  round {r + 1}/{a.rounds} {what} {cname} {ld.label}: {ld.rate:,.0f} tx/s, errors "
                          f"{ld.errors or 0}; cores: {cpu_text(ld.cpu)}")
@@ -525,6 +551,213 @@ def scaling_figure(work: Path, a) -> dict:
     out["ratio_at_plateau"] = out["best"]["2"]["rate"] / out["best"]["1"]["rate"]
     out["ratio_by_level"] = {lvl: v["2"]["rate"] / v["1"]["rate"] for lvl, v in out["levels"].items()}
     return out
+
+
+# -- issue 24: no single point of failure, TLS on every wire -----------------------------------------
+ETCD = None  # the etcd figures' testing.etcd.EtcdCluster (3 members on loopback, started once)
+PKI: dict | None = None  # the TLS figure's testing.certs.make_test_pki
+OBSERVE_S = 3.0  # after a catalog's kill: how long the writers' acknowledgements are watched
+
+
+def etcd_up(work: Path):
+    global ETCD
+    if ETCD is None:
+        from multisite.testing.etcd import EtcdCluster
+        ETCD = EtcdCluster(work / "etcd").start()
+    return ETCD
+
+
+class PartitionWriters:
+    """One writer thread per partition, each with its own client, committing single updates to one key of
+    its partition in a loop; ``events[p]``: (wall time sent, wall time answered, accepted)."""
+
+    def __init__(self, g: GridUp, parts: list[int]) -> None:
+        import multisite.grid as mg
+        self.g, self.parts = g, parts
+        probe = mg.connect(g.address, **g.auth)
+        self.keys: dict[int, int] = {}
+        k = 0
+        while len(self.keys) < len(parts):
+            p = probe.partition_of((k,))
+            if p in parts and p not in self.keys:
+                self.keys[p] = k
+            k += 1
+        probe.close()
+        self.events: dict[int, list[tuple[float, float, bool]]] = {p: [] for p in parts}
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in parts]
+
+    def _run(self, p: int) -> None:
+        import multisite.grid as mg
+        from multisite.errors import MultisiteError
+        client = mg.connect(self.g.address, timeout_s=FAILOVER_CLIENT_TIMEOUT_S, **self.g.auth)
+        i = 0
+        while not self.stopping.is_set():
+            t0 = time.time()
+            try:
+                client.put(MAP, (self.keys[p],), {"n": i})
+                self.events[p].append((t0, time.time(), True))
+            except MultisiteError:
+                self.events[p].append((t0, time.time(), False))
+            i += 1
+        client.close()
+
+    def start(self) -> "PartitionWriters":
+        for th in self.threads:
+            th.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for th in self.threads:
+            th.join(FAILOVER_CLIENT_TIMEOUT_S + 5)
+
+    def next_ok(self, t: float, sent_after: bool = False) -> dict[int, float | None]:
+        """Per partition: seconds from ``t`` to its next accepted commit (``sent_after``: of one sent after ``t``)."""
+        return {p: next((b - t for s, b, ok in ev if ok and b > t and (not sent_after or s > t)), None)
+                for p, ev in self.events.items()}
+
+    def longest_gap(self, t0: float, t1: float) -> dict[int, float]:
+        """Per partition: the longest time in [t0, t1] without an accepted commit."""
+        out = {}
+        for p, ev in self.events.items():
+            ts = [b for _, b, ok in ev if ok and t0 <= b <= t1]
+            out[p] = round(max(b - a for a, b in zip([t0, *ts], [*ts, t1])), 3)
+        return out
+
+    def accepted(self, t0: float, t1: float) -> int:
+        return sum(1 for ev in self.events.values() for _, b, ok in ev if ok and t0 <= b <= t1)
+
+
+def catalog_kill_once(work: Path, run: int, etcd: bool) -> dict:
+    """Under one writer per partition, SIGKILL the leading catalog (with etcd, of 2) or the single one."""
+    g = GridUp(work, f"catkill-{'etcd' if etcd else 'single'}-{run}", partitions=4, min_sync=1, max_sync=1,
+               max_async=1, etcd=etcd_up(work).endpoints if etcd else None, catalogs=2 if etcd else 1)
+    try:
+        for n in ("c1", "c2", "c3"):
+            g.add(n)
+        st = g.settled()
+        w = PartitionWriters(g, list(range(4))).start()
+        time.sleep(1.5)
+        victim = st["coordination"]["leader"] if etcd else "catalog"
+        t_kill = g.kill(victim)
+        time.sleep(OBSERVE_S)
+        w.stop()
+        nxt = w.next_ok(t_kill)
+        out = {"etcd": etcd, "victim": victim, "next_commit_s": nxt,
+               "every_partition_s": None if None in nxt.values() else round(max(nxt.values()), 3),
+               "longest_gap_after_s": w.longest_gap(t_kill, t_kill + OBSERVE_S),
+               "longest_gap_before_s": w.longest_gap(t_kill - 1.0, t_kill),
+               "accepted_after": w.accepted(t_kill, t_kill + OBSERVE_S),
+               "accepted_1s_before": w.accepted(t_kill - 1.0, t_kill)}
+        if etcd:
+            other = next(k for k in g.catalogs if k != victim)
+            led = [t for t, _ in log_times(g.log(other), r"leads grid") if t > t_kill]
+            out["new_leader_s"] = round(led[0] - t_kill, 3) if led else None
+        return out
+    finally:
+        g.close()
+        g.remove()
+
+
+def catalog_kill_figure(work: Path, a) -> dict:
+    runs = {"etcd": [], "single": []}
+    for r in range(a.failover_runs):
+        for kind in ("etcd", "single") if r == 0 else ("etcd",):  # the single catalog once: nothing to average
+            res = catalog_kill_once(work, r, kind == "etcd")
+            runs[kind].append(res)
+            note(f"catalog kill ({kind}) run {r + 1}: next commit per partition {res['next_commit_s']}, longest gap "
+                 f"after {res['longest_gap_after_s']}, commits in the {OBSERVE_S:g} s after: {res['accepted_after']} "
+                 f"(in the second before: {res['accepted_1s_before']}), new leader "
+                 f"{res.get('new_leader_s', '-')} s")
+    every = [r["every_partition_s"] for r in runs["etcd"]]
+    gaps = [max(r["longest_gap_after_s"].values()) for r in runs["etcd"]]
+    return {"runs": runs, "max_next_commit_s": None if None in every else max(every),
+            "median_next_commit_s": None if None in every else statistics.median(every),
+            "max_gap_after_s": max(gaps), "observe_s": OBSERVE_S}
+
+
+def etcd_rate_figure(work: Path, a) -> dict:
+    etcd_up(work)
+    levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
+    base = {"partitions": a.partitions, "min_sync": 1, "max_sync": 1, "max_async": 0, "containers": 2}
+    configs = {"etcd": {**base, "etcd": True, "catalogs": 2}, "single": dict(base)}
+    out = compare(work, a, configs, levels, "etcdrate")
+    out["ratio_at_plateau"] = out["best"]["etcd"]["rate"] / out["best"]["single"]["rate"]
+    out["ratio_by_level"] = {lvl: v["etcd"]["rate"] / v["single"]["rate"] for lvl, v in out["levels"].items()}
+    return out
+
+
+def tls_rate_figure(work: Path, a) -> dict:
+    global PKI
+    from multisite.testing.certs import make_test_pki
+    PKI = PKI or {k: str(v) for k, v in make_test_pki(work / "pki").items()}
+    levels = [tuple(map(int, s.split("x"))) for s in a.levels.split(",")]
+    base = {"partitions": a.partitions, "min_sync": 1, "max_sync": 1, "max_async": 0, "containers": 2}
+    configs = {"tls": {**base, "tls": True}, "plain": dict(base)}
+    out = compare(work, a, configs, levels, "tlsrate")
+    out["ratio_at_plateau"] = out["best"]["tls"]["rate"] / out["best"]["plain"]["rate"]
+    out["ratio_by_level"] = {lvl: v["tls"]["rate"] / v["plain"]["rate"] for lvl, v in out["levels"].items()}
+    return out
+
+
+def etcd_failover_once(work: Path, run: int) -> dict:
+    """SIGKILL of the container with the most primaries on a grid coordinated through etcd (2 catalogs),
+    under one writer per lost partition; the split from the leading catalog's and the containers' logs."""
+    g = GridUp(work, f"etcdfailover-{run}", partitions=4, min_sync=1, max_sync=1, max_async=1,
+               etcd=etcd_up(work).endpoints, catalogs=2)
+    try:
+        for n in ("c1", "c2", "c3"):
+            g.add(n)
+        st = g.settled()
+        victim = max(st["containers"], key=lambda c: (c["primaries"], c["name"]))["name"]
+        parts = [p["partition"] for p in st["partitions"] if p["primary"] == victim]
+        w = PartitionWriters(g, parts).start()
+        time.sleep(1.5)
+        t_kill = g.kill(victim)
+        deadline = time.time() + FAILOVER_CLIENT_TIMEOUT_S + 5
+        while time.time() < deadline and None in w.next_ok(t_kill, sent_after=True).values():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        w.stop()
+        first = w.next_ok(t_kill, sent_after=True)
+        st2 = g.status()
+        cat = g.log(st2["coordination"]["leader"] or g.catalogs[0])
+        lost = [t for t, _ in log_times(cat, rf"container {victim} lost") if t > t_kill - 1]
+        wrote = [t for t, _ in log_times(cat, r"wrote placement version") if lost and t >= lost[0]]
+        took, current = [], []
+        for c in {st2["partitions"][p]["primary"] for p in parts} - {None}:
+            took += [t for t, _ in log_times(g.log(c), r"shard p\d+ is primary at epoch") if t > t_kill]
+            current += [t for t, _ in log_times(g.log(c), r"synchronous replica .* is current") if t > t_kill]
+        rel = lambda ts: round(min(ts) - t_kill, 3) if ts else None  # noqa: E731
+        firsts = list(first.values())
+        return {"victim": victim, "lost_partitions": parts, "per_partition_s": first,
+                "first_ok_s": None if None in firsts else round(min(firsts), 3),
+                "all_ok_s": None if None in firsts else round(max(firsts), 3),
+                "lease_ended_s": rel(lost), "written_s": rel(wrote), "primary_taken_s": rel(took),
+                "sync_current_s": rel(current)}
+    finally:
+        g.close()
+        g.remove()
+
+
+ETCD_FAILOVER_KEYS = ("first_ok_s", "all_ok_s", "lease_ended_s", "written_s", "primary_taken_s", "sync_current_s")
+
+
+def etcd_failover_figure(work: Path, a) -> dict:
+    runs = []
+    for r in range(a.failover_runs):
+        res = etcd_failover_once(work, r)
+        runs.append(res)
+        note(f"failover on etcd run {r + 1}: " + ", ".join(f"{k} {res[k]}" for k in ETCD_FAILOVER_KEYS))
+    med = {}
+    for k in ETCD_FAILOVER_KEYS:
+        vals = [r[k] for r in runs if r[k] is not None]
+        med[k] = statistics.median(vals) if vals else None
+    return {"runs": runs, "median": med, "max_all_ok_s": max((r["all_ok_s"] or 1e9) for r in runs)}
+
+
+ISSUE24 = ("catalog-kill", "etcd-rate", "etcd-failover", "tls-rate")
 
 
 # -- figure 4: checkpoint copy -------------------------------------------------------------------------
@@ -825,7 +1058,127 @@ def report(doc: dict) -> list[str]:
     return rows
 
 
+def report24(doc: dict) -> list[tuple]:
+    """Issue 24's rows: the figures of a grid without a single point of failure, and of TLS."""
+    rows = []
+    f = doc["figures"]
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    if "catalog-kill" in f:
+        c = f["catalog-kill"]
+        single = c["runs"]["single"][0] if c["runs"]["single"] else None
+        rows.append((f"write pause, leading catalog SIGKILLed (etcd, 2 catalogs): next commit of every partition, "
+                     f"median / max of {len(c['runs']['etcd'])}",
+                     f"{fmt(c['median_next_commit_s'])} / {fmt(c['max_next_commit_s'])} s",
+                     "" if single is None else (f"single catalog: {single['accepted_after']} commits in the "
+                                                f"{c['observe_s']:g} s after its kill"),
+                     "", "<= 1 s", "" if c["max_next_commit_s"] is None else verdict(c["max_next_commit_s"] <= 1.0)))
+        rows.append((f"  longest time without a commit on a partition in the {c['observe_s']:g} s after the kill",
+                     f"{fmt(c['max_gap_after_s'])} s", "", "", "", ""))
+    if "etcd-rate" in f:
+        e = f["etcd-rate"]
+        b = e["best"]
+        rows.append(("commit rate, catalogs on etcd (2) vs the single catalog (plateau of each)",
+                     f"{b['etcd']['rate']:,.0f} tx/s ({b['etcd']['level']})",
+                     f"{b['single']['rate']:,.0f} tx/s ({b['single']['level']})",
+                     f"{e['ratio_at_plateau']:.2f}", ">= 0.95", verdict(e["ratio_at_plateau"] >= 0.95)))
+        for lvl, v in e["levels"].items():
+            rows.append((f"  at {lvl}", f"{v['etcd']['rate']:,.0f} tx/s", f"{v['single']['rate']:,.0f} tx/s",
+                         f"{e['ratio_by_level'][lvl]:.2f}", "", ""))
+    if "etcd-failover" in f:
+        fo = f["etcd-failover"]
+        m = fo["median"]
+        rows.append((f"container failover on etcd, SIGKILL -> first commit on every lost partition, median of "
+                     f"{len(fo['runs'])} (max)", f"{fmt(m['all_ok_s'])} s ({fmt(fo['max_all_ok_s'])})", "", "",
+                     "<= 2 s", "" if m["all_ok_s"] is None else verdict(fo["max_all_ok_s"] <= 2.0)))
+        rows.append(("  split: lease ended / state written / primary taken / sync current / first commit",
+                     (f"{fmt(m['lease_ended_s'])} / {fmt(m['written_s'])} / {fmt(m['primary_taken_s'])} / "
+                      f"{fmt(m['sync_current_s'])} / {fmt(m['first_ok_s'])} s"), "", "", "", ""))
+    if "tls-rate" in f:
+        t = f["tls-rate"]
+        b = t["best"]
+        rows.append(("commit rate, TLS on every grid wire vs none (plateau of each)",
+                     f"{b['tls']['rate']:,.0f} tx/s ({b['tls']['level']})",
+                     f"{b['plain']['rate']:,.0f} tx/s ({b['plain']['level']})",
+                     f"{t['ratio_at_plateau']:.2f}", ">= 0.9", verdict(t["ratio_at_plateau"] >= 0.9)))
+        for lvl, v in t["levels"].items():
+            rows.append((f"  at {lvl}", f"{v['tls']['rate']:,.0f} tx/s", f"{v['plain']['rate']:,.0f} tx/s",
+                         f"{t['ratio_by_level'][lvl]:.2f}", "", ""))
+    return rows
+
+
+def write_results_24(doc: dict) -> None:
+    """Issue 24's section of RESULTS.md (its own markers: the issue 11 section is left as it is)."""
+    from results import RESULTS, write_section, markers
+    script = "grid.py (issue 24)"
+    begin, end = markers(script)
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    notes = ""
+    if NOTES24_BEGIN in old and NOTES24_END in old:  # hand-written analysis, kept across runs
+        notes = NOTES24_BEGIN + old.split(NOTES24_BEGIN, 1)[1].split(NOTES24_END, 1)[0] + NOTES24_END
+    f = doc["figures"]
+    runs = {k: v for k, v in doc.get("figure_runs", {}).items() if k in ISSUE24}
+    L = [begin, "## Grid without a single point of failure, TLS on every wire (issue 24)", "",
+         (f"Run on commit {doc.get('commit', '?')}: {doc['machine']}, the 2 CPUs shared with other sessions. "
+          "Each figure's run: " + "; ".join(f"{k} at {v['time']} (load average {v['load_average'][0]:.1f} → "
+                                            f"{v['load_average'][1]:.1f})" for k, v in runs.items()) + ". "
+          "etcd: 3 members on loopback (`testing/etcd.py`, 50 ms heartbeat, 500 ms election); catalogs and "
+          "containers with `--etcd` and a 1 s lease. Ratios are same-run: both grids up at once, each level's "
+          "windows alternating between them (`compare`)."), "",
+         "| figure | measured | baseline | ratio | target | verdict |", "|---|---:|---:|---:|---|---|"]
+    for row in report24(doc):
+        L.append("| " + " | ".join(str(c).replace("|", "/") for c in row) + " |")
+    if "catalog-kill" in f:
+        c = f["catalog-kill"]
+        L += ["", "### The leading catalog SIGKILLed under a writer", "",
+              ("4 partitions, min_sync 1, max_sync 1, max_async 1, 3 containers; one writer thread per partition "
+               "(its own client) commits single updates in a loop; the leading catalog is SIGKILLed and the "
+               f"writers watched for {c['observe_s']:g} s. `next commit` = from the kill to the partition's next "
+               "accepted commit; `longest gap` = the longest time in the window without an accepted commit on a "
+               "partition; `new leader` = the other catalog logs that it leads."), "",
+              "| grid | run | next commit per partition (s) | longest gap after (before) | commits after / 1 s before | new leader |",
+              "|---|---|---|---|---|---:|"]
+        for kind, rs in c["runs"].items():
+            for i, r in enumerate(rs):
+                L.append(f"| {kind} | {i + 1} | {r['next_commit_s']} | {max(r['longest_gap_after_s'].values()):.3f} "
+                         f"({max(r['longest_gap_before_s'].values()):.3f}) | {r['accepted_after']} / "
+                         f"{r['accepted_1s_before']} | {r.get('new_leader_s', '-')} |")
+    if "etcd-failover" in f:
+        L += ["", "### Container failover on etcd", "",
+              ("The container with the most primaries is SIGKILLed under one writer per lost partition. Times "
+               "from the kill: `lease ended` = the leading catalog logs `container X lost: its lease in etcd "
+               "ended` (etcd ends a lease at its TTL, checking every 500 ms); `written` = it wrote the promotion; "
+               "`primary taken` = the new primary's container logs it; `sync current` = it counts a synchronous "
+               "replica current (min_sync 1 needs one to answer); `first` / `all` = the first accepted commit "
+               "sent after the kill, of the first and of the last lost partition."), "",
+              "| run | lease ended | written | primary taken | sync current | first | all |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for i, r in enumerate(f["etcd-failover"]["runs"]):
+            L.append(f"| {i + 1} | " + " | ".join("-" if r[k] is None else f"{r[k]:.3f}" for k in
+                                                  ("lease_ended_s", "written_s", "primary_taken_s", "sync_current_s",
+                                                   "first_ok_s", "all_ok_s")) + " |")
+    for key, a_, b_, title in (("etcd-rate", "etcd", "single", "Commit rate, catalogs on etcd vs the single catalog"),
+                               ("tls-rate", "tls", "plain", "Commit rate, TLS on every grid wire vs none")):
+        if key in f:
+            e = f[key]
+            L += ["", f"### {title}", "",
+                  (f"{doc['args']['partitions']} partitions, min_sync 1, max_sync 1, max_async 0 on 2 containers "
+                   f"(every commit crosses the container ⇄ container vote wire); load as in the issue 11 commit "
+                   f"figure (W worker processes x T threads of `g.put`), {e['rounds']} alternating rounds of "
+                   f"{e['seconds']:g} s per level." + (" The TLS grid: every process and the load with a member "
+                                                       "certificate of the grid's CA." if key == "tls-rate" else "")),
+                  "", f"| W x T | {a_} tx/s | {b_} tx/s | ratio | cores, {a_} | cores, {b_} |",
+                  "|---|---:|---:|---:|---|---|"]
+            for lvl, v in e["levels"].items():
+                L.append(f"| {lvl} | {v[a_]['rate']:,.0f} | {v[b_]['rate']:,.0f} | {e['ratio_by_level'][lvl]:.2f} | "
+                         f"{md_cpu(v[a_]['cpu'])} | {md_cpu(v[b_]['cpu'])} |")
+    L += ["", notes or f"{NOTES24_BEGIN}\n{NOTES24_END}", "",
+          ("Reproduce: `PYTHONPATH=src .venv/bin/python bench/grid.py --figure catalog-kill --figure etcd-failover "
+           "--figure etcd-rate --figure tls-rate --warmup 8 --merge` (`--warmup`: seconds of load before each "
+           "window, so that the workers' TLS handshakes are done)."), end]
+    write_section(script, "\n".join(L) + "\n")
+
+
 NOTES_BEGIN, NOTES_END = "<!-- grid notes: begin -->", "<!-- grid notes: end -->"
+NOTES24_BEGIN, NOTES24_END = "<!-- grid issue 24 notes: begin -->", "<!-- grid issue 24 notes: end -->"
 
 
 def md_cpu(cpu: dict) -> str:
@@ -952,12 +1305,15 @@ def main() -> None:
         burst_main(json.loads(sys.argv[2]))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--figure", action="append", choices=("commit", "failover", "scaling", "checkpoint", "all"))
+    ap.add_argument("--figure", action="append",
+                    choices=("commit", "failover", "scaling", "checkpoint", *ISSUE24, "all"))
     ap.add_argument("--quick", action="store_true", help="short windows, one round; prints, writes no RESULTS.md")
     ap.add_argument("--partitions", type=int, default=4, help="commit figure: partitions of both grids")
     ap.add_argument("--levels", default="2x16,4x64,4x128,6x128", help="commit figure: workers x threads, comma-separated")
     ap.add_argument("--scaling-levels", default="2x16,4x64,4x128,6x128", help="scaling figure: workers x threads")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per level")
+    ap.add_argument("--warmup", type=float, default=1.5,
+                    help="seconds of load before each window (the workers' connections, TLS handshakes included)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of each configuration, alternating")
     ap.add_argument("--heartbeat-timeouts", type=float, nargs="+", default=[1.0])
     ap.add_argument("--failover-runs", type=int, default=5)
@@ -986,7 +1342,8 @@ def main() -> None:
         return
     global KEEP
     KEEP = a.keep
-    figs = ["commit", "failover", "scaling", "checkpoint"] if not a.figure or "all" in a.figure else a.figure
+    figs = ["commit", "failover", "scaling", "checkpoint", *ISSUE24] if not a.figure or "all" in a.figure \
+        else a.figure
     if a.quick:
         a.seconds, a.rounds, a.failover_runs = 2.0, 1, 1
     OUT.mkdir(exist_ok=True)
@@ -1009,13 +1366,16 @@ def main() -> None:
         for fig in figs:
             note(f"[bold]figure {fig}[/bold]")
             fn = {"commit": commit_figure, "failover": failover_figure, "scaling": scaling_figure,
-                  "checkpoint": checkpoint_figure}[fig]
+                  "checkpoint": checkpoint_figure, "catalog-kill": catalog_kill_figure, "etcd-rate": etcd_rate_figure,
+                  "etcd-failover": etcd_failover_figure, "tls-rate": tls_rate_figure}[fig]
             l0, t0 = os.getloadavg()[0], time.strftime("%Y-%m-%d %H:%M")
             doc["figures"][fig] = fn(work, a)
             doc.setdefault("figure_runs", {})[fig] = {"time": t0, "load_average": [l0, os.getloadavg()[0]],
                                                       "commit": doc.get("commit")}
             Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")  # each figure as it lands
     finally:
+        if ETCD is not None:
+            ETCD.stop()
         if not KEEP:
             shutil.rmtree(work, ignore_errors=True)
     doc["load_average"] = [load0[0], os.getloadavg()[0]]
@@ -1023,14 +1383,18 @@ def main() -> None:
     t = Table(title="the grid (issue 11): same-run figures")
     for col in ("figure", "measured", "baseline", "ratio", "target", "verdict"):
         t.add_column(col, justify="left" if col == "figure" else "right")
-    for row in report(doc):
+    for row in report(doc) + report24(doc):
         t.add_row(*row)
     console.print(t)
     console.print(f"wrote {a.json}")
-    write = a.write_results if a.write_results is not None else (not a.quick and (len(figs) == 4 or a.merge))
-    if write:
+    old = [f for f in figs if f not in ISSUE24]
+    write = a.write_results if a.write_results is not None else (not a.quick and (len(old) == 4 or a.merge))
+    if write and (old or not a.merge):
         write_results(doc)
         console.print(f"wrote the Grid (issue 11) section of {HERE / 'RESULTS.md'}")
+    if (a.write_results if a.write_results is not None else not a.quick) and any(f in ISSUE24 for f in figs):
+        write_results_24(doc)
+        console.print(f"wrote the Grid (issue 24) section of {HERE / 'RESULTS.md'}")
 
 
 if __name__ == "__main__":
