@@ -90,7 +90,9 @@ def test_a_container_cut_off_stops_within_its_lease_is_replaced_and_rejoins(tmp_
                 time.sleep(0.05)
 
             hosts.heal_all()
-            g.wait("the cut-off container back as a member", lambda: g.settled(), timeout_s=60)
+            g.wait("the cut-off container back, holding shards again",
+                   lambda: (s := g.settled()) and any(c["name"] == victim and c["up"] and c["shards"]
+                                                      for c in s["containers"]) and s, timeout_s=60)
             time.sleep(0.5)
             w.stop()
             st = g.wait("every replica caught up", g.caught_up, timeout_s=60)
