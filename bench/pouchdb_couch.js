@@ -5,7 +5,7 @@
 //   node bench/pouchdb_couch.js live URL DIR N RATE       live sync with URL; N writes at RATE a second, each
 //                                                         printed as it is made ({"id", "t"}: ms since the epoch)
 // (NODE_PATH holds pouchdb@9 and, for serve, express and express-pouchdb; multisite.testing.pouchdb installs them.)
-// Prints one JSON line per result.
+// Prints one JSON line per result (push and pull: seconds, and cpu_s: this process's CPU seconds meanwhile).
 'use strict';
 const path = require('path');
 const PouchDB = require('pouchdb');
@@ -13,6 +13,7 @@ const PouchDB = require('pouchdb');
 process.on('unhandledRejection', (e) => console.error('unhandled rejection:', (e && e.message) || e));
 const [mode, a1, a2, a3, a4] = process.argv.slice(2);
 const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+const cpuSince = (c) => { const d = process.cpuUsage(c); return (d.user + d.system) / 1e6; };  // PouchDB's own CPU
 
 async function fill(db, n) {
   for (let i = 0; i < n; i += 1000) {
@@ -37,15 +38,17 @@ async function main() {
     const local = new PouchDB(path.join(a2, 'src'));
     await fill(local, +a3);
     const t = process.hrtime.bigint();
+    const c = process.cpuUsage();
     const r = await PouchDB.replicate(local, new PouchDB(a1), {batch_size: +a4});
-    out({seconds: Number(process.hrtime.bigint() - t) / 1e9, docs_written: r.docs_written, ok: r.ok});
+    out({seconds: Number(process.hrtime.bigint() - t) / 1e9, cpu_s: cpuSince(c), docs_written: r.docs_written, ok: r.ok});
     return;
   }
   if (mode === 'pull') {
     const local = new PouchDB(path.join(a2, 'dst'));
     const t = process.hrtime.bigint();
+    const c = process.cpuUsage();
     const r = await PouchDB.replicate(new PouchDB(a1), local, {batch_size: +a3});
-    out({seconds: Number(process.hrtime.bigint() - t) / 1e9, docs_written: r.docs_written, ok: r.ok,
+    out({seconds: Number(process.hrtime.bigint() - t) / 1e9, cpu_s: cpuSince(c), docs_written: r.docs_written, ok: r.ok,
       doc_count: (await local.info()).doc_count});
     return;
   }
