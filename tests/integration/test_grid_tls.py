@@ -21,7 +21,8 @@ import struct
 import pytest
 
 from multisite.errors import AuthenticationFailed, ConfigError, PermissionDenied, ServerError
-from multisite.grid.server.process import catalog_status, start_catalog, start_container
+from multisite.grid.server.process import catalog_status, start_catalog, start_container, stop_process
+from multisite.net import control
 from multisite.instance.users import add_user
 from multisite.server.client import client_tls_context
 from multisite.testing.certs import make_grid_cert, make_test_pki
@@ -47,6 +48,16 @@ def secured(tmp_path):
         yield g, pki
     finally:
         g.stop_all()
+
+
+def refused(match: str, root, *args, **kw) -> None:
+    """``start_container`` must fail with ``match``; a container that started anyway is stopped."""
+    try:
+        with pytest.raises(ServerError, match=match):
+            start_container(root, *args, **kw)
+    finally:
+        if control.is_running(root):
+            stop_process(root, "container")
 
 
 def connect(g: GridCluster, pki: dict, **kw):
@@ -87,16 +98,13 @@ def test_users_and_roles_on_a_grid_whose_every_wire_is_tls(secured):
 
 def test_containers_without_the_grids_certificate_are_refused_before_they_register(secured, tmp_path):
     g, pki = secured
-    with pytest.raises(ServerError, match="TLS_REQUIRED"):
-        start_container(tmp_path / "plain", g.address, "127.0.0.1:0", name="plain")
+    refused("TLS_REQUIRED", tmp_path / "plain", g.address, "127.0.0.1:0", name="plain")
     rogue = TLSConfig(str(pki["untrusted_cert"]), str(pki["untrusted_key"]), str(pki["ca_cert"]))
-    with pytest.raises(ServerError, match="NOT_A_MEMBER.*certificate"):
-        start_container(tmp_path / "rogue", g.address, "127.0.0.1:0", name="untrusted", tls=rogue)
+    refused("NOT_A_MEMBER.*certificate", tmp_path / "rogue", g.address, "127.0.0.1:0", name="untrusted", tls=rogue)
     other = g.member_tls("c9", grid="other")
-    with pytest.raises(ServerError, match="NOT_A_MEMBER.*names grid 'other'"):
-        start_container(tmp_path / "other", g.address, "127.0.0.1:0", tls=other)
-    with pytest.raises(ServerError, match="names grid 'other', not 'orders'"):
-        start_container(tmp_path / "other2", g.address, "127.0.0.1:0", grid="orders", tls=other)
+    refused("NOT_A_MEMBER.*names grid 'other'", tmp_path / "other", g.address, "127.0.0.1:0", tls=other)
+    refused("names grid 'other', not 'orders'", tmp_path / "other2", g.address, "127.0.0.1:0", grid="orders",
+            tls=other)
     assert sorted(c["name"] for c in g.status()["containers"]) == ["c1", "c2"]
 
 
@@ -108,14 +116,12 @@ def test_a_container_on_etcd_asks_a_catalog_before_it_registers(tmp_path, etcd_c
         g.start_catalog(name="k1")
         g.start_container("c1")
         other = g.member_tls("c9", grid="other")  # refused by the container itself: it knows its grid
-        with pytest.raises(ServerError, match="names grid 'other', not 'tlsetcd'"):
-            start_container(tmp_path / "c9", None, "127.0.0.1:0", grid="tlsetcd", etcd=etcd_cluster.endpoints,
-                            tls=other)
+        refused("names grid 'other', not 'tlsetcd'", tmp_path / "c9", None, "127.0.0.1:0", grid="tlsetcd",
+                etcd=etcd_cluster.endpoints, tls=other)
         other_ca = make_grid_cert(make_test_pki(tmp_path / "rogue-pki"), "c8", "tlsetcd")  # of another CA
         rogue = TLSConfig(str(other_ca["cert"]), str(other_ca["key"]), str(pki["ca_cert"]))
-        with pytest.raises(ServerError, match="refused this container.*TLS"):
-            start_container(tmp_path / "rogue", None, "127.0.0.1:0", grid="tlsetcd", etcd=etcd_cluster.endpoints,
-                            tls=rogue)
+        refused("refused this container.*TLS", tmp_path / "rogue", None, "127.0.0.1:0", grid="tlsetcd",
+                etcd=etcd_cluster.endpoints, tls=rogue)
         assert [c["name"] for c in g.status()["containers"]] == ["c1"]
     finally:
         g.stop_all()

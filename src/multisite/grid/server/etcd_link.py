@@ -48,6 +48,7 @@ from .security import probe_catalog
 
 log = logging.getLogger("multisite.container")
 CURRENCY_ATTEMPTS = 3  # a report whose revision moved (its own earlier one applied late) is tried again
+CERTIFICATE_CHECK_S = 20.0  # with TLS, how long a starting container asks the catalogs to take its certificate
 
 
 class EtcdLink:
@@ -157,19 +158,28 @@ class EtcdLink:
 
     async def _check_certificate(self, catalogs) -> None:
         """With TLS, before registering: a catalog of the grid must take this container's certificate (one
-        of another CA, or naming another grid, is refused here, not by every peer later)."""
-        for kv in catalogs:
-            address = json.loads(kv.value).get("address", "")
-            try:
-                why = await probe_catalog(address, self.host.security)
-            except (OSError, TimeoutError, MultisiteError) as e:
-                log.warning("catalog %s could not check this container's certificate: %s", address, e)
-                continue
-            if why is not None:
-                raise ConfigError(f"the grid's catalog at {address} refused this container: {why}")
-            return
-        log.warning("no catalog of grid %s answered: this container's certificate was not checked before it "
-                    "registers (its peers still check it)", self.host.grid)
+        of another CA, or naming another grid, is refused here, not by every peer later). Catalogs that do
+        not answer are asked again for up to ``CERTIFICATE_CHECK_S``; none answering is an error, as is
+        none running (a grid with TLS starts its catalogs first)."""
+        addresses = [json.loads(kv.value).get("address", "") for kv in catalogs]
+        if not addresses:
+            raise ConfigError(f"no catalog of grid {self.host.grid!r} runs to check this container's certificate: "
+                              f"start a catalog first (with TLS, a container registers once one took it)")
+        deadline = time.monotonic() + CERTIFICATE_CHECK_S
+        seen: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for address in addresses:
+                try:
+                    why = await probe_catalog(address, self.host.security)
+                except (OSError, TimeoutError, MultisiteError) as e:
+                    seen[address] = str(e) or type(e).__name__
+                    continue
+                if why is not None:
+                    raise ConfigError(f"the grid's catalog at {address} refused this container: {why}")
+                return
+            await asyncio.sleep(RETRY_S)
+        raise ConfigError(f"no catalog of grid {self.host.grid!r} answered to check this container's certificate "
+                          f"within {CERTIFICATE_CHECK_S:g} s ({'; '.join(f'{a}: {w}' for a, w in seen.items())})")
 
     async def run(self) -> None:
         """Register, apply the leader's state, report; register again whenever the lease ended."""
