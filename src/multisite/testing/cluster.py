@@ -60,7 +60,7 @@ class Node:
         """SIGKILL the instance server (every component in it dies at once)."""
         if self.pid:
             os.kill(self.pid, signal.SIGKILL)
-            _wait_dead(self.pid)
+            wait_dead(self.pid)
             self.pid = None
 
     @property
@@ -91,7 +91,8 @@ class Node:
             return {r: list(db.items(r)) for r in sorted(db.regions())}
 
 
-def _wait_dead(pid: int, timeout: float = 10.0) -> None:
+def wait_dead(pid: int, timeout: float = 10.0) -> None:
+    """Until ``pid`` (SIGKILLed) is gone, reaping it if it is this process's child; at most ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import engine as database
-from ..errors import CommitOutcomeUnknown, ConnectionLost, MinConfirmTimeout, MultisiteError, ServerError
+from ..errors import CommitOutcomeUnknown, MinConfirmTimeout, MultisiteError, ServerError
 from ..ha.process import run_file, start_ha, stop_ha
 from ..journal.lostfile import LostFile, list_lost_files
 from ..net import control
@@ -39,6 +39,7 @@ from ..server.client import RemoteDatabase
 from ..server.min_confirm import MIN_CONFIRM_TIMEOUT_S_DEFAULT
 from ..server.process import start_server, stop_server
 from .checks import wait_until
+from .cluster import wait_dead
 
 if TYPE_CHECKING:
     from .netns import Hosts
@@ -164,7 +165,7 @@ class HACluster:
         for pid in self.pids(name):
             _signal(pid, signal.SIGKILL)
         for pid in self.pids(name):
-            _reap(pid)
+            wait_dead(pid)
 
     def restart_host(self, name: str) -> None:
         run_file(self.root(name)).unlink(missing_ok=True)
@@ -294,18 +295,3 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-def _reap(pid: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.01)
