@@ -38,28 +38,25 @@ import time
 import uuid
 from pathlib import Path
 
-from concurrent.futures import ThreadPoolExecutor
-
 from ...engine import Database, create
 from ...engine import open as open_db
 from ...errors import ConfigError, MultisiteError, ProtocolError
 from ...fsutil import atomic_write
 from ..placement import CAPACITY_SHARDS_DEFAULT
-from ..routing import check_in_partition
-from ..shard_wire import FIRST_TYPES, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, Subscribe, encode
+from ..shard_wire import FIRST_TYPES, DataWire, Failed, FailCode, Open, Subscribe, encode
 from ..shipping import CHECKPOINT_AFTER_DEFAULT
 from ..wire import (GRID_WIRE_VERSION, Assignments, GridWire, Heartbeat, HeartbeatAck, Refused, RefusedCode, Register,
                     Side, Status, StatusRequest, View)
-from ...keys import encode_key
 from .loader_runner import ShardLoader, make_loader
 from ...net.control import answer_simple, control_address
 from ...net.process import run_logged
 from .catalog import LOG_FORMAT, read_message
 from ..coordination import LEASE_TTL_S_DEFAULT
 from .etcd_link import EtcdLink
-from .primary import PrimaryShard
-from .replica import ReplicaShard, restore_interrupted_swap
-from .shard import Request, ShardRefusal, read_into
+from .hosted import Shard
+from .client_sessions import serve_client
+from .replica import restore_interrupted_swap
+from .shard import read_into
 from ...net.tls import TLSConfig, parse_hostport
 from .security import CLOSED_AFTER_TLS, CLOSES_BEFORE_REFUSED, GridSecurity, certificate_refused, serve
 from ...ha.etcd_client import parse_urls
@@ -72,6 +69,19 @@ REFUSED_FILE = "refused.json"  # under run/: the catalog's last refusal
 
 def shard_dir(root: Path, grid: str, partition: int) -> Path:
     return root / f"{grid}-p{partition}"
+
+
+def _identity(root: Path, grid: str | None, name: str | None) -> tuple[str, str | None, str]:
+    """The grid, name and DIR id of the container in ROOT: those it was given, checked against those its
+    ``container.json`` remembers (a container never changes grid or name), or new ones."""
+    ident = root / IDENTITY_FILE
+    known = json.loads(ident.read_bytes()) if ident.exists() else {}
+    if grid and known.get("grid") and grid != known["grid"]:
+        raise ConfigError(f"container {root} belongs to grid {known['grid']!r}, not {grid!r}: use another --dir")
+    if name and known.get("name") and name != known["name"]:
+        raise ConfigError(f"container {root} is named {known['name']!r}, not {name!r}: use another --dir")
+    # dir_id: who this DIR is, across restarts and renames
+    return grid or known.get("grid", ""), name or known.get("name"), known.get("dir_id") or uuid.uuid4().hex
 
 
 class ContainerServer:
@@ -98,15 +108,7 @@ class ContainerServer:
         self.zone = zone
         self.capacity = capacity
         self.log = logging.getLogger("multisite.container")
-        ident = root / IDENTITY_FILE
-        known = json.loads(ident.read_bytes()) if ident.exists() else {}
-        if grid and known.get("grid") and grid != known["grid"]:
-            raise ConfigError(f"container {root} belongs to grid {known['grid']!r}, not {grid!r}: use another --dir")
-        self.grid = grid or known.get("grid", "")
-        if name and known.get("name") and name != known["name"]:
-            raise ConfigError(f"container {root} is named {known['name']!r}, not {name!r}: use another --dir")
-        self.name = name or known.get("name")
-        self.dir_id = known.get("dir_id") or uuid.uuid4().hex  # who this DIR is, across restarts and renames
+        self.grid, self.name, self.dir_id = _identity(root, grid, name)
         if etcd and not self.grid:
             raise ConfigError(f"a new container with --etcd needs --grid NAME (the grid whose keys it joins in etcd); "
                               f"{root} has not joined one yet")
@@ -424,7 +426,7 @@ class ContainerServer:
                 wire.receive_data(head)
                 first = await read_into(reader, wire)
                 if isinstance(first, Open):
-                    await self._client(first, reader, writer, wire)
+                    await serve_client(self, first, reader, writer, wire)
                 elif isinstance(first, Subscribe):
                     await self._subscriber(first, reader, writer, wire)
                 return
@@ -455,65 +457,6 @@ class ContainerServer:
         else:
             await sh.primary.feeds.serve(sub, reader, writer, wire)
         await writer.drain()
-
-    async def _client(self, hello: Open, reader, writer, wire: DataWire) -> None:
-        if hello.grid and hello.grid != self.grid:
-            writer.write(encode(Failed(0, FailCode.WRONG_GRID, f"this container is of grid {self.grid!r}, the client "
-                                                               f"asked for grid {hello.grid!r}")))
-            return
-        access = await self.security.client(writer, self.security.peer(writer), hello.user, hello.password)
-        why = access if isinstance(access, tuple) else access.refusal("read")  # at least a reader
-        if why is not None:
-            writer.write(encode(Failed(0, why[0], why[1])))
-            return
-        writer.write(encode(Opened(self.name)))
-        loop = asyncio.get_running_loop()
-        parts = self.partitions
-        answer = _answerer(writer)
-        while True:
-            msg = await read_into(reader, wire)
-            if msg is None:
-                return
-            if isinstance(msg, Commit):
-                kind = "commit"
-            elif isinstance(msg, Read):
-                kind = "read"
-            else:
-                writer.write(encode(Failed(0, FailCode.BAD_REQUEST, f"{type(msg).__name__} on a client connection")))
-                return
-            why = access.refusal(kind)
-            if why is not None:  # a read-only user's put; a user removed meanwhile (then the connection ends)
-                writer.write(encode(Failed(msg.rid, why[0], why[1])))
-                if access.gate is not None and access.gate.must_close:
-                    return
-                continue
-            fut = loop.create_future()
-            fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
-            sh = self.shards.get(msg.partition)
-            if sh is not None and sh.role == "primary" and sh.primary is None:
-                # taking the primary role at sh.view.epoch (Shard.take is between its awaits): the route is
-                # right, the client retries it. NOT_PRIMARY with that epoch would mark the route stale until
-                # a newer epoch, which never comes while this container stays primary.
-                fut.set_exception(ShardRefusal(FailCode.UNAVAILABLE, f"{self.name} is taking over as primary of "
-                                               f"partition {msg.partition}; retry", {"epoch": sh.view.epoch}))
-                continue
-            if sh is None or sh.primary is None or sh.primary.stopping:
-                fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{self.name} holds no primary of partition "
-                                               f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))
-                continue
-            try:
-                if kind == "commit":
-                    ops = [(op, region, tuple(key), vb) for op, region, key, vb in msg.ops]
-                    for _, _, key, _ in ops:
-                        check_in_partition(key, msg.partition, parts)
-                    sh.primary.submit(Request("commit", fut, ops=ops))
-                else:
-                    check_in_partition(tuple(msg.key), msg.partition, parts)
-                    sh.primary.submit(Request("read", fut, region=msg.region, key=encode_key(tuple(msg.key))))
-            except MultisiteError as e:
-                fut.set_exception(ShardRefusal(e.code, str(e), {}))
-            if writer.transport.get_write_buffer_size() > 1 << 20:
-                await writer.drain()
 
     @property
     def partitions(self) -> int:
@@ -576,84 +519,6 @@ class ContainerServer:
             raise ConfigError(f"refused by {by}: {self.refused.code}: {self.refused.message}")
 
 
-class Shard:
-    """One shard hosted here: its instance, its worker thread, and its role's machinery."""
-
-    def __init__(self, host: ContainerServer, partition: int, path: Path, db: Database) -> None:
-        self.host, self.partition, self.path, self.db = host, partition, path, db
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-p{partition}")
-        self.role = ""
-        self.view = View(0, None, None, [], [], 0)
-        self.primary: PrimaryShard | None = None
-        self.replica: ReplicaShard | None = None
-
-    async def take(self, role: str, view: View) -> None:
-        loop = asyncio.get_running_loop()
-        was, self.role, old_view, self.view = self.role, role, self.view, view
-        if role == "primary":
-            if self.primary is not None:
-                self.primary.update(view)
-                return
-            await self.stop()
-            # through the shard's thread: an apply the stopped replica left running there ends first
-            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("primary"))
-            self.primary = PrimaryShard(self.host, self.partition, self.db, view, self.executor,
-                                        loader=self.host.shard_loader(self.partition))
-            self.host.log.info("shard p%d is primary at epoch %d (was %s), seqno %d", self.partition, view.epoch,
-                               was or "new", self.db.seqno)
-            return
-        if self.replica is not None and (was, old_view.epoch, old_view.primary_address) == (
-                role, view.epoch, view.primary_address):
-            self.replica.view = view
-            return
-        await self.stop()
-        if self.db.role == "primary":
-            await loop.run_in_executor(self.executor, self.db.update_info, _set_role("secondary"))
-        self.replica = ReplicaShard(self.host, self.partition, self.path, self.db, view, role, self.executor)
-        self.host.log.info("shard p%d is a %s replica of %s at epoch %d (was %s), seqno %d", self.partition, role,
-                           view.primary, view.epoch, was or "new", self.db.seqno)
-
-    async def stop(self) -> None:
-        if self.primary is not None:
-            await self.primary.stop()
-            self.primary = None
-        if self.replica is not None:
-            self.db = await self.replica.stop()
-            self.replica = None
-
-    async def close(self) -> None:
-        """Stop the role and close the instance in the shard's thread (its data stays)."""
-        await self.stop()
-        await asyncio.get_running_loop().run_in_executor(self.executor, self.db.close)
-        self.executor.shutdown(wait=False)
-
-    def status(self) -> dict:
-        out = {"role": self.role, "seqno": self.db.seqno, "epoch": self.view.epoch, "dir": str(self.path)}
-        if self.primary is not None:
-            out.update(self.primary.status())
-        if self.replica is not None:
-            out.update(self.replica.status())
-        return out
-
-
-def _answerer(writer: asyncio.StreamWriter):
-    """How a client connection answers a request: ``answer(rid, fut)``, called when ``fut`` is done."""
-    def answer(rid: int, fut: asyncio.Future) -> None:
-        if fut.cancelled():
-            return
-        e = fut.exception()
-        if e is None:
-            res = fut.result()
-            msg = Done(rid, res) if isinstance(res, int) else Done(rid, 0, res)
-        elif isinstance(e, ShardRefusal):
-            msg = Failed(rid, e.code, e.message, e.detail)
-        else:
-            msg = Failed(rid, FailCode.TRANSACTION, str(e))
-        if not writer.is_closing():
-            writer.write(encode(msg))
-    return answer
-
-
 def _where(task: asyncio.Task | None) -> list[str] | None:
     """Where a running task waits (its chain of awaits), for status: a stuck hand-over shows here."""
     if task is None or task.done():
@@ -665,12 +530,6 @@ def _where(task: asyncio.Task | None) -> list[str] | None:
             out.append(f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})")
         coro = getattr(coro, "cr_await", None)
     return out
-
-
-def _set_role(role: str):
-    def fn(info) -> None:
-        info.role = role
-    return fn
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -277,8 +277,8 @@ async def _peek(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:
 async def _refuse_plain(loop: asyncio.AbstractEventLoop, conn: socket.socket, head: bytes,
                         security: GridSecurity) -> None:
     """A peer speaking plain frames to a TLS port: one refusal frame it understands, then close."""
-    why = (f"this grid port takes TLS only: give --tls-cert, --tls-key and --tls-ca (the grid's CA), or "
-           f"tls_ca= and a user to multisite.grid.connect")
+    why = ("this grid port takes TLS only: give --tls-cert, --tls-key and --tls-ca (the grid's CA), or "
+           "tls_ca= and a user to multisite.grid.connect")
     security.refused += 1
     security.log.warning("plain connection from %s refused: TLS only", _addr(conn))
     frame = encode(Failed(0, TLS_REQUIRED, why)) if len(head) == FRAME_HEAD_BYTES and head[4] in FIRST_TYPES \
