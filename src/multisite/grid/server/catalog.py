@@ -113,72 +113,19 @@ class CatalogServer:
 
     # -- connections ------------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: a client's (or a member's) question, answered and closed, or a container's
+        registration followed by its heartbeats for as long as the connection lasts."""
         wire = GridWire(Side.CATALOG)
         peer = writer.get_extra_info("peername")
         name = None
         try:
             first = await read_message(reader, wire)
-            if isinstance(first, (StatusRequest, RouteRequest, Operate)):  # a client's (or a member's) question
-                access = await self.security.client(writer, self.security.peer(writer), first.user, first.password)
-                why = access if isinstance(access, tuple) else access.refusal(
-                    "status" if isinstance(first, StatusRequest) else "routes" if isinstance(first, RouteRequest)
-                    else "operate")
-                if why is not None:
-                    writer.write(wire.send(Refused(*why)))
-                    return
-            if isinstance(first, Operate):
-                writer.write(wire.send(await self.operate(first.op, first.args)))
-                return
-            if isinstance(first, StatusRequest):
-                writer.write(wire.send(Status(json.dumps(await self.status()))))
-                return
-            if isinstance(first, RouteRequest):
-                table = self.coord.routes() if self.coord is not None else self.catalog.route_table()
-                writer.write(wire.send(Routes(json.dumps(table.to_dict()))))
-                return
-            if not isinstance(first, Register):
-                return
-            why = self.security.member_refusal(self.security.peer(writer), first.container, "register")
-            if why is not None:  # before it registers: nothing of it reaches the catalog's decisions
-                writer.write(wire.send(Refused(RefusedCode.NOT_A_MEMBER, why)))
-                return
-            if self.coord is not None:
-                writer.write(wire.send(Refused(RefusedCode.BAD_REQUEST, (
-                    f"grid {self.coord.policy.name!r} is coordinated through etcd: start the container with "
-                    f"--etcd {','.join(self.coord.urls)} --grid {self.coord.policy.name} (it registers in etcd, "
-                    f"not with a catalog)"))))
-                return
-            refused = self.catalog.register(first, time.monotonic(), old_connected=first.container in self.conns)
-            if refused is not None:
-                self.log.warning("refused container %s from %s: %s: %s", first.container, peer, refused.code,
-                                 refused.message)
-                writer.write(wire.send(refused))
-                return
-            name = first.container
-            old = self.conns.pop(name, None)
-            if old is not None:
-                old[0].close()
-            self.conns[name] = (writer, wire)
-            self.sent.pop(name, None)
-            self.settle()
-            while True:
-                msg = await read_message(reader, wire)
-                if msg is None:
-                    self.log.info("container %s closed its connection", name)
-                    return
-                if isinstance(msg, Heartbeat):
-                    if self.conns.get(name, (None,))[0] is not writer:
-                        return  # a newer connection of this container replaced this one: its reports are stale
-                    if msg.container != name:
-                        refused = Refused(RefusedCode.BAD_REQUEST, f"heartbeat for {msg.container!r} on the "
-                                                                   f"connection of {name!r}")
-                    else:
-                        refused = self.catalog.heartbeat(msg, time.monotonic())
-                    if refused is not None:
-                        writer.write(wire.send(refused))
-                        return
-                    self.settle()  # the currency it reported is in the state file before the answer
-                    writer.write(wire.send(HeartbeatAck(msg.ack, self.catalog.stale_currency(name, msg.currency))))
+            if isinstance(first, (StatusRequest, RouteRequest, Operate)):
+                await self._answer(first, writer, wire)
+            elif isinstance(first, Register):
+                name = self._register(first, writer, wire, peer)
+                if name is not None:
+                    await self._heartbeats(name, reader, writer, wire)
         except ProtocolError as e:
             self.log.warning("grid connection from %s (%s) broken: %s", peer, name or "?", e)
         except (ConnectionError, OSError):
@@ -192,6 +139,73 @@ class CatalogServer:
                 writer.close()
             except OSError:
                 pass
+
+    async def _answer(self, first: StatusRequest | RouteRequest | Operate, writer: asyncio.StreamWriter,
+                      wire: GridWire) -> None:
+        """Answer a status, routes or operation request of a user allowed to ask it."""
+        access = await self.security.client(writer, self.security.peer(writer), first.user, first.password)
+        why = access if isinstance(access, tuple) else access.refusal(
+            "status" if isinstance(first, StatusRequest) else "routes" if isinstance(first, RouteRequest)
+            else "operate")
+        if why is not None:
+            writer.write(wire.send(Refused(*why)))
+        elif isinstance(first, Operate):
+            writer.write(wire.send(await self.operate(first.op, first.args)))
+        elif isinstance(first, StatusRequest):
+            writer.write(wire.send(Status(json.dumps(await self.status()))))
+        else:
+            table = self.coord.routes() if self.coord is not None else self.catalog.route_table()
+            writer.write(wire.send(Routes(json.dumps(table.to_dict()))))
+
+    def _register(self, first: Register, writer: asyncio.StreamWriter, wire: GridWire, peer) -> str | None:
+        """Register a container on this connection (replacing an older connection of it), or refuse it:
+        its name when registered, else None."""
+        why = self.security.member_refusal(self.security.peer(writer), first.container, "register")
+        if why is not None:  # before it registers: nothing of it reaches the catalog's decisions
+            writer.write(wire.send(Refused(RefusedCode.NOT_A_MEMBER, why)))
+            return None
+        if self.coord is not None:
+            writer.write(wire.send(Refused(RefusedCode.BAD_REQUEST, (
+                f"grid {self.coord.policy.name!r} is coordinated through etcd: start the container with "
+                f"--etcd {','.join(self.coord.urls)} --grid {self.coord.policy.name} (it registers in etcd, "
+                f"not with a catalog)"))))
+            return None
+        refused = self.catalog.register(first, time.monotonic(), old_connected=first.container in self.conns)
+        if refused is not None:
+            self.log.warning("refused container %s from %s: %s: %s", first.container, peer, refused.code,
+                             refused.message)
+            writer.write(wire.send(refused))
+            return None
+        name = first.container
+        old = self.conns.pop(name, None)
+        if old is not None:
+            old[0].close()
+        self.conns[name] = (writer, wire)
+        self.sent.pop(name, None)
+        self.settle()
+        return name
+
+    async def _heartbeats(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          wire: GridWire) -> None:
+        """Take a registered container's heartbeats and answer each once its currency is in the state file."""
+        while True:
+            msg = await read_message(reader, wire)
+            if msg is None:
+                self.log.info("container %s closed its connection", name)
+                return
+            if isinstance(msg, Heartbeat):
+                if self.conns.get(name, (None,))[0] is not writer:
+                    return  # a newer connection of this container replaced this one: its reports are stale
+                if msg.container != name:
+                    refused = Refused(RefusedCode.BAD_REQUEST, f"heartbeat for {msg.container!r} on the "
+                                                               f"connection of {name!r}")
+                else:
+                    refused = self.catalog.heartbeat(msg, time.monotonic())
+                if refused is not None:
+                    writer.write(wire.send(refused))
+                    return
+                self.settle()  # the currency it reported is in the state file before the answer
+                writer.write(wire.send(HeartbeatAck(msg.ack, self.catalog.stale_currency(name, msg.currency))))
 
     async def ticker(self) -> None:
         while True:

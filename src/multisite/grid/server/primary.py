@@ -203,27 +203,7 @@ class PrimaryShard:
         decision: Decision | None = None
         try:
             if prep.frames:
-                vote = sync.begin(time.monotonic(), prep.last_seqno)
-                if not vote.decided:
-                    data, ends = joined(prep.frames)
-                    fut = loop.create_future()
-                    self.votes[vote.txn] = fut
-                    msg = encode(Frames(prep.first_seqno, data, ends, vote.txn))
-                    for name in vote.voters:
-                        self.links[name].writer.write(msg)
-                    try:
-                        decision = await asyncio.wait_for(fut, max(0.0, vote.deadline - time.monotonic()) + 0.05)
-                    except TimeoutError:
-                        if vote.txn in sync.in_flight:
-                            sync.tick(time.monotonic() + 1e-3)
-                        decision = vote.decision
-                    finally:
-                        self.votes.pop(vote.txn, None)
-                else:
-                    decision = vote.decision
-                if not decision.commit:
-                    for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
-                        sync.fell_behind(name)
+                decision = await self._vote(prep)
             leader = await self._report_if_narrower()
         except BaseException:
             await self._engine(prep.abort)
@@ -247,6 +227,33 @@ class PrimaryShard:
             task = asyncio.create_task(self._harden(token, commits, prep.results))
             self.hardening.add(task)
             task.add_done_callback(self.hardening.discard)
+
+    async def _vote(self, prep) -> Decision:
+        """Ship a prepared batch to its synchronous replicas and wait for the vote's decision (or its
+        deadline); replicas that voted for a batch that is not committed are behind until cut back."""
+        sync, loop = self.sync, asyncio.get_running_loop()
+        vote = sync.begin(time.monotonic(), prep.last_seqno)
+        if not vote.decided:
+            data, ends = joined(prep.frames)
+            fut = loop.create_future()
+            self.votes[vote.txn] = fut
+            msg = encode(Frames(prep.first_seqno, data, ends, vote.txn))
+            for name in vote.voters:
+                self.links[name].writer.write(msg)
+            try:
+                decision = await asyncio.wait_for(fut, max(0.0, vote.deadline - time.monotonic()) + 0.05)
+            except TimeoutError:
+                if vote.txn in sync.in_flight:
+                    sync.tick(time.monotonic() + 1e-3)
+                decision = vote.decision
+            finally:
+                self.votes.pop(vote.txn, None)
+        else:
+            decision = vote.decision
+        if not decision.commit:
+            for name in decision.commit_votes:  # they hold a transaction that is not: behind until cut back
+                sync.fell_behind(name)
+        return decision
 
     def _refuse(self, commits: list[Request], lease_ok: bool) -> None:
         """Refuse a batch before anything is prepared, for the first reason that holds."""
