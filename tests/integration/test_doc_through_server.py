@@ -13,7 +13,7 @@ import multisite.documents as documents
 from multisite.cli.main import cli
 from multisite.errors import (ConfigError, DocumentDeleted, DocumentNotFound, InstanceLocked, MalformedDocument,
                               ServerError)
-from multisite.multimaster.server import docdb
+from multisite.multimaster.server import docdb, docdb_files
 from multisite.testing.docservers import DocCluster
 
 
@@ -34,7 +34,7 @@ def test_the_doc_commands_edit_a_served_database_through_its_server_and_the_edit
     a = dc.server("A", ["P"])
     b = dc.server("B", ["P"], replica_of=a)
     pa = a.path("P")
-    assert docdb.served_by(pa) == {"home": str(a.home.absolute()), "name": "A", "pid": a.pid}
+    assert docdb_files.served_by(pa) == {"home": str(a.home.absolute()), "name": "A", "pid": a.pid}
     with pytest.raises(InstanceLocked, match=r"held open by the document server A .*documents\.connect"):
         documents.open(pa)  # what a user met before, now with the way through
 
@@ -52,7 +52,7 @@ def test_the_doc_commands_edit_a_served_database_through_its_server_and_the_edit
     assert got.fields == {"name": "Ada", "age": 37} and got.seq == 2 and got.origin == updated["origin"]
 
     dc.stop(a)  # a server that stops clears its record: DIR is opened here again
-    assert docdb.served_by(pa) is None
+    assert docdb_files.served_by(pa) is None
     assert json.loads(_cli("doc", "get", pa, unid))["seq"] == 2
 
 
@@ -104,7 +104,7 @@ def test_without_a_running_server_the_error_says_what_to_do(dc, tmp_path):
     assert res.exit_code == 1 and "serves no database" in res.output
 
     dc.kill(a)  # a killed server leaves its record behind
-    assert docdb.served_by(pa) is not None
+    assert docdb_files.served_by(pa) is not None
     with pytest.raises(ServerError, match=r"the document server A of .*A \(recorded in .*served_by\.json\) is not "
                                           r"running: it was killed"):
         documents.connect(pa)

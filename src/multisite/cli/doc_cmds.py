@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError, ReplicationRefused, ServerError
-from ..multimaster.server import docdb
+from ..multimaster.server import docdb, docdb_files
 from ..multimaster.server.docclient import connect
 from ..multimaster.session import Mode, run_local, summary
 from ..multimaster.server.process import call, known_peers, resolve_peer, start_docserver, stop_docserver
@@ -41,7 +41,7 @@ def _database(dir: str, on: str | None):
     in ``run/served_by.json``), else opened here. Either has DocDB's methods and is a context manager."""
     if on is not None:
         return connect(on, db=str(Path(dir).absolute()))
-    if docdb.served_by(dir) is not None:
+    if docdb_files.served_by(dir) is not None:
         try:
             return connect(dir)
         except ServerError:  # a record left by a server that was killed: nobody holds DIR, open it here

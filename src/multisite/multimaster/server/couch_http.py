@@ -49,6 +49,7 @@ from .. import couch
 from ..couch import CouchError
 from . import couch_docs, couch_feed
 from . import docdb as docdb_mod
+from .docdb_files import record_served_by
 from .couch_io import MAX_REQUEST_BYTES, json_response, read_body
 from .docdb import DocDB
 
@@ -313,7 +314,7 @@ class CouchServer:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         db = docdb_mod.create(path, name)
         self.ds.dbs[db.replica_id] = db
-        docdb_mod.record_served_by(db.path, self.ds.home, self.ds.name)
+        record_served_by(db.path, self.ds.home, self.ds.name)
         self.loop.call_soon_threadsafe(self._watch, db)
         self.log.info("CouchDB endpoints: database %s created in %s (replica %s)", name, path, db.replica_id)
 

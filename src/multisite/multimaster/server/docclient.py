@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from ...errors import ConfigError, ServerError
 from ..document import Doc
-from .docdb import IDENTITY_FILE, SERVED_BY_FILE, served_by
+from .docdb_files import IDENTITY_FILE, SERVED_BY_FILE, served_by
 from .process import call
 
 # A read of every document (``documents``) is one reply; the server writes it as one JSON line.

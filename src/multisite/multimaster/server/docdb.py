@@ -34,7 +34,6 @@ through ``transact`` (their decisions are ``couch.plan``'s), keep their ``_local
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 import secrets
@@ -49,13 +48,13 @@ import msgspec
 from ... import engine
 from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, InstanceLocked, MalformedDocument,
                        MultisiteError, NotADocumentDatabase)
-from ...fsutil import atomic_write
 from ...journal.records import SET
 from ...keys import encode_key
 from ...values import encode_value
 from ..conflicts import Kind, Outcome, descends, reconcile, superseded
 from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
+from .docdb_files import IDENTITY_FILE, held_by_server, read_identity, write_identity
 
 REGIONS = ("meta", "docs", "changes", "history")
 REFS = "refs"  # each document's conflict documents; made at open in a database from before it
@@ -65,8 +64,6 @@ _raw_decode = msgspec.msgpack.decode
 _ONE = encode_value(1)
 _new_stamp = tuple.__new__  # Stamp(...) without the namedtuple's Python-level __new__: the hot path of a change list
 _KEY_PRE, _KEY_POST = encode_key(("0" * 32,)).split(b"0" * 32)  # how a (unid,) key wraps the UNID's hex
-IDENTITY_FILE = "docdb.json"
-SERVED_BY_FILE = "served_by.json"  # in the database's run/: the home of the document server holding it open
 ACCESS_LEVELS = ("none", "reader", "writer")
 DEFAULT_ACL = {"*": "writer"}  # an open database until an ACL is set: every authenticated server may write
 Clock = Callable[[], int]  # µs since the epoch
@@ -79,43 +76,6 @@ def _wall_us() -> int:
 
 def _rand64() -> int:
     return secrets.randbits(64)
-
-
-def read_identity(path: str | os.PathLike) -> dict:
-    """``{"replica_id", "db_id", "title"}`` of the document database at ``path`` (no lock needed)."""
-    p = Path(path) / IDENTITY_FILE
-    try:
-        ident = json.loads(p.read_text())
-        return {k: ident[k] for k in ("replica_id", "db_id", "title")}
-    except FileNotFoundError:
-        raise NotADocumentDatabase(f"{path} is not a document database (no {IDENTITY_FILE}); make one with "
-                                   f"`multisite db create {path} --title T`") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise NotADocumentDatabase(f"{p} is damaged ({e}); the identity is also in the database's meta region")
-
-
-def served_by(path: str | os.PathLike) -> dict | None:
-    """``{"home", "name", "pid"}`` of the document server that serves the database at ``path``, as it
-    recorded when it started (None: none did, or it stopped). A server that was killed leaves its
-    record behind: whoever reads it checks that the server answers."""
-    try:
-        rec = json.loads((Path(path) / "run" / SERVED_BY_FILE).read_text())
-        return {k: rec[k] for k in ("home", "name", "pid")}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def record_served_by(path: str | os.PathLike, home: str | os.PathLike, name: str) -> None:
-    """The document server of ``home`` (this process) serves the database at ``path``."""
-    atomic_write(Path(path) / "run" / SERVED_BY_FILE,
-                 json.dumps({"home": str(Path(home).absolute()), "name": name, "pid": os.getpid()}).encode())
-
-
-def clear_served_by(path: str | os.PathLike, home: str | os.PathLike) -> None:
-    """The document server of ``home`` stops serving ``path`` (a record naming another home is left)."""
-    rec = served_by(path)
-    if rec is not None and rec["home"] == str(Path(home).absolute()):
-        (Path(path) / "run" / SERVED_BY_FILE).unlink(missing_ok=True)
 
 
 def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None,
@@ -151,8 +111,7 @@ def create(path: str | os.PathLike, title: str, *, replica_id: str | None = None
         db.flush()
     finally:
         db.close()
-    atomic_write(Path(path) / IDENTITY_FILE,
-                 json.dumps({"replica_id": replica_id, "db_id": db_id, "title": title}).encode())
+    write_identity(path, replica_id, db_id, title)
     return DocDB(path, clock=clock, rand=rand)
 
 
@@ -178,7 +137,7 @@ class DocDB:
         try:
             self.db = engine.open(self.path, durability=durability)
         except InstanceLocked as e:
-            raise _held_by_server(self.path, e) from None
+            raise held_by_server(self.path, e) from None
         try:
             if self.db.regions().keys() < set(REGIONS) or self.db.get("meta", ("kind",)) != "documents":
                 raise NotADocumentDatabase(f"{self.path} is an instance but not a document database")
@@ -189,10 +148,8 @@ class DocDB:
         except BaseException:
             self.db.close()
             raise
-        ident = self.path / IDENTITY_FILE
-        if not ident.exists():  # a restored backup carries the instance; the identity file is rewritten from meta
-            atomic_write(ident, json.dumps({"replica_id": self.replica_id, "db_id": self.db_id,
-                                            "title": self.title}).encode())
+        if not (self.path / IDENTITY_FILE).exists():  # a restored backup carries the instance: rewritten from meta
+            write_identity(self.path, self.replica_id, self.db_id, self.title)
         self._clock = clock or _wall_us
         self._rand = rand or _rand64
         self._last_time = 0
@@ -291,17 +248,7 @@ class DocDB:
 
     def update(self, unid: str, fields: dict[str, Any]) -> Doc:
         """A new version of ``unid`` with ``fields`` changed (others kept)."""
-        if not isinstance(fields, dict) or not all(isinstance(k, str) for k in fields):
-            raise MalformedDocument("fields must be a map of names (strings) to values")
-        with self._lock:
-            cur, c = self._current(check_unid(unid))
-            if cur is None:
-                raise DocumentNotFound(f"no document {unid} in {self.title}")
-            if cur.deleted:
-                raise DocumentDeleted(f"document {unid} in {self.title} was deleted; create a new one instead")
-            d = cur.next_version(self._now(), self.db_id, fields, merge=self._merge_on(cur.form, cur.merge))
-            self._write([(d, c)])
-            return d
+        return self.update_many([(unid, fields)])[0]
 
     def update_many(self, changes: Iterable[tuple[str, dict[str, Any]]]) -> list[Doc]:
         """New versions of several documents, in one transaction (each UNID at most once)."""
@@ -318,7 +265,7 @@ class DocDB:
                 if cur is None:
                     raise DocumentNotFound(f"no document {unid} in {self.title}")
                 if cur.deleted:
-                    raise DocumentDeleted(f"document {unid} in {self.title} was deleted")
+                    raise DocumentDeleted(f"document {unid} in {self.title} was deleted; create a new one instead")
                 out.append((cur.next_version(self._now(), self.db_id, fields, merge=self._merge_on(cur.form, cur.merge)), c))
             self._write(out)
             return [d for d, _ in out]
@@ -641,16 +588,6 @@ class DocDB:
 
     def __repr__(self) -> str:
         return f"<DocDB {self.title!r} replica {self.replica_id} db {self.db_id} at {self.path}>"
-
-
-def _held_by_server(path: Path, e: InstanceLocked) -> InstanceLocked:
-    """The lock's error, naming the document server that holds the database when one recorded it."""
-    rec = served_by(path)
-    if rec is None or rec["pid"] != e.details.get("pid"):
-        return e
-    return InstanceLocked(f"{path} is held open by the document server {rec['name']} (home {rec['home']}, pid "
-                          f"{rec['pid']}): edit it through that server with multisite.documents.connect('{path}'); "
-                          f"the doc and db commands go through it by themselves", pid=rec["pid"])
 
 
 def _check_new(form: object, fields: object) -> None:

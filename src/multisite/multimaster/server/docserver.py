@@ -36,7 +36,8 @@ from ...errors import ConfigError, ConnectionLost, MultisiteError, ProtocolError
 from ...fsutil import atomic_write
 from .. import schedule
 from . import docops
-from .docdb import DocDB, clear_served_by, record_served_by
+from .docdb import DocDB
+from .docdb_files import clear_served_by, record_served_by
 from ..session import Mode, Pipeline, Responder, initiate
 from ..wire import NEED_DATA, DocWire, Side
 from ...net.control import control_address
