@@ -53,31 +53,36 @@ async def serve_client(host, hello: Open, reader, writer, wire: DataWire) -> Non
             continue
         fut = loop.create_future()
         fut.add_done_callback(lambda f, rid=msg.rid: answer(rid, f))
-        sh = host.shards.get(msg.partition)
-        if sh is not None and sh.role == "primary" and sh.primary is None:
-            # taking the primary role at sh.view.epoch (Shard.take is between its awaits): the route is
-            # right, the client retries it. NOT_PRIMARY with that epoch would mark the route stale until
-            # a newer epoch, which never comes while this container stays primary.
-            fut.set_exception(ShardRefusal(FailCode.UNAVAILABLE, f"{host.name} is taking over as primary of "
-                                           f"partition {msg.partition}; retry", {"epoch": sh.view.epoch}))
-            continue
-        if sh is None or sh.primary is None or sh.primary.stopping:
-            fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{host.name} holds no primary of partition "
-                                           f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))
-            continue
-        try:
-            if kind == "commit":
-                ops = [(op, region, tuple(key), vb) for op, region, key, vb in msg.ops]
-                for _, _, key, _ in ops:
-                    check_in_partition(key, msg.partition, parts)
-                sh.primary.submit(Request("commit", fut, ops=ops))
-            else:
-                check_in_partition(tuple(msg.key), msg.partition, parts)
-                sh.primary.submit(Request("read", fut, region=msg.region, key=encode_key(tuple(msg.key))))
-        except MultisiteError as e:
-            fut.set_exception(ShardRefusal(e.code, str(e), {}))
+        _submit(host, msg, kind, fut, parts)
         if writer.transport.get_write_buffer_size() > 1 << 20:
             await writer.drain()
+
+
+def _submit(host, msg: Commit | Read, kind: str, fut: asyncio.Future, parts: int) -> None:
+    """Hand a client's commit or read to the primary of its partition here, or fail ``fut`` with why not."""
+    sh = host.shards.get(msg.partition)
+    if sh is not None and sh.role == "primary" and sh.primary is None:
+        # taking the primary role at sh.view.epoch (Shard.take is between its awaits): the route is
+        # right, the client retries it. NOT_PRIMARY with that epoch would mark the route stale until
+        # a newer epoch, which never comes while this container stays primary.
+        fut.set_exception(ShardRefusal(FailCode.UNAVAILABLE, f"{host.name} is taking over as primary of "
+                                       f"partition {msg.partition}; retry", {"epoch": sh.view.epoch}))
+        return
+    if sh is None or sh.primary is None or sh.primary.stopping:
+        fut.set_exception(ShardRefusal(FailCode.NOT_PRIMARY, f"{host.name} holds no primary of partition "
+                                       f"{msg.partition}", {"epoch": sh.view.epoch if sh else 0}))
+        return
+    try:
+        if kind == "commit":
+            ops = [(op, region, tuple(key), vb) for op, region, key, vb in msg.ops]
+            for _, _, key, _ in ops:
+                check_in_partition(key, msg.partition, parts)
+            sh.primary.submit(Request("commit", fut, ops=ops))
+        else:
+            check_in_partition(tuple(msg.key), msg.partition, parts)
+            sh.primary.submit(Request("read", fut, region=msg.region, key=encode_key(tuple(msg.key))))
+    except MultisiteError as e:
+        fut.set_exception(ShardRefusal(e.code, str(e), {}))
 
 
 def answerer(writer: asyncio.StreamWriter):
