@@ -100,10 +100,13 @@ class InstanceFile(msgspec.Struct):
         return found
 
     def add_history(self, start_seqno: int, root_primary: str, role: str, upstream: str = "",
-                    stream: int = 0, stream_start: int = 0) -> HistoryRecord:
+                    stream: int = 0, stream_start: int = 0, *, uid: int | None = None,
+                    created: float | None = None) -> HistoryRecord:
+        """A new record from ``start_seqno`` on. ``uid`` and ``created`` default to fresh random bits and
+        the wall clock; a simulation passes its own (``testing.sim``: a seed must replay exactly)."""
         rec = HistoryRecord(start_seqno=start_seqno, root_primary=root_primary, role=role,
-                            created=time.time(), upstream=upstream, stream=stream, stream_start=stream_start,
-                            uid=random.getrandbits(62))
+                            created=time.time() if created is None else created, upstream=upstream, stream=stream,
+                            stream_start=stream_start, uid=random.getrandbits(62) if uid is None else uid)
         # A record starting where the previous one starts replaces it (no transaction in between).
         while self.history and self.history[-1].start_seqno >= start_seqno:
             self.history.pop()
@@ -115,13 +118,13 @@ class InstanceFile(msgspec.Struct):
         while len(self.history) > 1 and self.history[-1].start_seqno > last_seqno:
             self.history.pop()
 
-    def cut_at(self, seqno: int) -> None:
+    def cut_at(self, seqno: int, *, uid: int | None = None, created: float | None = None) -> None:
         """The journal now ends at ``seqno`` (rollback, journal repair): drop the history after it (a
         primary starts a new record at ``seqno + 1``, so that its next transactions are told apart
         from the ones cut) and bring every slot back to it."""
         self.truncate_history(seqno)
         if self.role == "primary":
-            self.add_history(seqno + 1, self.name, "originating")
+            self.add_history(seqno + 1, self.name, "originating", uid=uid, created=created)
         for s in self.slots.values():
             s.last_sent = min(s.last_sent, seqno)
             s.last_confirmed = min(s.last_confirmed, seqno)

@@ -1,0 +1,13 @@
+"""The simulated families by name, and the replay of a printed step list."""
+
+from __future__ import annotations
+
+from .core import Family, Stats, Step
+from .shipping import LogShipping
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(),)}
+
+
+def replay_steps(family: str, seed: int, steps: list[Step]) -> Stats:
+    """Replay a step list (as a failure prints it): raises the same ``Violation``."""
+    return FAMILIES[family].replay(seed, steps)
