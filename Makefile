@@ -116,6 +116,13 @@ bench-ops: setup  # metrics + dashboard against the commit rate, and a /metrics 
 bench-ha: setup  # automatic failover: kill -> first commit on the new primary, --min-confirm 1's rate, loss over fault rounds (issue 25)
 	PYTHONPATH=src $(BIN)/python bench/ha.py $(ARGS)
 
+# The deterministic simulation of every family (issue 28): SEEDS seeds each, a summary table; a failure
+# prints its seed and the shortest step list that reproduces it. ARGS="--family log_shipping --steps 2000"
+SEEDS ?= 1000
+.PHONY: sim
+sim: setup
+	PYTHONPATH=src nice -n 19 $(BIN)/python -m multisite.testing.sim --seeds $(SEEDS) $(ARGS)
+
 # A Spark standalone cluster (a master and two workers, PySpark's own spark-class) on this machine.
 .PHONY: spark-cluster-start spark-cluster-stop bench-pipeline
 SPARK_CLUSTER_DIR ?= /tmp/multisite-spark-cluster

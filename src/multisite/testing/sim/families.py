@@ -6,6 +6,7 @@ from .core import Family, Stats, Step
 from .shipping import LogShipping
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(),)}
+STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500}
 
 
 def replay_steps(family: str, seed: int, steps: list[Step]) -> Stats:
