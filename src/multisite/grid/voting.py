@@ -11,9 +11,10 @@ votes ROLLBACK. ``CommitVote`` collects the votes of one transaction and decides
   and time-outs), or at the deadline. The primary then commits nothing and its client gets
   ``ReplicationVotedToRollback`` with the counts (``Decision.check``).
 
-Every voter that voted ROLLBACK or timed out is **behind** (``Decision.behind``): ``SyncReplicas``
-stops counting it, so no later vote waits on it, and counts it again only once it has caught up
-(re-registered and received the primary's journal up to the last committed seqno).
+Every voter that voted ROLLBACK or timed out is **behind** (``Decision.behind``), and after a
+ROLLBACK decision every voter is (the others hold the refused frames until an Outcome cuts them
+back): ``SyncReplicas`` stops counting it, so no later vote waits on it, and counts it again only once
+it has caught up (re-registered and received the primary's journal up to the last committed seqno).
 
 The clock is the caller's: ``now`` is seconds of a monotonic clock, passed to every call; the caller
 arms a timer for ``deadline`` and calls ``tick``. Legal steps are one table; a vote that breaks the
@@ -286,12 +287,29 @@ class SyncReplicas:
         seqno = self._seqno.pop(v.txn, None)
         if seqno is not None and v.decision.commit:
             self.committed(seqno)
-        for r in v.decision.behind:
+        # After a rollback, the voters that did not vote ROLLBACK hold the refused frames (or will journal
+        # them: an early rollback leaves prepares in flight) until an Outcome cuts them back: behind at
+        # once, so that the primary's currency report, made before the client hears VOTED_ROLLBACK, tells
+        # the catalog. Left current until the primary dropped their links afterwards, one could be promoted
+        # holding the refused transaction (found by testing.sim, grid_vote seed 290).
+        for r in (v.decision.behind if v.decision.commit else v.decision.voters):
             self.fell_behind(r)
 
     def committed(self, seqno: int) -> None:
         """The primary committed up to ``seqno`` (after a COMMIT decision)."""
         self.committed_seqno = max(self.committed_seqno, seqno)
+
+    def aborted(self, decision: Decision, seqno: int) -> None:
+        """The primary did not commit a transaction the vote ``decision`` decided to COMMIT (it was
+        deposed, or its lease ran out while it reported to the catalog: OUTCOME_UNKNOWN) and its journal
+        still ends at ``seqno``. ``committed_seqno`` goes back to ``seqno``: raised at the decision, it
+        would stay past the primary's journal, and no replica could count current again (each would
+        need a seqno the primary never reaches until a commit, and none is taken without them). The
+        COMMIT voters hold frames the primary does not: behind until they are cut back and catch up."""
+        if self.committed_seqno > seqno:
+            self.committed_seqno = seqno
+        for r in decision.commit_votes:
+            self.fell_behind(r)
 
     def fell_behind(self, replica: str) -> None:
         """``replica`` voted no, timed out, crashed or was cut off: not a voter until it catches up."""

@@ -289,6 +289,10 @@ class PrimaryShard:
         if not leader:
             # Deposed while it voted: a replica holding the batch may be the new primary, so neither
             # "committed" nor "rolled back" is certain here.
+            if decision is not None and decision.commit:
+                # Its lease may have run out without a deposition: the primary goes on, so the vote's
+                # COMMIT must not stay counted (a replica could never count current again).
+                self.sync.aborted(decision, prep.first_seqno - 1)
             for r in commits:
                 fail(r, FailCode.OUTCOME_UNKNOWN, f"partition {self.partition}: this primary was deposed while "
                                                   f"the commit was voted on; a replica that holds it may have been "

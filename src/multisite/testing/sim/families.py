@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .core import Family, Stats, Step
+from .grid import GridVote
 from .shipping import LogShipping
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(),)}
-STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500}
+FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(), GridVote())}
+STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500, "grid_vote": 600}
 
 
 def replay_steps(family: str, seed: int, steps: list[Step]) -> Stats:
