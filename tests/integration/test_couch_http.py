@@ -282,5 +282,5 @@ def test_documents_bulk_get_and_new_edits(dc):
     st, all_docs = http("GET", url + "/_all_docs?include_docs=true")
     assert [r["id"] for r in all_docs["rows"]] == [created["id"]] and all_docs["rows"][0]["doc"]["v"] == 1
     assert http("POST", url + "/_ensure_full_commit")[0] == 201
-    st, err = http("PUT", url + "/att", {"_attachments": {"a.txt": {"data": "aGk=", "content_type": "text/plain"}}})
-    assert st == 415 and err["error"] == "bad_content_type"
+    st, err = http("PUT", url + "/att", {"_attachments": {"a.txt": {"follows": True, "content_type": "text/plain"}}})
+    assert st == 415 and err["error"] == "bad_content_type"  # multipart attachments (test_couch_attachments: inline)

@@ -43,7 +43,10 @@ SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "rep
                      ("multimaster", "conflicts"): {"multimaster.document", "multimaster.ids"},
                      ("multimaster", "wire"): set(),
                      ("multimaster", "schedule"): set(),
-                     ("multimaster", "couch"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids"},
+                     ("multimaster", "couch"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids",
+                                                "multimaster.couch_atts", "multimaster.couch_errors"},
+                     ("multimaster", "couch_errors"): set(),
+                     ("multimaster", "couch_atts"): {"multimaster.couch_errors"},
                      ("multimaster", "session"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids",
                                                   "multimaster.wire"}}
 

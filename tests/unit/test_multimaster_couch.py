@@ -103,7 +103,10 @@ def test_a_clients_document_is_kept_exactly():
 @pytest.mark.parametrize("body,status,error", [
     ({"_id": "a", "_rev": "1-" + "a" * 32, "$Conflict": 1}, 400, "doc_validation"),
     ({"_id": "a", "_rev": "1-" + "a" * 32, "_foo": 1}, 400, "doc_validation"),
-    ({"_id": "a", "_rev": "1-" + "a" * 32, "_attachments": {}}, 415, "bad_content_type"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "_attachments": {"f": {"follows": True}}}, 415, "bad_content_type"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "_attachments": {"f": {"data": "not base64!"}}}, 400, "bad_request"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "_attachments": {"_f": {"data": ""}}}, 400, "bad_request"),
+    ({"_id": "a", "_rev": "1-" + "a" * 32, "$File/f": 1}, 400, "doc_validation"),
     ({"_id": "_bad", "_rev": "1-" + "a" * 32}, 400, "illegal_docid"),
     ({"_id": "a"}, 400, "bad_request"),
     ({"_id": "a", "_rev": "2-" + "a" * 32, "_revisions": {"start": 2, "ids": ["b" * 32]}}, 400, "bad_request"),

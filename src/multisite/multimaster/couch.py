@@ -45,7 +45,8 @@ from typing import Any
 
 import msgspec
 
-from ..errors import DocumentError
+from .couch_atts import ATT_PREFIX, has_stubs, incoming, render, resolve
+from .couch_errors import CouchError, bad_request
 from .conflicts import (
     Kind,
     conflict_document,
@@ -69,23 +70,6 @@ _HEX = frozenset("0123456789abcdef")
 _UNID = re.compile(r"^[0-9a-f]{32}$")
 _DB_NAME = re.compile(r"^[a-z][a-z0-9_$()+-]*$")
 _encode_msgpack = msgspec.msgpack.Encoder().encode
-
-
-class CouchError(DocumentError):
-    """A request CouchDB would refuse, with CouchDB's status and error body (``{"error", "reason"}``)."""
-
-    code = "COUCH"
-
-    def __init__(self, status: int, error: str, reason: str):
-        super().__init__(f"{status} {error}: {reason}")
-        self.status, self.error, self.reason = status, error, reason
-
-    def body(self) -> dict:
-        return {"error": self.error, "reason": self.reason}
-
-
-def bad_request(reason: str) -> CouchError:
-    return CouchError(400, "bad_request", reason)
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -180,17 +164,31 @@ def line_hashes(d: Doc) -> list[str]:
 
 
 # -- documents ------------------------------------------------------------------------------------
-def body_of(d: Doc) -> dict:
-    """The CouchDB body of ``d``: its fields but the system ones, and ``$Form`` unless it is the default."""
-    out = {k: v for k, v in d.fields.items() if k not in SYSTEM_FIELDS}
+def body_of(d: Doc, atts: int | None = None) -> dict:
+    """The CouchDB body of ``d``: its fields but the system ones, ``$Form`` unless it is the default,
+    and its attachments (``couch_atts.render``: stubs, or data of those changed after ``atts``)."""
+    out = {}
+    has_atts = False
+    for k, v in d.fields.items():
+        if k.startswith("$"):
+            if k.startswith(ATT_PREFIX):
+                has_atts = True
+                continue
+            if k in SYSTEM_FIELDS:
+                continue
+        out[k] = v
+    if has_atts:
+        out["_attachments"] = render(d.fields, atts)
     if d.form != DEFAULT_FORM:
         out[FORM_KEY] = d.form
     return out
 
 
 def to_json(d: Doc, seq: int | None = None, h: str | None = None, *, deleted: bool | None = None,
-            revs: bool = False, path: list[str] | None = None, extra: dict | None = None) -> dict:
-    """The document ``d`` as CouchDB sends it (``_id``, ``_rev``, the body, ``_revisions`` with ``revs``)."""
+            revs: bool = False, path: list[str] | None = None, extra: dict | None = None,
+            atts: int | None = None) -> dict:
+    """The document ``d`` as CouchDB sends it (``_id``, ``_rev``, the body, ``_revisions`` with ``revs``;
+    attachments as ``body_of`` gives them for ``atts``)."""
     seq = d.seq if seq is None else seq
     h = rev_hash(d.time_us, d.origin) if h is None else h
     deleted = d.deleted if deleted is None else deleted
@@ -198,7 +196,7 @@ def to_json(d: Doc, seq: int | None = None, h: str | None = None, *, deleted: bo
     if deleted:
         out["_deleted"] = True
     else:
-        out.update(body_of(d))
+        out.update(body_of(d, atts))
     if revs:
         out["_revisions"] = {"start": seq, "ids": path if path is not None else line_hashes(d)}
     if extra:
@@ -217,12 +215,12 @@ def fields_of(body: dict, doc_id: str, unid: str) -> tuple[str, dict]:
     for k, v in body.items():
         if k.startswith("_"):
             if k == "_attachments":
-                raise CouchError(415, "bad_content_type", "attachments are not supported by multisite's document server")
+                continue  # couch_atts.incoming: fields of their own
             if k not in _SPECIAL_OK:
                 raise CouchError(400, "doc_validation", f"Bad special document member: {k}")
             continue
-        if k in SYSTEM_FIELDS:
-            raise CouchError(400, "doc_validation", f"Bad document member: {k} is reserved by multisite")
+        if k in SYSTEM_FIELDS or k.startswith(ATT_PREFIX):
+            raise CouchError(400, "doc_validation", f"Bad document member: {k:.80} is reserved by multisite")
         if k == FORM_KEY:
             if not isinstance(v, str) or not v:
                 raise CouchError(400, "doc_validation", f"{FORM_KEY} must be a non-empty string (the form)")
@@ -251,6 +249,7 @@ def from_couch(body: Any) -> Doc:
     unid = unid_for(doc_id)
     deleted = body.get("_deleted") is True
     form, fields = fields_of(body, doc_id, unid)
+    fields.update(incoming(body.get("_attachments"), st.seq, keep_revpos=True))
     if deleted:
         fields = {COUCH_ID_FIELD: doc_id} if unid != doc_id else {}
     return Doc(unid, form, fields, st.seq, st.time_us, st.origin, revisions, {k: st.seq for k in fields},
@@ -306,7 +305,7 @@ class Leaf:
     def rank(self) -> tuple:  # CouchDB's winner rule: live first, then position, then hash
         return (not self.deleted, self.seq, self.hash)
 
-    def json(self, doc_id: str, *, revs: bool = False, extra: dict | None = None) -> dict:
+    def json(self, doc_id: str, *, revs: bool = False, extra: dict | None = None, atts: int | None = None) -> dict:
         if self.doc is None:
             out: dict[str, Any] = {"_id": doc_id, "_rev": self.rev, "_deleted": True}
             if revs:
@@ -315,7 +314,7 @@ class Leaf:
                 out.update(extra)
             return out
         return to_json(self.doc, self.seq, self.hash, deleted=self.deleted, revs=revs, path=list(self.path),
-                       extra=extra)
+                       extra=extra, atts=atts)
 
 
 def tombstone_stamp(unid: str, s: tuple) -> Stamp:
@@ -432,16 +431,24 @@ def _deletion_of(c: Doc, v: Doc) -> Doc:
                {**c.field_seqs, **{k: v.seq for k in keep}}, True, c.merge, c.merged)
 
 
-def plan(fam: Family, incoming: Iterable[Doc]) -> Plan:
+def plan(fam: Family, versions: Iterable[Doc]) -> Plan:
     """Apply a client's versions of one document (``from_couch`` or ``new_edit``) to ``fam``, in order."""
-    incoming = list(incoming)
-    if fam.current is None and not fam.conflicts and len(incoming) == 1:  # a new document: the common case
-        v = incoming[0]
+    incoming_ = [_with_stubs_resolved(fam, v) for v in versions]
+    if fam.current is None and not fam.conflicts and len(incoming_) == 1:  # a new document: the common case
+        v = incoming_[0]
         return Plan(replace(fam, current=v), [v], [(Kind.DELETED if v.deleted else Kind.NEW).value])
     p = Plan(fam)
-    for v in incoming:
+    for v in incoming_:
         p.outcomes.append(_apply(p, v))
     return p
+
+
+def _with_stubs_resolved(fam: Family, v: Doc) -> Doc:
+    """``v`` with its attachment stubs replaced by what the document's versions hold (412 if none)."""
+    if not has_stubs(v.fields):
+        return v
+    sources = [d.fields for d in (fam.current, *fam.conflicts) if d is not None]
+    return replace(v, fields=resolve(v.fields, couch_id(v), sources))
 
 
 def _write(p: Plan, d: Doc) -> None:
@@ -516,12 +523,16 @@ def new_edit(fam: Family, body: dict, doc_id: str, now_us: int, origin: str) -> 
     unid = unid_for(doc_id)
     deleted = body.get("_deleted") is True
     form, fields = fields_of(body, doc_id, unid)
+    seq = 1 if parent is None else parent.seq + 1
+    base = parent.doc if parent is not None else None
+    atts = incoming(body.get("_attachments"), seq, keep_revpos=False)
+    if atts:  # a stub keeps the edited version's attachment (or one of the document's with its digest)
+        edited = [base.fields] if base is not None and not parent.deleted else []
+        fields.update(resolve(atts, doc_id, edited + [d.fields for d in (fam.current, *fam.conflicts) if d]))
     if deleted:
         fields = {COUCH_ID_FIELD: doc_id} if unid != doc_id else {}
     if parent is None:
         return Doc(unid, form, fields, 1, now_us, origin, (), {k: 1 for k in fields}, deleted, False, ())
-    seq = parent.seq + 1
-    base = parent.doc
     old_fields = base.fields if base is not None and not parent.deleted else {}
     old_seqs = base.field_seqs if base is not None else {}
     fs = {k: (old_seqs[k] if k in old_seqs and k in old_fields and old_fields[k] == v else seq)

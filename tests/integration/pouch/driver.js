@@ -62,6 +62,10 @@ const ops = {
     try { return await db(name).get(id, opts || {}); } catch (e) { return {error: e.name, status: e.status}; }
   },
   async remove({name, id, rev}) { return db(name).remove(id, rev); },
+  async get_att({name, id, att, rev}) {  // an attachment's content as base64, and its type
+    const b = await db(name).getAttachment(id, att, rev ? {rev} : {});
+    return {data: Buffer.from(b).toString('base64'), type: b.type || null};
+  },
   async all({name}) {
     const r = await db(name).allDocs({include_docs: true, conflicts: true});
     return r.rows.map((x) => x.doc);

@@ -14,6 +14,8 @@ from aiohttp import web
 from .. import couch
 from ..couch import CouchError, Family, Tree
 from .couch_io import (
+    ERROR_STATUS,
+    atts_for,
     conflicts_extra,
     encode,
     flag,
@@ -118,9 +120,11 @@ async def bulk_get(request: web.Request, db: DocDB) -> web.Response:
             couch.parse_rev(r["rev"])
         reqs.append(r)
     q = request.query
-    return json_response({"results": await asyncio.to_thread(bulk_get_sync, db, reqs, flag(q, "revs"), flag(q, "latest"))})
+    atts = 0 if flag(q, "attachments") else None
+    return json_response({"results": await asyncio.to_thread(bulk_get_sync, db, reqs, flag(q, "revs"), flag(q, "latest"),
+                                                             atts)})
 
-def bulk_get_sync(db: DocDB, reqs: list[dict], revs: bool, latest: bool) -> list[dict]:
+def bulk_get_sync(db: DocDB, reqs: list[dict], revs: bool, latest: bool, atts: int | None = None) -> list[dict]:
     fams = db.families(couch.unid_for(r["id"]) for r in reqs)
     out = []
     for r in reqs:
@@ -135,7 +139,7 @@ def bulk_get_sync(db: DocDB, reqs: list[dict], revs: bool, latest: bool) -> list
             else:
                 lf = tree.leaf(rev)
                 found = [lf] if lf is not None else (tree.latest(rev) if latest else [])
-            docs = [{"ok": lf.json(i, revs=revs)} for lf in found]
+            docs = [{"ok": lf.json(i, revs=revs, atts=atts)} for lf in found]
         if not docs:
             docs = [{"error": {"id": i, "rev": rev or "undefined", "error": "not_found",
                                "reason": "missing" if rev or cur is None else "deleted"}}]
@@ -167,8 +171,7 @@ async def doc(request: web.Request, db: DocDB, doc_id: str) -> web.StreamRespons
 def _one(res: list[dict], body: dict, status: int = 201) -> web.Response:
     r = res[0]
     if "error" in r:
-        code = {"conflict": 409, "forbidden": 403, "bad_content_type": 415}.get(r["error"], 400)
-        raise CouchError(code, r["error"], r["reason"])
+        raise CouchError(ERROR_STATUS.get(r["error"], 400), r["error"], r["reason"])
     return json_response(r or {"ok": True, "id": body["_id"], "rev": body.get("_rev")}, status)
 
 def get_doc_sync(db: DocDB, doc_id: str, q: Any) -> Any:
@@ -188,7 +191,7 @@ def get_doc_sync(db: DocDB, doc_id: str, q: Any) -> Any:
             couch.parse_rev(rev)
             lf = tree.leaf(rev)
             found = [lf] if lf is not None else (tree.latest(rev) if flag(q, "latest") else [])
-            out.extend({"ok": x.json(doc_id, revs=revs)} for x in found)
+            out.extend({"ok": x.json(doc_id, revs=revs, atts=atts_for(q, x))} for x in found)
             if not found:
                 out.append({"missing": rev})
         return out
@@ -210,7 +213,7 @@ def get_doc_sync(db: DocDB, doc_id: str, q: Any) -> Any:
     if flag(q, "revs_info"):
         extra["_revs_info"] = [{"rev": f"{lf.seq - k}-{h}", "status": "available" if k == 0 else "missing"}
                                for k, h in enumerate(lf.path)]
-    return lf.json(doc_id, revs=revs, extra=extra)
+    return lf.json(doc_id, revs=revs, extra=extra, atts=atts_for(q, lf))
 
 async def all_docs(request: web.Request, db: DocDB) -> web.Response:
     q = request.query

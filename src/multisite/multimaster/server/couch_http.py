@@ -47,10 +47,10 @@ from ...instance.users import UserFile
 from ...net.tls import TLSConfig, parse_hostport
 from .. import couch
 from ..couch import CouchError
-from . import couch_docs, couch_feed
+from . import couch_attach, couch_docs, couch_feed
 from . import docdb as docdb_mod
 from .docdb_files import record_served_by
-from .couch_io import MAX_REQUEST_BYTES, json_response, read_body
+from .couch_io import ERROR_STATUS, MAX_REQUEST_BYTES, json_response, read_body
 from .docdb import DocDB
 
 COUNT_REFRESH_S = 10.0  # GET /{db}'s doc_count is at most this old (a scan of the database)
@@ -267,7 +267,7 @@ class CouchServer:
         if head.startswith("_"):
             raise CouchError(404, "not_found", "missing")
         if len(rest) > 1:
-            raise CouchError(415, "bad_content_type", "attachments are not supported by multisite's document server")
+            return await couch_attach.attachment(request, db, head, "/".join(rest[1:]))
         return await couch_docs.doc(request, db, head)
 
     # -- databases --------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ class CouchServer:
             res = await couch_docs.write_docs(db, [body], True)
             r = res[0]
             if "error" in r:
-                raise CouchError(409 if r["error"] == "conflict" else 400, r["error"], r["reason"])
+                raise CouchError(ERROR_STATUS.get(r["error"], 400), r["error"], r["reason"])
             return json_response(r, 201)
         if m == "DELETE":
             raise CouchError(403, "forbidden", "multisite does not delete databases over HTTP")

@@ -9,13 +9,17 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .. import couch
-from ..couch import CouchError, Tree
+from .. import couch, couch_atts
+from ..couch import CouchError, Leaf, Tree
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 encode = msgspec.json.Encoder().encode
 decode = msgspec.json.Decoder().decode
 JSON = "application/json"
+#: The status of an error a per-document result names (``_bulk_docs`` answers 201 with the errors in it;
+#: a single document's write answers with its error's status).
+ERROR_STATUS = {"conflict": 409, "forbidden": 403, "bad_content_type": 415, "missing_stub": 412,
+                "attachment_too_large": 413, "document_too_large": 413}
 
 
 def json_response(obj: Any, status: int = 200, headers: dict | None = None) -> web.Response:
@@ -68,3 +72,12 @@ def conflicts_extra(tree: Tree, want: bool) -> dict | None:
         return None
     c = tree.conflicts()
     return {"_conflicts": c} if c else None
+
+
+def atts_for(q: Any, lf: Leaf) -> int | None:
+    """How a read sends leaf ``lf``'s attachments: None (stubs), or the position after which their data
+    goes with it (``attachments=true``: 0, every one; ``atts_since``: after the newest given on its line)."""
+    since = qjson(q, "atts_since")
+    if since is not None:
+        return couch_atts.since_pos(since, lf.seq, lf.path)
+    return 0 if flag(q, "attachments") else None

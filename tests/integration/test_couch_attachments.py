@@ -1,0 +1,167 @@
+"""Attachments on the CouchDB endpoints (issue 26): inline base64 in ``PUT``/``_bulk_docs``, stubs with
+digest, length and revpos in reads, ``attachments=true`` and ``atts_since``, the attachment endpoint
+(``GET|PUT|DELETE /{db}/{id}/{name}``), real PouchDB pushing and pulling a document with attachments
+byte-identical (same MD5 digest), and the same attachments on a second server by the native protocol
+and in a conflict document. Real docserver processes, real PouchDB 9 in Node."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import urllib.request
+
+import pytest
+
+from multisite import documents
+from multisite.multimaster import couch, couch_atts
+from multisite.testing.docservers import DocCluster
+from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
+
+from .test_couch_http import http, serve
+
+
+@pytest.fixture
+def dc(tmp_path):
+    c = DocCluster(tmp_path, durability="none")
+    yield c
+    c.stop_all()
+
+
+@pytest.fixture
+def pouch(tmp_path):
+    try:
+        node_modules()
+    except PouchUnavailable as e:
+        pytest.skip(f"PouchDB cannot be installed: {e}")
+    p = Pouch(tmp_path / "pouch")
+    yield p
+    p.close()
+
+
+def md5_digest(raw: bytes) -> str:
+    return "md5-" + base64.b64encode(hashlib.md5(raw).digest()).decode()
+
+
+def raw_get(url: str) -> tuple[int, bytes, str]:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.read(), r.headers["Content-Type"]
+
+
+def test_inline_attachments_read_back_as_stubs_with_data_on_request(dc):
+    a = serve(dc)
+    db = a.url + "/profiles"
+    blob, text = os.urandom(3000), b"hello attachments"
+    st, r = http("PUT", db + "/doc1", {"x": 1, "_attachments": {
+        "blob.bin": {"content_type": "application/octet-stream", "data": base64.b64encode(blob).decode()},
+        "a/b.txt": {"content_type": "text/plain", "data": base64.b64encode(text).decode()}}})
+    assert st == 201
+    rev1 = r["rev"]
+    st, d = http("GET", db + "/doc1")
+    assert d["x"] == 1 and d["_attachments"]["blob.bin"] == {
+        "content_type": "application/octet-stream", "digest": md5_digest(blob), "length": 3000, "revpos": 1,
+        "stub": True}
+    assert raw_get(db + "/doc1/blob.bin")[1:] == (blob, "application/octet-stream")
+    assert raw_get(db + "/doc1/a%2Fb.txt")[1] == text and raw_get(db + "/doc1/a/b.txt")[1] == text
+    st, d = http("GET", db + "/doc1?attachments=true")
+    assert base64.b64decode(d["_attachments"]["blob.bin"]["data"]) == blob and "stub" not in d["_attachments"]["blob.bin"]
+    # a new edit with stubs keeps them (and their revpos); an attachment added at 2
+    st, r = http("PUT", db + "/doc1", {"_rev": rev1, "x": 2, "_attachments": {
+        "blob.bin": {"stub": True, "digest": md5_digest(blob)}, "a/b.txt": {"stub": True},
+        "new.txt": {"content_type": "text/plain", "data": base64.b64encode(b"two").decode()}}})
+    assert st == 201
+    rev2 = r["rev"]
+    st, d = http("GET", db + f"/doc1?atts_since=[\"{rev1}\"]")
+    atts = d["_attachments"]
+    assert atts["blob.bin"]["stub"] and atts["blob.bin"]["revpos"] == 1 and atts["new.txt"]["data"] == "dHdv"
+    st, got = http("POST", db + "/_bulk_get?attachments=true", {"docs": [{"id": "doc1", "rev": rev2}]})
+    assert base64.b64decode(got["results"][0]["docs"][0]["ok"]["_attachments"]["blob.bin"]["data"]) == blob
+    # the attachment endpoint: PUT adds one as a new edit of rev, DELETE removes one
+    req = urllib.request.Request(db + f"/doc1/raw.bin?rev={rev2}", data=b"\x00\x01raw", method="PUT",
+                                 headers={"Content-Type": "image/png"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        rev3 = __import__("json").loads(resp.read())["rev"]
+    assert raw_get(db + "/doc1/raw.bin") == (200, b"\x00\x01raw", "image/png")
+    assert http("DELETE", db + f"/doc1/new.txt?rev={rev3}")[0] == 200
+    st, d = http("GET", db + "/doc1")
+    assert sorted(d["_attachments"]) == ["a/b.txt", "blob.bin", "raw.bin"] and d["x"] == 2
+    assert http("GET", db + f"/doc1/new.txt?rev={rev2}")[0] == 404  # only leaves keep bodies (as after compaction)
+
+
+def test_bad_attachments_get_couchdbs_errors_and_write_nothing(dc):
+    a = serve(dc)
+    db = a.url + "/profiles"
+    before = documents.connect(a.home, db="Profiles").changeno
+    cases = [
+        ({"_attachments": {"f": {"data": "%%% not base64"}}}, 400, "bad_request"),
+        ({"_attachments": {"f": {"stub": True, "digest": "md5-nope"}}}, 412, "missing_stub"),
+        ({"_attachments": {"f": {"follows": True, "length": 3}}}, 415, "bad_content_type"),
+        ({"_attachments": {"_f": {"data": ""}}}, 400, "bad_request"),
+        ({"_attachments": ["f"]}, 400, "bad_request"),
+        ({"$File/f": {"data": ""}}, 400, "doc_validation"),
+        ({"_attachments": {"big": {"data": base64.b64encode(b"\0" * (couch_atts.MAX_ATTACHMENTS_BYTES + 1)).decode()}}},
+         413, "document_too_large"),
+    ]
+    for body, status, error in cases:
+        st, err = http("PUT", db + "/bad", body)
+        assert (st, err["error"]) == (status, error), (body if len(str(body)) < 200 else "big", err)
+        assert err["reason"]
+    assert http("GET", db + "/bad/f")[0] == 404
+    st, r = http("PUT", db + "/ok", {"_attachments": {"f": {"data": "AAEC"}}})
+    assert http("GET", db + "/ok/none")[1] == {"error": "not_found", "reason": "Document is missing attachment"}
+    assert http("DELETE", db + "/ok/f?rev=1-" + "0" * 32)[0] == 409
+    pushed = {"_id": "p", "_rev": "1-" + "a" * 32, "_attachments": {"f": {"stub": True, "digest": "md5-x", "revpos": 1}}}
+    st, err = http("POST", db + "/_bulk_docs", {"docs": [pushed], "new_edits": False})
+    assert st == 201 and err[0]["error"] == "missing_stub"
+    assert documents.connect(a.home, db="Profiles").changeno == before + 1  # only "ok" was written
+
+
+def test_pouchdb_pushes_and_pulls_attachments_byte_identical_and_they_replicate_natively(dc, pouch):
+    a = serve(dc)
+    url = a.url + "/profiles"
+    blob = os.urandom(200_000)
+    pouch("open", name="p1")
+    put = pouch("put", name="p1", doc={"_id": "photo", "title": "t", "_attachments": {
+        "img.bin": {"content_type": "application/octet-stream", "data": base64.b64encode(blob).decode()},
+        "note.txt": {"content_type": "text/plain", "data": base64.b64encode(b"a note").decode()}}})
+    mine = pouch("get", name="p1", id="photo")
+    assert mine["_attachments"]["img.bin"]["digest"] == md5_digest(blob)
+    up = pouch("replicate", name="p1", url=url, direction="to")
+    assert up["ok"] and up["docs_written"] == 1
+    ms = documents.connect(a.home, db="Profiles")
+    d = ms.get(couch.unid_for("photo"))
+    assert couch.doc_rev(d) == put["rev"] and d.fields["$File/img.bin"]["digest"] == md5_digest(blob)
+    assert raw_get(url + "/photo/img.bin")[1] == blob
+    pouch("open", name="p2")  # pulled back into a fresh PouchDB: the same bytes, the same digests
+    down = pouch("replicate", name="p2", url=url, direction="from")
+    assert down["ok"] and down["docs_written"] == 1
+    theirs = pouch("get", name="p2", id="photo")
+    assert theirs["_rev"] == put["rev"] and theirs["_attachments"] == mine["_attachments"]
+    assert base64.b64decode(pouch("get_att", name="p2", id="photo", att="img.bin")["data"]) == blob
+    # an edit on the server side of the attachments reaches PouchDB; the other attachment stays a stub
+    st, r = http("PUT", url + "/photo", {"_rev": put["rev"], "title": "t2", "_attachments": {
+        "img.bin": {"stub": True}, "note.txt": {"content_type": "text/plain",
+                                                 "data": base64.b64encode(b"edited").decode()}}})
+    assert st == 201
+    assert pouch("replicate", name="p2", url=url, direction="from")["docs_written"] == 1
+    assert base64.b64decode(pouch("get_att", name="p2", id="photo", att="note.txt")["data"]) == b"edited"
+    assert base64.b64decode(pouch("get_att", name="p2", id="photo", att="img.bin")["data"]) == blob
+    # on to a second server by the native protocol, and a conflict whose loser keeps its attachment
+    b = serve(dc, "B", replica_of=a)
+    assert dc.replicate(b, a, mode="pull-only")["totals"]["new"] == 1
+    b_url = b.url + "/profiles"
+    assert raw_get(b_url + "/photo/img.bin")[1] == blob
+    st, ra = http("PUT", url + "/photo", {"_rev": r["rev"], "_attachments": {
+        "img.bin": {"content_type": "text/plain", "data": base64.b64encode(b"from A").decode()}}})
+    st, rb = http("PUT", b_url + "/photo", {"_rev": r["rev"], "_attachments": {
+        "img.bin": {"content_type": "text/plain", "data": base64.b64encode(b"from B").decode()}}})
+    assert st == 201
+    dc.replicate(b, a, mode="pull-push")  # the conflict document is made where the loser was,
+    dc.replicate(b, a, mode="pull-push")  # and reaches the other side in the next session
+    for u in (url, b_url):
+        st, d = http("GET", u + "/photo?conflicts=true")
+        assert sorted([d["_rev"]] + d["_conflicts"]) == sorted([ra["rev"], rb["rev"]])
+        loser = d["_conflicts"][0]
+        winner_bytes = raw_get(u + "/photo/img.bin")[1]
+        loser_bytes = raw_get(u + f"/photo/img.bin?rev={loser}")[1]
+        assert {winner_bytes, loser_bytes} == {b"from A", b"from B"}
