@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .core import Family, Stats, Step
+from .delivery import Delivery
 from .grid import GridVote
 from .shipping import LogShipping
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(), GridVote())}
-STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500, "grid_vote": 600}
+FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(), GridVote(), Delivery())}
+STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500, "grid_vote": 600, "delivery": 400}
 
 
 def replay_steps(family: str, seed: int, steps: list[Step]) -> Stats:
