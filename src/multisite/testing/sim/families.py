@@ -5,10 +5,11 @@ from __future__ import annotations
 from .core import Family, Stats, Step
 from .delivery import Delivery
 from .grid import GridVote
+from .ha import HaDecisions
 from .shipping import LogShipping
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(), GridVote(), Delivery())}
-STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500, "grid_vote": 600, "delivery": 400}
+FAMILIES: dict[str, Family] = {f.name: f for f in (LogShipping(), GridVote(), Delivery(), HaDecisions())}
+STEPS_DEFAULT: dict[str, int] = {"log_shipping": 500, "grid_vote": 600, "delivery": 400, "ha": 500}
 
 
 def replay_steps(family: str, seed: int, steps: list[Step]) -> Stats:
