@@ -1,62 +1,26 @@
 """Seeded SIGKILL rounds under a live writer through the grid client: a random container (sometimes the
-catalog) dies and comes back, 20 times. The checker: every acknowledged commit is present after
-recovery (its value, or a later one whose outcome was unknown), no commit that raised
-``ReplicationVotedToRollback`` is in any shard's journal, and every partition's shards are identical."""
+catalog) dies and comes back, 20 times. The checker (``testing.grid_checks.check_grid``): every
+acknowledged commit is present after recovery (its value, or a later one whose outcome was unknown) and
+in every shard's journal at its seqno, no commit that raised ``ReplicationVotedToRollback`` is in any
+shard's journal, every partition's shards are identical, and the writer's history (its puts and gets)
+shows no lost write, phantom, duplicate or stale read after its own write (``testing/history``)."""
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
-import random
-import threading
 import time
 from contextlib import contextmanager
 
 import pytest
 
 from multisite.errors import CommitOutcomeUnknown, GridUnavailable, ReplicationVotedToRollback, TransactionError
-from multisite.journal.reader import iter_frames
-from multisite.journal.records import decode_payload
 from multisite.testing.grid import GridCluster
-from multisite.values import decode_value
+from multisite.testing.grid_checks import GridWriter, check_grid
 
 ROUNDS = 20
-KEYS = 64
-
-
-class Writer(threading.Thread):
-    """Puts unique increasing values; remembers what each put's outcome was."""
-
-    def __init__(self, g: GridCluster) -> None:
-        super().__init__(daemon=True)
-        self.g = g
-        self.stop = threading.Event()
-        self.acked: dict[int, int] = {}  # key -> last acknowledged value
-        self.unknown: dict[int, list[int]] = {}  # key -> values whose outcome is unknown
-        self.rolled_back: set[int] = set()
-        self.counts = {"acked": 0, "rolled_back": 0, "unknown": 0, "unavailable": 0}
-
-    def run(self) -> None:
-        rng = random.Random(7)
-        cl = self.g.client(timeout_s=2.0)
-        n = 0
-        while not self.stop.is_set():
-            k = rng.randrange(KEYS)
-            n += 1
-            try:
-                cl.put("m", k, n)
-                self.acked[k] = n
-                self.counts["acked"] += 1
-            except ReplicationVotedToRollback:
-                self.rolled_back.add(n)
-                self.counts["rolled_back"] += 1
-            except CommitOutcomeUnknown:
-                self.unknown.setdefault(k, []).append(n)
-                self.counts["unknown"] += 1
-            except GridUnavailable:
-                self.counts["unavailable"] += 1
-        cl.close()
 
 
 @pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("GRID_KILL_SEEDS", "11").split(",")])
@@ -70,7 +34,7 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
         for n in names:
             g.start_container(n)
         g.wait_settled()
-        w = Writer(g)
+        w = GridWriter(g, seed=7, timeout_s=2.0)
         w.start()
         for rnd in range(ROUNDS):
             time.sleep(rng.uniform(0.1, 0.4))
@@ -83,32 +47,15 @@ def test_seeded_sigkills_under_a_writer_lose_no_acknowledged_commit(tmp_path, se
                 g.start_container(victim)
             g.wait(f"round {rnd} ({victim} killed) settled", g.settled, timeout_s=30)
         time.sleep(0.3)
-        w.stop.set()
-        w.join(30)
+        w.stop()
         st = g.wait("every replica caught up", g.caught_up, timeout_s=30)
     finally:
         if w is not None:
-            w.stop.set()
-            w.join(30)
+            w.stop()
         g.stop_all()
-    assert w.counts["acked"] > 200, w.counts
-    states = g.shard_states()
-    final: dict[int, int] = {}
-    for p in range(g.partitions):
-        part = st["partitions"][p]
-        placed = [part["primary"], *part["sync"], *part["async"]]
-        rows = [states[p][c]["rows"] for c in placed]
-        assert all(r == rows[0] for r in rows), f"partition {p}: shards differ"
-        assert len({states[p][c]["seqno"] for c in placed}) == 1
-        final.update({k[0]: v for k, v in rows[0].items()})
-        for c in placed:  # a rolled-back commit is in no shard's journal
-            for _, payload in iter_frames(g.shard_dir(c, p) / "journal", 1):
-                for u in decode_payload(payload).updates:
-                    assert decode_value(u.value) not in w.rolled_back, (p, c, u)
-    for k, v in w.acked.items():
-        later_unknown = [u for u in w.unknown.get(k, []) if u > v]
-        assert final.get(k) == v or final.get(k) in later_unknown, (k, v, final.get(k), later_unknown)
-    print(w.counts)
+    summary = check_grid(g, w, st)
+    assert summary["acked"] > 200, summary
+    print(f"seed {seed}: {ROUNDS} SIGKILLs; {summary}")
 
 
 @contextmanager

@@ -9,7 +9,11 @@ outcome: acknowledged with its partition and seqno, refused by the vote, unknown
 - no two acknowledged commits share a partition and a seqno: two primaries of one partition never
   took commits in overlapping epochs (each would give out the same next seqnos);
 - a commit refused by the vote is in no shard's journal;
-- every shard of a partition holds the same rows at the same seqno.
+- every shard of a partition holds the same rows at the same seqno;
+- the writer's history (``testing/history``: each put and, one call in four, a get of one of its keys,
+  with invocation, outcome and the value read) against the final rows and the primaries' journals: no
+  lost write, no phantom (a value voted to roll back, or refused, visible), no write applied twice, no
+  read older than the writer's own acknowledged write (``history_report``, also in the summary).
 
 ``first_commits(writer, t0)``: how long after ``t0`` each partition acknowledged its next commit
 (the pause a fault caused).
@@ -27,8 +31,10 @@ from ..errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, Rep
 from ..journal.reader import iter_frames
 from ..journal.records import decode_payload
 from ..values import decode_value
+from .history import READ, WRITE, Recorder, check
 
 WRITER_KEYS = 64
+READ_SHARE = 0.25  # of the writer's calls, gets of a key it writes (a stale read after its own write shows)
 
 
 @dataclass
@@ -52,31 +58,57 @@ class GridWriter(threading.Thread):
         self.counts = {"acked": 0, "rolled_back": 0, "unknown": 0, "unavailable": 0, "other": 0}
         self.errors: list[str] = []
         self.stopping = threading.Event()
+        self.history = Recorder()
+        self.refused: set[int] = set()  # values never committed: voted to roll back, or no primary took them
 
     def run(self) -> None:
-        rng = random.Random(self.seed)
+        rng, reads = random.Random(self.seed), random.Random(self.seed + 1)
         cl = self.g.client(timeout_s=self.timeout_s)
         n = 0
         while not self.stopping.is_set():
+            if reads.random() < READ_SHARE:
+                self._get(cl, reads.randrange(self.keys))
+                continue
             k = rng.randrange(self.keys)
             n += 1
-            try:
-                seqno = cl.put("m", k, n)
-                self.acked.append(Acked(time.monotonic(), cl.partition_of((k,)), seqno, k, n))
-                self.counts["acked"] += 1
-            except ReplicationVotedToRollback:
-                self.rolled_back.add(n)
-                self.counts["rolled_back"] += 1
-            except CommitOutcomeUnknown:
-                self.unknown.setdefault(k, []).append(n)
-                self.counts["unknown"] += 1
-            except GridUnavailable as e:
-                self.counts["unavailable"] += 1
-                self.errors.append(str(e))
-            except (TransactionError, MultisiteError, OSError) as e:
-                self.counts["other"] += 1
-                self.errors.append(f"{type(e).__name__}: {e}")
+            self._put(cl, k, n)
         cl.close()
+
+    def _put(self, cl, k: int, n: int) -> None:
+        op = self.history.invoke("grid-writer", WRITE, k, n)
+        try:
+            seqno = cl.put("m", k, n)
+            self.history.ok(op)
+            self.acked.append(Acked(time.monotonic(), cl.partition_of((k,)), seqno, k, n))
+            self.counts["acked"] += 1
+        except ReplicationVotedToRollback:
+            self.history.fail(op)
+            self.rolled_back.add(n)
+            self.counts["rolled_back"] += 1
+        except CommitOutcomeUnknown:
+            self.history.unknown(op)
+            self.unknown.setdefault(k, []).append(n)
+            self.counts["unknown"] += 1
+        except GridUnavailable as e:  # every try was refused before it was taken: never committed
+            self.history.fail(op)
+            self.refused.add(n)
+            self.counts["unavailable"] += 1
+            self.errors.append(str(e))
+        except (TransactionError, MultisiteError, OSError) as e:
+            self.history.unknown(op)
+            self.counts["other"] += 1
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def _get(self, cl, k: int) -> None:
+        op = self.history.invoke("grid-writer", READ, k)
+        try:
+            value = cl.get("m", k)
+        except (MultisiteError, OSError):
+            self.history.unknown(op)
+            self.counts["read_failed"] = self.counts.get("read_failed", 0) + 1
+            return
+        self.history.ok(op, value, read=True)
+        self.counts["reads"] = self.counts.get("reads", 0) + 1
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self.stopping.set()
@@ -108,6 +140,7 @@ def check_grid(g, w: GridWriter, status: dict) -> dict:
                                   f"{a.value}): two primaries took commits at once")
     states = g.shard_states()
     final: dict[int, int] = {}
+    applied: list[tuple[int, int]] = []
     for part in status["partitions"]:
         p = part["partition"]
         placed = [c for c in (part["primary"], *part["sync"], *part["async"]) if c]
@@ -116,6 +149,8 @@ def check_grid(g, w: GridWriter, status: dict) -> dict:
         assert len({states[p][c]["seqno"] for c in placed}) == 1, f"partition {p}: seqnos differ"
         final.update({k[0]: v for k, v in rows[0].items()})
         journals = {c: _journal(g.shard_dir(c, p)) for c in placed}
+        applied += [(u.key[0], decode_value(u.value)) for j in journals[part["primary"]].values() for u in j
+                    if u.region == "m" and u.value is not None]
         for c, j in journals.items():
             for seqno, updates in j.items():
                 for u in updates:
@@ -131,4 +166,13 @@ def check_grid(g, w: GridWriter, status: dict) -> dict:
     for k, v in last.items():
         later_unknown = [u for u in w.unknown.get(k, []) if u > v]
         assert final.get(k) == v or final.get(k) in later_unknown, (k, v, final.get(k), later_unknown)
-    return {**w.counts, "keys": len(final)}
+    report = history_report(w, final, applied)
+    report.assert_clean("grid writer")
+    return {**w.counts, "keys": len(final), "history": report.summary()}
+
+
+def history_report(w: GridWriter, final: dict, applied: list[tuple[int, int]]):
+    """The writer's history checked against the final rows and the primaries' journals (its keys only)."""
+    mine = range(w.keys)
+    return check(w.history.history(), {k: v for k, v in final.items() if k in mine},
+                 applied=[(k, v) for k, v in applied if k in mine], keys=mine)
