@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from .. import couch
 from ..couch import Family, Tree
+from ..couch_selector import compile_selector
 from .couch_io import (
     JSON,
     conflicts_extra,
@@ -39,7 +41,7 @@ async def changes(request: web.Request, db: DocDB, ev: asyncio.Event) -> web.Str
     since = couch.parse_since(q.get("since"), db.db_id, db.changeno)
     limit = int_param(q, "limit", MAX_CHANGES_LIMIT, 1, MAX_CHANGES_LIMIT)
     opts = {"all": q.get("style") == "all_docs", "docs": flag(q, "include_docs"), "conflicts": flag(q, "conflicts"),
-            "ids": await _doc_ids(request)}
+            "keep": await _filter(request), "atts": 0 if flag(q, "attachments") else None}
     timeout_s = min(int_param(q, "timeout", int(DEFAULT_FEED_TIMEOUT_S * 1000)) / 1000, MAX_FEED_TIMEOUT_S)
     heartbeat = q.get("heartbeat")
     beat_s = (60.0 if heartbeat == "true" else int_param(q, "heartbeat", 60_000, 1000) / 1000) if heartbeat else None
@@ -89,19 +91,35 @@ async def _wait(db: DocDB, ev: asyncio.Event, last: int, wait_s: float, resp: we
             if beat_s is not None and db.changeno <= last:
                 await resp.write(b"\n")
 
-async def _doc_ids(request: web.Request) -> set[str] | None:
+Keep = Callable[[str, Tree], bool]  # a filter: is the row of this document (its id, its tree) sent?
+
+
+async def _filter(request: web.Request) -> Keep | None:
+    """The feed's filter: ``_doc_ids`` (ids in the query or the body) or ``_selector`` (a Mango
+    selector in the body, matched against the winning revision's body); anything else is refused:
+    ``_view`` and design-document filters are JavaScript, which multisite does not run."""
     q = request.query
-    if q.get("filter") is None:
+    name = q.get("filter")
+    if name is None:
         return None
-    if q["filter"] != "_doc_ids":
-        raise couch.bad_request(f"filter {q['filter']!r:.60} is not supported by multisite (only _doc_ids)")
-    ids = qjson(q, "doc_ids")
-    if ids is None and request.method == "POST":
-        body = await read_body(request)
-        ids = body.get("doc_ids") if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise couch.bad_request("filter=_doc_ids needs doc_ids, a list of document ids")
-    return set(ids)
+    body = await read_body(request) if request.method == "POST" else None
+    body = body if isinstance(body, dict) else {}
+    if name == "_doc_ids":
+        ids = qjson(q, "doc_ids")
+        ids = body.get("doc_ids") if ids is None else ids
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise couch.bad_request("filter=_doc_ids needs doc_ids, a list of document ids")
+        wanted = set(ids)
+        return lambda doc_id, tree: doc_id in wanted
+    if name == "_selector":
+        if "selector" not in body:
+            raise couch.bad_request("filter=_selector needs a selector in the POST body: {\"selector\": {...}}")
+        m = compile_selector(body["selector"])
+        return lambda doc_id, tree: m.matches(tree.winner.json(doc_id))
+    if name in ("_view", "_design") or "/" in name:
+        raise couch.bad_request(f"filter={name:.60} runs a design document's JavaScript, which multisite's "
+                                f"document server does not run; use _doc_ids or _selector (a Mango selector)")
+    raise couch.bad_request(f"filter {name!r:.60} is not supported by multisite (only _doc_ids and _selector)")
 
 def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[dict], int]:
     """Up to ``limit`` rows of documents changed after ``since`` (a conflict document's change is its
@@ -124,6 +142,7 @@ def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[di
         else:
             last = upto
     out = []
+    keep = opts.get("keep")
     mains = list(picked)
     fams = db.families(mains)
     for u in mains:
@@ -132,14 +151,14 @@ def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[di
             continue  # its conflict documents came first; listed once the document is here
         fam = Family(u, cur, tuple(cds))
         doc_id = couch.couch_id(cur)
-        if opts["ids"] is not None and doc_id not in opts["ids"]:
-            continue
         tree = Tree(fam)
+        if keep is not None and not keep(doc_id, tree):
+            continue
         row: dict[str, Any] = {"seq": couch.seq_text(picked[u], db.db_id), "id": doc_id,
                                "changes": [{"rev": lf.rev} for lf in (tree.leaves if opts["all"] else tree.leaves[:1])]}
         if tree.deleted:
             row["deleted"] = True
         if opts["docs"]:
-            row["doc"] = tree.winner.json(doc_id, extra=conflicts_extra(tree, opts["conflicts"]))
+            row["doc"] = tree.winner.json(doc_id, extra=conflicts_extra(tree, opts["conflicts"]), atts=opts.get("atts"))
         out.append(row)
     return out, last

@@ -1,0 +1,76 @@
+"""Filtered ``_changes`` on the CouchDB endpoints (issue 26): ``filter=_selector`` with a Mango selector
+(real PouchDB's ``replicate.from(url, {selector})`` takes exactly the documents it selects, and a later
+run only the new ones), and clear 400s for what multisite cannot run: a ``_view`` or design-document
+filter (JavaScript), an operator it does not take, a selector not in a POST body."""
+
+from __future__ import annotations
+
+import pytest
+
+from multisite import documents
+from multisite.testing.docservers import DocCluster
+from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
+
+from .test_couch_http import http, serve
+
+
+@pytest.fixture
+def dc(tmp_path):
+    c = DocCluster(tmp_path, durability="none")
+    yield c
+    c.stop_all()
+
+
+@pytest.fixture
+def pouch(tmp_path):
+    try:
+        node_modules()
+    except PouchUnavailable as e:
+        pytest.skip(f"PouchDB cannot be installed: {e}")
+    p = Pouch(tmp_path / "pouch")
+    yield p
+    p.close()
+
+
+def _people(url: str, n: int, start: int = 0) -> None:
+    docs = [{"_id": f"p{i:03d}", "type": "person" if i % 2 else "place", "age": i, "tags": ["t" + str(i % 3)]}
+            for i in range(start, start + n)]
+    st, res = http("POST", url + "/_bulk_docs", {"docs": docs})
+    assert st == 201 and all(r.get("ok") for r in res)
+
+
+def test_pouchdb_replicates_only_what_a_selector_selects(dc, pouch):
+    a = serve(dc)
+    url = a.url + "/profiles"
+    _people(url, 40)
+    ms = documents.connect(a.home, db="Profiles")
+    ms.create("Person", {"type": "person", "age": 99, "tags": ["t1"]})  # a multisite document, selected too
+    sel = {"type": "person", "age": {"$gte": 10}, "tags": {"$in": ["t0", "t1"]}}
+    pouch("open", name="p1")
+    rep = pouch("replicate", name="p1", url=url, direction="from", opts={"selector": sel})
+    want = {f"p{i:03d}" for i in range(10, 40) if i % 2 and i % 3 in (0, 1)}
+    got = {d["_id"]: d for d in pouch("all", name="p1")}
+    assert rep["ok"] and set(got) - want == {next(i for i in got if not i.startswith("p"))}
+    assert want <= set(got) and all(d["type"] == "person" for d in got.values())
+    _people(url, 10, start=100)  # the next run takes the new ones only (its checkpoint holds)
+    rep = pouch("replicate", name="p1", url=url, direction="from", opts={"selector": sel})
+    assert rep["docs_written"] == len([i for i in range(100, 110) if i % 2 and i % 3 in (0, 1)])
+    st, ch = http("POST", url + "/_changes?filter=_selector&include_docs=true",
+                  {"selector": {"$or": [{"age": 3}, {"age": {"$lt": 1}}]}})
+    assert st == 200 and sorted(r["id"] for r in ch["results"]) == ["p000", "p003"]
+
+
+@pytest.mark.parametrize("query,body,words", [
+    ("filter=_view&view=app/by_type", None, "JavaScript"),
+    ("filter=app/mine", None, "JavaScript"),
+    ("filter=_design", None, "JavaScript"),
+    ("filter=_nope", None, "not supported"),
+    ("filter=_selector", None, "needs a selector in the POST body"),
+    ("filter=_selector", {"selector": {"a": {"$regex": "x"}}}, "operator $regex is not supported"),
+    ("filter=_selector", {"selector": [1]}, "a selector is a JSON object"),
+    ("filter=_doc_ids", {"doc_ids": "a"}, "doc_ids, a list"),
+])
+def test_filters_it_cannot_run_get_a_clear_400(dc, query, body, words):
+    a = serve(dc)
+    st, err = http("POST" if body is not None else "GET", a.url + "/profiles/_changes?" + query, body)
+    assert st == 400 and err["error"] in ("bad_request", "invalid_selector") and words in err["reason"], err
