@@ -4,7 +4,8 @@ Each round's seed picks its faults (the primary's host SIGKILLed, the primary SI
 a switchover, an etcd member SIGKILLed, a secondary's host SIGKILLed), its targets and its pauses, and
 whether it runs with ``--min-confirm 1`` (odd seeds) or without; ``testing/ha_rounds.py`` says what
 each checks: with min-confirm no acknowledged commit lost, without it none silently lost (each on the
-primary or in a lost file), never two primaries at once, all members identical after each round.
+primary or in a lost file), never two primaries at once, all members identical after each round, and
+the writer's history (``testing/history``): no lost write, phantom, duplicate or stale read.
 
 The rounds of one setting share one cluster (starting a cluster costs seconds), one test per setting.
 A failing round names its seed; ``HA_SEED=<seed> pytest tests/faults/test_ha_rounds.py`` replays that
@@ -47,13 +48,14 @@ def test_seeded_fault_rounds(tmp_path, min_confirm):
             c.stop()
             _add(TOTALS, mine)
             print(f"\n--min-confirm {min_confirm}: {mine.summary()}\nall so far: {TOTALS.summary()}")
-    assert mine.lost_min_confirm == 0 and mine.silently_lost == 0
+    assert mine.lost_min_confirm == 0 and mine.silently_lost == 0 and not mine.anomalies
 
 
 def _add(into: Totals, t: Totals) -> None:
     for name in ("rounds", "acknowledged", "acknowledged_min_confirm", "lost_min_confirm", "in_lost_files",
-                 "silently_lost", "unknown", "refused", "seconds"):
+                 "silently_lost", "unknown", "refused", "seconds", "history_ops", "reads", "excused"):
         setattr(into, name, getattr(into, name) + getattr(t, name))
     into.faults.update(t.faults)
+    into.anomalies.update(t.anomalies)
     if t.smallest_gap_s is not None:
         into.smallest_gap_s = min(t.smallest_gap_s, into.smallest_gap_s or t.smallest_gap_s)

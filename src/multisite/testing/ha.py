@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from ..server.min_confirm import MIN_CONFIRM_TIMEOUT_S_DEFAULT
 from ..server.process import start_server, stop_server
 from .checks import wait_until
 from .cluster import wait_dead
+from .history import READ, WRITE, Recorder
 
 if TYPE_CHECKING:
     from .netns import Hosts
@@ -48,13 +50,17 @@ REGION = "acct"
 # a commit's answer: above the min-confirm wait; a paused primary holds the writer this long before its
 # commit counts as unknown and the writer looks for the new primary
 WRITER_TIMEOUT_S = MIN_CONFIRM_TIMEOUT_S_DEFAULT + 3.0
+READ_EVERY = 4  # after every 4th commit acknowledged the writer reads it back, and one acknowledged before
 
 
 @dataclass
 class Writer:
     """A thread committing ``(REGION, key(i), i)`` one at a time (``key(i)`` is ``(i,)``, or ``(tag, i)``
     with a tag); what was acknowledged, refused, unknown. A commit refused with MIN_CONFIRM_TIMEOUT is
-    hard on the primary but unconfirmed: its outcome is unknown, not refused."""
+    hard on the primary but unconfirmed: its outcome is unknown, not refused. Every call, and a read of
+    every ``READ_EVERY``-th acknowledged key right after its answer and of an earlier acknowledged one (a
+    failover between them shows), goes into ``history``
+    (``testing/history``) with its invocation, outcome and the value read."""
 
     addresses: str
     tag: str = ""
@@ -63,6 +69,7 @@ class Writer:
     refused: list[int] = field(default_factory=list)
     ack_times: list[tuple[float, int, str]] = field(default_factory=list)  # (monotonic, i, primary's address)
     errors: list[str] = field(default_factory=list)
+    history: Recorder = field(default_factory=Recorder)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -71,22 +78,43 @@ class Writer:
 
     def _run(self) -> None:
         db = RemoteDatabase(self.addresses, WRITER_TIMEOUT_S, failover_timeout_s=30)
+        rng = random.Random(self.tag)
         i = 0
         while not self._stop.is_set():
             i += 1
-            try:
-                seqno = db.set(REGION, self.key(i), i)
-            except (CommitOutcomeUnknown, MinConfirmTimeout):
-                self.unknown.append(i)
-                continue
-            except MultisiteError as e:
-                self.refused.append(i)
-                self.errors.append(f"{e.code}: {e.message}")
-                time.sleep(0.01)
-                continue
-            self.acked[i] = seqno
-            self.ack_times.append((time.monotonic(), i, db.address))
+            if self._commit(db, i) and i % READ_EVERY == 0:
+                self._read(db, i)
+                self._read(db, rng.choice(list(self.acked)))
         db.close()
+
+    def _commit(self, db: RemoteDatabase, i: int) -> bool:
+        """Commit ``i``; whether it was acknowledged."""
+        op = self.history.invoke("ha-writer", WRITE, self.key(i), i)
+        try:
+            seqno = db.set(REGION, self.key(i), i)
+        except (CommitOutcomeUnknown, MinConfirmTimeout):
+            self.history.unknown(op)
+            self.unknown.append(i)
+            return False
+        except MultisiteError as e:
+            self.history.fail(op)
+            self.refused.append(i)
+            self.errors.append(f"{e.code}: {e.message}")
+            time.sleep(0.01)
+            return False
+        self.history.ok(op)
+        self.acked[i] = seqno
+        self.ack_times.append((time.monotonic(), i, db.address))
+        return True
+
+    def _read(self, db: RemoteDatabase, i: int) -> None:
+        op = self.history.invoke("ha-writer", READ, self.key(i))
+        try:
+            value = db.get(REGION, self.key(i))
+        except MultisiteError:
+            self.history.unknown(op)
+            return
+        self.history.ok(op, value, read=True)
 
     def key(self, i: int) -> tuple:
         return (self.tag, i) if self.tag else (i,)

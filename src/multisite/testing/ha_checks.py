@@ -13,6 +13,11 @@ The times are the machine's wall clock, which every member shares (namespaces in
 
 **Acknowledged commits.** A writer's acknowledged commit is on the final primary, or (without
 ``--min-confirm``) in a lost file; with ``--min-confirm 1`` it is on the final primary.
+
+**The writer's history** (``history_report``, ``testing/history``): its commits and reads against the
+final primary's rows and journal: no acknowledged commit lost (without ``--min-confirm``, one in a lost
+file is excused: that is the documented price of asynchronous confirmation), nothing refused visible,
+no key journaled twice, no read that missed a commit already acknowledged to the writer.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Iterable
 
 from ..journal.lostfile import LostFile, list_lost_files
 from ..journal.reader import iter_records
+from ..values import decode_value
+from .history import Report, check
 
 
 @dataclass(frozen=True)
@@ -94,3 +101,22 @@ def unacknowledged_loss(keys: Iterable[tuple], on_primary, in_lost_files) -> tup
     ones in no lost file either (silently lost)."""
     missing = [k for k in keys if k not in on_primary]
     return missing, [k for k in missing if k not in in_lost_files]
+
+
+def journal_updates(root: Path, region: str, keys) -> list[tuple[tuple, object]]:
+    """``(key, value)`` of every update of ``region`` in a member's journal whose key is in ``keys``."""
+    out = []
+    for r in iter_records(Path(root) / "journal"):
+        for u in r.updates:
+            if u.region == region and tuple(u.key) in keys and u.value is not None:
+                out.append((tuple(u.key), decode_value(u.value)))
+    return out
+
+
+def history_report(history, keys: set, on_primary: dict, in_lost_files: set, applied, *,
+                   min_confirm: bool) -> Report:
+    """The writer's history (its ``keys``) against the final primary's rows and journal; without
+    ``min_confirm`` an acknowledged commit in a lost file is excused, not lost."""
+    excused = set() if min_confirm else {o.value for o in history if o.key in in_lost_files}
+    return check(history, {k: v for k, v in on_primary.items() if k in keys}, applied=applied, keys=keys,
+                 excused=excused)

@@ -25,7 +25,10 @@ identical again:
   silently lost), and a commit the writer saw refused is nowhere;
 - never two primaries at once (``ha_checks.check_one_primary_at_a_time``, from the journals and lost
   files of every member);
-- all members identical (``HACluster.wait_identical``).
+- all members identical (``HACluster.wait_identical``);
+- the writer's history (its commits, and reads of keys it was acknowledged) through
+  ``ha_checks.history_report``: no lost write, phantom, key journaled twice or stale read after its own
+  write (``testing/history``).
 
 With ``--min-confirm 1`` the primary's host is never lost together with a secondary's: the one member
 left could confirm nothing, and every commit would wait out MIN_CONFIRM_TIMEOUT until one returns.
@@ -43,8 +46,9 @@ from typing import Callable
 from ..errors import CoordinatorUnavailable
 from ..ha.coordinator import Coordinator
 from .etcd import EtcdCluster
-from .ha import HACluster, Writer
-from .ha_checks import check_one_primary_at_a_time, leadership_periods, unacknowledged_loss
+from .ha import REGION, HACluster, Writer
+from .ha_checks import (check_one_primary_at_a_time, history_report, journal_updates, leadership_periods,
+                        unacknowledged_loss)
 
 PRIMARY_FAULTS = ("kill_primary", "pause_primary", "switchover", None)
 OTHER_FAULTS = ("kill_etcd", "kill_secondary", None)
@@ -103,6 +107,10 @@ class Totals:
     refused: int = 0
     seconds: float = 0.0
     smallest_gap_s: float | None = None  # between two leaders' commits, over all rounds
+    history_ops: int = 0  # the writers' calls checked by the history checker (commits and reads)
+    reads: int = 0
+    anomalies: Counter = field(default_factory=Counter)  # by kind: must stay empty
+    excused: int = 0  # acknowledged without --min-confirm, in a lost file (and reads that missed them)
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
@@ -111,7 +119,9 @@ class Totals:
                 f"of which lost: {self.lost_min_confirm}); without it {self.in_lost_files} in lost files, "
                 f"{self.silently_lost} silently lost; {self.unknown} outcomes unknown, {self.refused} refused; "
                 f"smallest gap between two primaries' commits "
-                + (f"{self.smallest_gap_s:.3f} s" if self.smallest_gap_s is not None else "(one primary only)"))
+                + (f"{self.smallest_gap_s:.3f} s" if self.smallest_gap_s is not None else "(one primary only)")
+                + f"; history: {self.history_ops} operations ({self.reads} reads), anomalies "
+                  f"{dict(self.anomalies) or 'none'}, {self.excused} excused")
 
 
 class _Round:
@@ -238,6 +248,20 @@ def _check(c: HACluster, w: Writer, p: Plan, totals: Totals) -> None:
     rows = c.rows(primary)
     present = [i for i in w.refused if w.key(i) in rows]
     assert not present, f"commits refused to the writer are on the primary: {present[:10]}"
+    _check_history(c, w, p, primary, rows, totals)
     gap = check_one_primary_at_a_time(leadership_periods(c.root(n) for n in c.names))
     if gap is not None:
         totals.smallest_gap_s = gap if totals.smallest_gap_s is None else min(gap, totals.smallest_gap_s)
+
+
+def _check_history(c: HACluster, w: Writer, p: Plan, primary: str, rows: dict, totals: Totals) -> None:
+    """The writer's history against the final primary (``ha_checks.history_report``)."""
+    h = w.history.history()
+    keys = {o.key for o in h}
+    report = history_report(h, keys, rows, c.lost_rows(), journal_updates(c.root(primary), REGION, keys),
+                            min_confirm=bool(p.min_confirm))
+    totals.history_ops += report.ops
+    totals.reads += sum(n for k, n in report.counts.items() if k.startswith("read"))
+    totals.anomalies.update(report.by_kind())
+    totals.excused += report.excused
+    report.assert_clean(f"seed {p.seed}")
