@@ -4,7 +4,10 @@ and the session's responder), SIGKILLs B (the initiator, mid-apply), or cuts the
 moment. After the rounds and two clean sessions the checker asks: every write A acknowledged is on
 both servers (no acknowledged write lost), the replicas are identical version for version, there is
 no conflict document (a single writer: a session applied twice, or out of order, would show up as a
-divergence) and each document's entry in the change feed appears once.
+divergence) and each document's entry in the change feed appears once. The writer's history
+(``testing/history``: each create and update with its invocation and outcome, ok / fail / unknown) is
+checked on both servers' final documents: no lost write, no phantom (a document or a value of a call
+that never reached A), no document created twice.
 
 A failing round replays from its seed: ``MULTIMASTER_FAULT_SEED=<seed> pytest ...``.
 """
@@ -18,15 +21,18 @@ import time
 
 from multisite.errors import MultisiteError
 from multisite.multimaster.server.process import call
-from multisite.testing.docservers import DocCluster
+from multisite.testing.docservers import DocCluster, call_outcome, doc_state
 from multisite.testing.faultproxy import ProxyProcess
+from multisite.testing.history import FAIL, WRITE, Recorder, check
 
 ROUNDS = 20
+DOCS_PER_CREATE = 50
 SEED = int(os.environ.get("MULTIMASTER_FAULT_SEED", "12"))
 
 
 class Writer(threading.Thread):
-    """Creates and updates documents on A through its server; records what A acknowledged."""
+    """Creates and updates documents on A through its server; records what A acknowledged, and every
+    call in ``history``: the ``j``-th document of create ``w`` carries ``w`` and ``j`` in its fields."""
 
     def __init__(self, node, rng: random.Random) -> None:
         super().__init__(daemon=True)
@@ -35,23 +41,47 @@ class Writer(threading.Thread):
         self.acked_v: dict[str, int] = {}
         self.stop = threading.Event()
         self.errors = 0
+        self.history = Recorder()
 
     def run(self) -> None:
-        v = 0
+        v = w = 0
         while not self.stop.is_set():
-            try:
-                if self.acked_new and self.rng.random() < 0.4:
-                    u = self.rng.choice(sorted(self.acked_new))
-                    v += 1
-                    call(self.node.home, "doc.update", timeout=5, db="P", unid=u, fields={"v": v})
-                    self.acked_v[u] = v
-                else:
-                    us = call(self.node.home, "doc.create_many", timeout=5, db="P", form="F",
-                              docs=[{"v": 0, "pad": "x" * 64} for _ in range(50)])
-                    self.acked_new.update(us)
-            except MultisiteError:
-                self.errors += 1  # A is down or restarting: not acknowledged, nothing to check
-                time.sleep(0.02)
+            if self.acked_new and self.rng.random() < 0.4:
+                v += 1
+                self._update(self.rng.choice(sorted(self.acked_new)), v)
+            else:
+                w += 1
+                self._create(w)
+
+    def _create(self, w: int) -> None:
+        ops = [self.history.invoke("mm-writer", WRITE, ("new", w, j), (w, j)) for j in range(DOCS_PER_CREATE)]
+        try:
+            us = call(self.node.home, "doc.create_many", timeout=5, db="P", form="F",
+                      docs=[{"v": 0, "w": w, "j": j, "pad": "x" * 64} for j in range(DOCS_PER_CREATE)])
+        except MultisiteError as e:
+            self._failed(ops, e)
+            return
+        for op in ops:
+            self.history.ok(op)
+        self.acked_new.update(us)
+
+    def _update(self, u: str, v: int) -> None:
+        op = self.history.invoke("mm-writer", WRITE, ("v", u), v)
+        try:
+            call(self.node.home, "doc.update", timeout=5, db="P", unid=u, fields={"v": v})
+        except MultisiteError as e:
+            self._failed([op], e)
+            return
+        self.history.ok(op)
+        self.acked_v[u] = v
+
+    def _failed(self, ops: list[int], e: MultisiteError) -> None:
+        """A is down or restarting: not acknowledged (sent and unanswered: its outcome is unknown)."""
+        self.errors += 1
+        outcome = call_outcome(e)
+        for op in ops:
+            (self.history.fail if outcome == FAIL else self.history.unknown)(op)
+        time.sleep(0.02)
 
 
 def _docs(node):
@@ -103,6 +133,12 @@ def test_kills_and_cuts_during_sessions_lose_nothing_and_apply_nothing_twice(tmp
             assert da[u]["fields"]["v"] >= v and db_[u]["fields"]["v"] >= v, f"seed {SEED}: update {v} of {u} lost"
         assert da == db_, f"seed {SEED}: the replicas differ"
         assert not any(d["conflict"] for d in da.values()), f"seed {SEED}: a divergence (applied twice or out of order)"
+        h = writer.history.history()
+        for name, docs in (("A", da), ("B", db_)):
+            final, made = doc_state(docs)
+            report = check(h, final, applied=made, initial={("v", u): 0 for u in docs})
+            report.assert_clean(f"seed {SEED}, {name}")
+        print(f"seed {SEED}: {ROUNDS} rounds ({', '.join(kinds)}); history on A and B: {report.summary()}")
         dc.stop_all()
         from multisite.multimaster.server import docdb
         for n in (a, b):

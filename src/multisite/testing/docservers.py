@@ -7,6 +7,10 @@
 
 Each server has a home ``root/<name>`` and its databases in ``root/<name>-<title>``; ``kill`` SIGKILLs
 one (the databases stay), ``restart`` starts it again on the same port.
+
+For the history checker (``testing/history``): ``call_outcome`` says what a failed control call means
+for its operation (never sent, refused, or unknown), and ``doc_state`` turns a server's documents into
+the state the writers' histories are checked against.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import MultisiteError
 from ..multimaster.server import docdb
 from ..multimaster.server.process import call, start_docserver, stop_docserver
 
@@ -97,3 +102,33 @@ class DocCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
+
+
+# How a control call that raised ended: the request never left, or the server answered with a refusal
+# (``fail``); the connection broke or timed out after the request was sent (``unknown``).
+_NOT_SENT = ("no document server is running", "cannot reach the document server")
+_NO_ANSWER = ("closed the control connection", "did not answer", "control connection to the document server")
+
+
+def call_outcome(e: MultisiteError) -> str:
+    """``fail`` or ``unknown`` for a control call that raised ``e`` (see above)."""
+    text = str(e)
+    if any(m in text for m in _NOT_SENT):
+        return "fail"
+    return "unknown" if any(m in text for m in _NO_ANSWER) else "fail"
+
+
+def doc_state(docs: dict, tag_fields: tuple[str, str] = ("w", "j"), value_field: str = "v") -> tuple[dict, list]:
+    """From a server's documents (UNID -> ``doc.list`` entry): the final state as the writer records it
+    (``("new", w, j") -> (w, j)`` for a document its create ``w`` made as the ``j``-th, and
+    ``("v", unid) -> fields[value_field]``) and the created documents as a log (each must appear once)."""
+    final, made = {}, []
+    for unid, d in docs.items():
+        f = d["fields"]
+        if tag_fields[0] in f:
+            key = ("new", f[tag_fields[0]], f[tag_fields[1]])
+            final[key] = (f[tag_fields[0]], f[tag_fields[1]])
+            made.append((key, final[key]))
+        if value_field in f:
+            final[("v", unid)] = f[value_field]
+    return final, made
