@@ -48,6 +48,7 @@ SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "rep
                      ("multimaster", "couch_errors"): set(),
                      ("multimaster", "couch_atts"): {"multimaster.couch_errors"},
                      ("multimaster", "couch_selector"): {"multimaster.couch_errors"},
+                     ("multimaster", "couch_session"): {"multimaster.couch_errors"},
                      ("multimaster", "session"): {"multimaster.conflicts", "multimaster.document", "multimaster.ids",
                                                   "multimaster.wire"}}
 

@@ -45,8 +45,6 @@ from typing import Any
 
 import msgspec
 
-from .couch_atts import ATT_PREFIX, has_stubs, incoming, render, resolve
-from .couch_errors import CouchError, bad_request
 from .conflicts import (
     Kind,
     conflict_document,
@@ -56,6 +54,8 @@ from .conflicts import (
     reconcile,
     superseded,
 )
+from .couch_atts import ATT_PREFIX, has_stubs, incoming, render, resolve
+from .couch_errors import CouchError, bad_request
 from .document import CONFLICT_FIELD, COUCH_ID_FIELD, KEPT_WHEN_DELETED, REF_FIELD, Doc
 from .ids import MAX_SEQ, Stamp
 

@@ -38,8 +38,24 @@ function replicationOpts(opts) {
   return o;
 }
 
-function remote(url) {
-  return new PouchDB(url, {skip_setup: false});
+const jars = {};  // a cookie session's AuthSession cookie, kept and renewed as a browser keeps it
+
+function cookieFetch(jar) {
+  return async (url, options) => {
+    if (jar.cookie) options.headers.set('Cookie', jar.cookie);
+    const r = await fetch(url, options);
+    const set = r.headers.get('set-cookie');
+    if (set) {
+      const v = set.split(';')[0];
+      jar.cookie = v.endsWith('=') ? null : v;
+    }
+    return r;
+  };
+}
+
+function remote(url, session) {
+  if (!session) return new PouchDB(url, {skip_setup: false});
+  return new PouchDB(url, {skip_setup: false, fetch: cookieFetch(jars[session])});
 }
 
 const ops = {
@@ -71,10 +87,21 @@ const ops = {
     return r.rows.map((x) => x.doc);
   },
   async info({name}) { return db(name).info(); },
-  async replicate({name, url, direction, opts}) {
+  async login({session, url, name, password}) {  // POST /_session; later commands name the session
+    jars[session] = {cookie: null};
+    const r = await cookieFetch(jars[session])(url, {method: 'POST', headers: new Headers({'Content-Type': 'application/json'}),
+      body: JSON.stringify({name, password})});
+    return {status: r.status, body: await r.json(), cookie: jars[session].cookie};
+  },
+  async session_get({session, url}) {
+    const r = await cookieFetch(jars[session])(url, {method: 'GET', headers: new Headers()});
+    return {status: r.status, body: await r.json()};
+  },
+  async replicate({name, url, direction, opts, session}) {
     const t = process.hrtime.bigint();
     const o = replicationOpts(opts);
-    const rep = direction === 'to' ? PouchDB.replicate(db(name), remote(url), o) : PouchDB.replicate(remote(url), db(name), o);
+    const rep = direction === 'to' ? PouchDB.replicate(db(name), remote(url, session), o)
+      : PouchDB.replicate(remote(url, session), db(name), o);
     record(name, rep);
     const res = await rep;
     return {ok: res.ok, docs_read: res.docs_read, docs_written: res.docs_written,

@@ -13,14 +13,9 @@ A database's name in URLs is ``couch.db_name(title)`` (its title in lower case, 
 ``-``); two served databases with one name are refused at start. ``PUT /{db}`` of a new name makes a
 new database in ``HOME/couch/<name>`` and serves it (an admin's right, or anyone's with no users).
 
-Who may do what: a database's users are those of its directory (``DIR/users.json``, made by
-``multisite user add DIR NAME --role R``: a database directory is an instance), by HTTP basic
-authentication; a user's access is the database's ACL entry of its name, else ``*``'s (as a server's
-is), and at most ``reader`` for a ``read-only`` user. A database without users is open: every request
-has ``*``'s access; one with users answers an anonymous request 401. ``none`` shows nothing (401, or
-403 when logged in; the database is left out of ``_all_dbs``), ``reader`` reads and keeps checkpoints
-(``_local``), ``writer`` also writes. Creating a database takes an ``admin`` user of a served database,
-or no users anywhere.
+Who may do what is ``couch_auth.py``'s: basic authentication and cookie sessions (``/_session``)
+against each database's users (``DIR/users.json``), mapped to its ACL. Creating a database takes an
+``admin`` user of a served database, or no users anywhere.
 
 Bounds: a request body is at most ``MAX_REQUEST_BYTES`` and a document ``couch.MAX_DOCUMENT_BYTES``
 (413 either way, nothing written); a longpoll or continuous feed waits at most
@@ -30,7 +25,6 @@ Bounds: a request body is at most ``MAX_REQUEST_BYTES`` and a document ``couch.M
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import logging
 import time
@@ -43,18 +37,17 @@ from aiohttp import web
 
 from ... import __version__
 from ...errors import ConfigError, MultisiteError
-from ...instance.users import UserFile
 from ...net.tls import TLSConfig, parse_hostport
 from .. import couch
 from ..couch import CouchError
 from . import couch_attach, couch_docs, couch_feed
 from . import docdb as docdb_mod
-from .docdb_files import record_served_by
+from .couch_auth import CouchAuth, Cred
 from .couch_io import ERROR_STATUS, MAX_REQUEST_BYTES, json_response, read_body
 from .docdb import DocDB
+from .docdb_files import record_served_by
 
 COUNT_REFRESH_S = 10.0  # GET /{db}'s doc_count is at most this old (a scan of the database)
-AUTH_CACHE_S = 300.0  # a verified password is not hashed again for this long (Argon2: ~30 ms each)
 
 
 class CouchServer:
@@ -63,9 +56,8 @@ class CouchServer:
     def __init__(self, ds: Any, listen: str, tls: TLSConfig | None = None):
         self.ds, self.listen, self.tls = ds, listen, tls
         self.log = logging.getLogger("multisite.docserver.couch")
-        self._users: dict[str, UserFile] = {}
+        self.auth = CouchAuth(ds, secure=tls is not None)
         self.uuid = hashlib.sha256(f"multisite-docserver|{ds.name}".encode()).hexdigest()[:32]
-        self._verified: dict[tuple, tuple[Any, float, Any]] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._counts: dict[str, tuple[float, int, tuple[int, int]]] = {}
         self._watched: set[str] = set()
@@ -91,7 +83,7 @@ class CouchServer:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         for db in list(self.ds.dbs.values()):
             self._watch(db)
-        open_dbs = [couch.db_name(db.title) for db in self.ds.dbs.values() if not len(self._table(db))]
+        open_dbs = [couch.db_name(db.title) for db in self.ds.dbs.values() if not len(self.auth.table(db))]
         if open_dbs:
             self.log.warning("CouchDB endpoints on %s:%d take anonymous requests to %s (no DIR/users.json): "
                              "their '*' ACL entry decides", host, self.port, ", ".join(sorted(open_dbs)))
@@ -108,7 +100,7 @@ class CouchServer:
         ev = self._changed.setdefault(db.db_id, asyncio.Event())
         db.add_listener(lambda n: self.loop.call_soon_threadsafe(ev.set))
 
-    # -- names, users, access ---------------------------------------------------------------------
+    # -- names ----------------------------------------------------------------------------------
     def names(self) -> dict[str, DocDB]:
         out: dict[str, DocDB] = {}
         for db in self.ds.dbs.values():
@@ -119,75 +111,15 @@ class CouchServer:
             out[name] = db
         return out
 
-    def _table(self, db: DocDB) -> Any:
-        uf = self._users.get(db.db_id)
-        if uf is None:
-            uf = self._users[db.db_id] = UserFile(db.path)
-        return uf.current()
-
-    @staticmethod
-    def _credentials(request: web.Request) -> tuple[str, str] | None:
-        header = request.headers.get("Authorization", "")
-        if not header.lower().startswith("basic "):
-            return None
-        try:
-            name, _, secret = base64.b64decode(header[6:].strip()).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            raise CouchError(400, "bad_request", "Malformed Authorization header") from None
-        return name, secret
-
-    async def _verify(self, table: Any, cred: tuple[str, str]) -> Any:
-        """The user of ``table`` whom ``cred`` names, if the password is right (cached a while: Argon2)."""
-        key = (id(table), cred[0], hashlib.sha256(cred[1].encode()).digest())
-        hit = self._verified.get(key)
-        if hit is not None and hit[2] is table and hit[1] > time.monotonic():
-            return hit[0]
-        user = await asyncio.to_thread(table.verify, *cred)
-        if len(self._verified) > 10_000:
-            self._verified.clear()
-        self._verified[key] = (user, time.monotonic() + AUTH_CACHE_S, table)
-        return user
-
-    async def _access(self, db: DocDB, cred: tuple[str, str] | None) -> str:
-        """``none``, ``reader``, ``writer``; ``anonymous`` or ``badauth`` where the database has users."""
-        table = self._table(db)
-        if not len(table):
-            return db.acl().get("*", "none")
-        if cred is None:
-            return "anonymous"
-        user = await self._verify(table, cred)
-        if user is None:
-            return "badauth"
-        a = db.access(user.name)
-        return "reader" if a == "writer" and user.role == "read-only" else a
-
-    async def _check(self, db: DocDB, cred: tuple[str, str] | None, need: str) -> None:
-        a = await self._access(db, cred)
-        if a == "anonymous":
-            raise CouchError(401, "unauthorized", "You are not authorized to access this db.")
-        if a == "badauth":
-            raise CouchError(401, "unauthorized", "Name or password is incorrect.")
-        if a == "none":
-            raise CouchError(403, "forbidden", "You are not allowed to access this db.")
-        if need == "writer" and a != "writer":
-            raise CouchError(403, "forbidden", "You are not allowed to write to this db (the ACL makes you a reader).")
-
-    async def _who(self, cred: tuple[str, str] | None) -> Any:
-        """The user ``cred`` names in some served database's users (its first), or None."""
-        if cred is None:
-            return None
-        for db in list(self.ds.dbs.values()):
-            table = self._table(db)
-            if len(table) and (user := await self._verify(table, cred)) is not None:
-                return user
-        return None
-
     # -- dispatch ---------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
             if request.method == "OPTIONS":
                 return self._cors(request, web.Response(status=200))
-            return self._cors(request, await self._route(request))
+            cred = self.auth.credentials(request)
+            resp = await self._route(request, cred)
+            self.auth.renew(cred, resp)
+            return self._cors(request, resp)
         except CouchError as e:
             return self._cors(request, json_response(e.body(), e.status))
         except MultisiteError as e:
@@ -208,11 +140,10 @@ class CouchServer:
                                  "Access-Control-Allow-Headers": "accept, authorization, content-type, origin, referer"})
         return resp
 
-    async def _route(self, request: web.Request) -> web.StreamResponse:
+    async def _route(self, request: web.Request, cred: Cred | None) -> web.StreamResponse:
         parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]
         if parts and parts[-1] == "" and len(parts) > 1:
             parts.pop()
-        cred = self._credentials(request)
         m = request.method
         if parts in ([], [""]):
             return json_response({"couchdb": "Welcome", "version": "3.3.3", "uuid": self.uuid,
@@ -220,12 +151,9 @@ class CouchServer:
         top = parts[0]
         if top == "_all_dbs":
             return json_response(sorted([n for n, db in self.names().items()
-                                 if await self._access(db, cred) in ("reader", "writer")]))
+                                 if await self.auth.access(db, cred) in ("reader", "writer")]))
         if top == "_session":
-            user = await self._who(cred)
-            return json_response({"ok": True, "userCtx": {"name": user.name if user else None,
-                                                  "roles": ["_admin"] if user and user.role == "admin" else []},
-                          "info": {"authentication_handlers": ["default"], "authenticated": "default" if user else None}})
+            return await self.auth.session(request, cred)
         if top == "_up":
             return json_response({"status": "ok"})
         if top.startswith("_"):
@@ -238,7 +166,7 @@ class CouchServer:
         rest = parts[1:]
         need = "writer" if m in ("PUT", "POST", "DELETE") and rest[0] not in (
             "_revs_diff", "_bulk_get", "_all_docs", "_changes", "_ensure_full_commit", "_local") else "reader"
-        await self._check(db, cred, need)
+        await self.auth.check(db, cred, need)
         return await self._db_op(request, db, rest)
 
     async def _db_op(self, request: web.Request, db: DocDB, rest: list[str]) -> web.StreamResponse:
@@ -276,8 +204,8 @@ class CouchServer:
             if db is not None:
                 raise CouchError(412, "file_exists", "The database could not be created, the file already exists.")
             couch.check_db_name(name)
-            if any(len(self._table(d)) for d in list(self.ds.dbs.values())):
-                user = await self._who(cred)
+            if any(len(self.auth.table(d)) for d in list(self.ds.dbs.values())):
+                user = await self.auth.who(cred)
                 if user is None or user.role != "admin":
                     raise CouchError(401 if user is None else 403, "unauthorized" if user is None else "forbidden",
                                      "You are not a server admin.")
@@ -285,9 +213,9 @@ class CouchServer:
             return json_response({"ok": True}, 201)
         if db is None:
             raise CouchError(404, "not_found", "Database does not exist.")
-        await self._check(db, cred, "reader")
+        await self.auth.check(db, cred, "reader")
         if m == "POST":
-            await self._check(db, cred, "writer")
+            await self.auth.check(db, cred, "writer")
             body = await read_body(request)
             if not isinstance(body, dict):
                 raise couch.bad_request("Document must be a JSON object")
