@@ -103,7 +103,7 @@ def shrink(family: Family, seed: int, steps: list[Step], invariant: str) -> list
     """The shortest list found that still breaks ``invariant``: the prefix to the failing step, then
     chunks removed (halves, quarters, ... single steps) while it still fails (delta debugging, one
     pass per chunk size, within ``SHRINK_REPLAYS_MAX`` replays)."""
-    budget = SHRINK_REPLAYS_MAX
+    budget = getattr(family, "shrink_replays", SHRINK_REPLAYS_MAX)
     chunk = max(1, len(steps) // 2)
     while chunk >= 1 and budget > 0:
         i = 0
