@@ -1,7 +1,8 @@
 """Act 5 of the demo (the grid), run on its own: a catalog and three containers as processes on
 127.0.0.1, a writer through the grid client, a SIGKILLed container, the key-by-key comparison, and a
-commit refused by the vote that is visible nowhere. The act's own checks decide; the test also reads
-its story."""
+commit refused by the vote that is visible nowhere; then the same grid on a 3-member etcd with two
+catalogs, the leading one SIGKILLed under the writer, then a container (issue 24). The act's own
+checks decide; the test also reads its story."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_the_grid_act_passes_and_tells_its_story(tmp_path: Path):
     text = out.getvalue()
     logs = "".join(f"\n===== {f.relative_to(tmp_path)} (last 30 lines)\n"
                    + "\n".join(f.read_text(errors="replace").splitlines()[-30:])
-                   for f in sorted(tmp_path.glob("grid/*/log/*.log")))
+                   for f in sorted([*tmp_path.glob("grid/*/log/*.log"), *tmp_path.glob("grid-etcd/*/log/*.log")]))
     assert ok, f"the grid act failed:\n{text}{logs}"
     flat = " ".join(text.split())  # immune to line wrapping
     for phrase in ("Act 5: the grid", "catalog: pid", "container A: pid", "container B: pid", "container C: pid",
@@ -42,4 +43,17 @@ def test_the_grid_act_passes_and_tells_its_story(tmp_path: Path):
     assert len(on_disk) == len(CONTAINERS), text
     assert re.search(r"get \('refused',\): absent OK; p\d+ takes commits again", flat), text
     assert list(tmp_path.glob("grid/A/demo-p*")), "the shards live under the act's root"
+    # the scene on etcd: the follower took over, named by its own status, while the writer went on
+    scene = flat[flat.index("No single point of failure"):]
+    for phrase in ("etcd: 3 members at", "catalog k1: pid", "catalog k2: pid", "registered in etcd",
+                   "the leader, after", "the writer went on meanwhile", "lost: its lease in etcd ended",
+                   "promoted to primary", "the new primaries take commits", "shards of 8 partitions compared key by key",
+                   "identical, OK", "etcd scene in"):
+        assert phrase in scene, f"missing {phrase!r} in the etcd scene's output:\n{text}"
+    took = re.search(r"SIGKILL catalog (k[12]) \(pid \d+\), the leader.*?catalog (k[12]) leads ([\d.]+) s after the "
+                     r"SIGKILL \(its status: leader \2, answered by \2\); the writer went on meanwhile: ([\d,]+) commits "
+                     r"acknowledged", scene)
+    assert took and took[1] != took[2], text
+    assert int(took[4].replace(",", "")) > 0, "no commit while the catalogs changed leader"
+    assert re.search(r"leading catalog: (k[12]|none) \(was k[12]", scene), text
     assert act_grid in ACTS  # `multisite demo` plays it

@@ -16,7 +16,9 @@ them in order, every act even after a failure, and passes only if all of them do
   writer through the grid client with a live table of placement and backlog, a container SIGKILLed
   mid-run (promotion, new epochs, the container placed again), every partition's shards compared key
   by key; then a commit refused with ``ReplicationVotedToRollback`` with the only synchronous replica
-  stopped, visible nowhere, also after every process restarts.
+  stopped, visible nowhere, also after every process restarts; last, the same grid on a 3-member
+  etcd with two catalogs: the leading catalog SIGKILLed under the writer (the other one takes over,
+  the writer goes on), then a container (``grid_etcd``).
 - Act 6, ``delivery``: guaranteed message delivery: a consolidated instance and three remote sites
   exchange changes both ways through the file transport, one remote's messages delayed, duplicated
   and reordered, another offline for a while; every site ends with exactly its subscribed rows.

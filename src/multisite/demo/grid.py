@@ -27,20 +27,22 @@ change, and a primary whose partition moves while it waits to report that vote t
 up its container's assignments today (``grid.server.container._session`` awaits ``apply``, which
 awaits the primary, which awaits a HeartbeatAck that only ``_session`` reads).
 
-The live table is ``grid_board.GridBoard``; here are the processes, the writer and the act's story.
+Last, the same grid runs on a 3-member etcd with two catalogs, and the leading catalog is SIGKILLed
+under the writer, then a container (``grid_etcd.py``).
+
+The live table is ``grid_board.GridBoard``; the writer and what the scenes share are in
+``grid_parts.py``; here are the processes and the act's first two scenes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from rich import box
 from rich.console import Console
@@ -48,29 +50,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import grid as grid_api
-from ..engine import open as open_db
-from ..errors import CommitOutcomeUnknown, MultisiteError, ReplicationVotedToRollback
-from ..grid.routing import partition_of
+from ..errors import MultisiteError, ReplicationVotedToRollback
 from ..net import control
 from ..grid.server.container import shard_dir
 from ..grid.server.process import catalog_status, start_catalog, start_container, stop_process
 from .grid_board import PHASE_TIMEOUT_S, REFRESH_S, ActFailed, GridBoard
+from .grid_etcd import scene_etcd
+from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, KEYS, MAP, PARTITIONS, RATE_PER_S,
+                         GridWriter, caught_up, placed, read_shard, reap)
 
-GRID = "demo"
-MAP = "m"
-PARTITIONS = 8
-GRID_TOML = f"""name = "{GRID}"
-partitions = {PARTITIONS}
-min_sync = 1
-max_sync = 1
-max_async = 1
-
-[maps.{MAP}]
-"""
-CONTAINERS = ("A", "B", "C")
-HEARTBEAT_TIMEOUT_S = 1.0
-KEYS = 400  # first subscripts the writer spreads over the partitions
-RATE_PER_S = 150  # offered by the writer: a steady story on a fast or a slow machine
 KILL_AFTER_S = 3.0  # of writing before the SIGKILL ...
 KILL_AFTER = 100  # ... and at least this many acknowledged commits
 DOWN_MIN_S = 2.5  # the killed container stays down at least this long, so that the table shows it
@@ -115,7 +103,7 @@ class GridProcesses:
         os.kill(pid, sig)
         if sig == signal.SIGKILL:
             self.pids[name] = None
-            _reap(pid)
+            reap(pid)
         return pid
 
     def stop(self, name: str) -> None:
@@ -135,7 +123,7 @@ class GridProcesses:
             except (MultisiteError, OSError):
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    _reap(pid)
+                    reap(pid)
                 except OSError:
                     pass
                 self.pids[name] = None
@@ -147,123 +135,17 @@ class GridProcesses:
             return None
 
 
-def _reap(pid: int) -> None:
-    """Collect a killed child (the processes are ours: no zombie left for the rest of the demo)."""
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-
-
-# -- the application ----------------------------------------------------------------------------------
-class GridWriter:
-    """Puts ``{"n": n}`` under ``(f"k{i}",)`` at a steady rate through the grid client, from a thread.
-
-    It remembers the last acknowledged value of each key, and apart from them the values whose commit
-    was refused by the vote (they must be nowhere) and those whose answer was lost (they may or may not
-    be there, until a later acknowledged write of the same key)."""
-
-    def __init__(self, catalog: str, *, seed: int = 5) -> None:
-        self.catalog = catalog
-        self.rng = random.Random(seed)
-        self.acked: dict[tuple, dict] = {}
-        self.unknown: dict[tuple, list[dict]] = {}  # values that may be there, since the last acked one
-        self.refused: list[tuple[tuple, dict]] = []
-        self.committed = self.refusals = self.unknowns = 0
-        self.acked_at: dict[int, list[float]] = {}  # partition -> monotonic times of its acknowledged commits
-        self.first_refusal = self.first_unknown = ""
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-grid-writer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 35.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        try:
-            with grid_api.connect(self.catalog, timeout_s=PHASE_TIMEOUT_S) as g:
-                t0 = time.monotonic()
-                n = 0
-                while not self._stop.wait(max(0.0, t0 + n / RATE_PER_S - time.monotonic())):
-                    n += 1
-                    key, value = (f"k{self.rng.randrange(KEYS)}",), {"n": n}
-                    try:
-                        g.put(MAP, key, value)
-                    except ReplicationVotedToRollback as e:
-                        self.refused.append((key, value))
-                        self.refusals += 1
-                        self.first_refusal = self.first_refusal or str(e)
-                    except CommitOutcomeUnknown as e:
-                        self.unknown.setdefault(key, []).append(value)
-                        self.unknowns += 1
-                        self.first_unknown = self.first_unknown or str(e)
-                    else:
-                        self.acked_at.setdefault(g.partition_of(key), []).append(time.monotonic())
-                        self.acked[key] = value
-                        self.unknown.pop(key, None)
-                        self.committed += 1
-        except BaseException as e:  # reported by the act, which owns the console
-            self.error = e
-
-    def first_ack_after(self, partition: int, t: float) -> float | None:
-        return next((a for a in self.acked_at.get(partition, ()) if a > t), None)
-
-    def check(self, partition: int, data: dict[tuple, Any]) -> tuple[int, int, int]:
-        """Against one shard of ``partition``: (acknowledged last values missing or replaced, refused
-        values present, values nobody wrote or that belong elsewhere)."""
-        mine = {k: v for k, v in self.acked.items() if partition_of(k, PARTITIONS) == partition}
-        wrong = sum(1 for k, v in mine.items() if data.get(k) != v and data.get(k) not in self.unknown.get(k, ()))
-        refused = {v["n"] for _, v in self.refused}
-        present = sum(1 for v in data.values() if isinstance(v, dict) and v.get("n") in refused)
-        allowed = {k: [v, *self.unknown.get(k, ())] for k, v in mine.items()}
-        for k, vs in self.unknown.items():
-            if partition_of(k, PARTITIONS) == partition:
-                allowed.setdefault(k, list(vs))
-        strange = sum(1 for k, v in data.items() if v not in allowed.get(k, ())
-                      and not (isinstance(v, dict) and v.get("n") in refused))
-        return wrong, present, strange
-
-
-# -- what "settled" means -------------------------------------------------------------------------------
-def _placed(st: dict, n_up: int) -> bool:
-    """Every partition has a primary up, its synchronous replica current and, with three containers
-    up, an asynchronous replica; every container up applied the placement."""
-    up = {c["name"] for c in st["containers"] if c["up"]}
-    if len(up) != n_up or any(c["applied_version"] != st["version"] for c in st["containers"] if c["up"]):
-        return False
-    for p in st["partitions"]:
-        if p["primary"] not in up or not p["sync"] or set(p["sync"]) != set(p["current"]):
-            return False
-        if n_up >= 3 and not p["async"]:
-            return False
-    return True
-
-
-def _caught_up(st: dict) -> bool:
-    """Every shard at its primary's seqno."""
-    for p in st["partitions"]:
-        s = p["seqnos"]
-        shards = [p["primary"], *p["sync"], *p["async"]]
-        if any(c not in s for c in shards) or len({s[c] for c in shards}) != 1:
-            return False
-    return True
-
-
 # -- the act ----------------------------------------------------------------------------------------------
 def act_grid(console: Console, root: Path) -> bool:
-    console.rule("[bold]Act 5: the grid: 8 partitions on 3 containers, a SIGKILLed container, a refused commit")
+    console.rule("[bold]Act 5: the grid: 8 partitions on 3 containers, a SIGKILLed container, a refused commit, "
+                 "a SIGKILLed catalog on etcd")
     procs = GridProcesses(root / "grid")
     writer: GridWriter | None = None
     try:
         _start(console, procs)
         writer = GridWriter(procs.catalog)
         with GridBoard(console, procs, writer) as board:
-            board.wait_until(lambda st: _placed(st, 3), "the placement settling")
+            board.wait_until(lambda st: placed(st, 3), "the placement settling")
             writer.start()
             board.event(f"writer started: single puts at {RATE_PER_S}/s over {KEYS} keys through "
                         f"multisite.grid.connect({procs.catalog!r})")
@@ -277,7 +159,7 @@ def act_grid(console: Console, root: Path) -> bool:
                 raise ActFailed(f"the writer failed: {writer.error!r}")
             board.event(f"writer stopped: {writer.committed:,} acknowledged, {writer.refusals:,} refused by the "
                         f"vote, {writer.unknowns:,} with an unknown outcome")
-            final = board.wait_until(lambda st: _placed(st, 3) and _caught_up(st), "every backlog reaching 0")
+            final = board.wait_until(lambda st: placed(st, 3) and caught_up(st), "every backlog reaching 0")
             board.event("[bold green]every replica holds every committed transaction[/]")
         procs.stop_all()
         console.print("catalog and containers stopped cleanly; comparing each partition's shards ...")
@@ -290,9 +172,11 @@ def act_grid(console: Console, root: Path) -> bool:
         if writer is not None:
             writer.stop()
         procs.stop_all()
-    ok = same and refused
+    etcd = scene_etcd(console, root)
+    ok = same and refused and etcd
     console.print("[bold green]grid: every acknowledged write survived the SIGKILL on every shard of its partition, "
-                  "and the refused commit left no trace[/]" if ok else "[bold red]GRID CHECK FAILED[/]")
+                  "the refused commit left no trace, and the grid on etcd lost its leading catalog without a pause[/]"
+                  if ok else "[bold red]GRID CHECK FAILED[/]")
     return ok
 
 
@@ -343,7 +227,7 @@ def _kill_and_restart(board: GridBoard, procs: GridProcesses, writer: GridWriter
     pid = procs.start_container(victim)
     restarted = time.monotonic()
     board.event(f"container {victim} restarted on its directory (pid {pid}): the catalog places replicas on it again")
-    st = board.wait_until(lambda s: _placed(s, 3), f"{victim}'s shards placed again")
+    st = board.wait_until(lambda s: placed(s, 3), f"{victim}'s shards placed again")
     mine = [p["partition"] for p in st["partitions"] if victim in (p["primary"], *p["sync"], *p["async"])]
     target = {p["partition"]: p["seqnos"].get(p["primary"], 0) for p in st["partitions"]}
     st = board.wait_until(lambda s: all(s["partitions"][i]["seqnos"].get(victim, -1) >= target[i] for i in mine),
@@ -356,14 +240,6 @@ def _kill_and_restart(board: GridBoard, procs: GridProcesses, writer: GridWriter
 
 
 # -- the key-by-key comparison ------------------------------------------------------------------------------
-def _read_shard(path: Path) -> tuple[int, dict[tuple, Any]]:
-    db = open_db(path)
-    try:
-        return db.seqno, (dict(db.items(MAP)) if MAP in db.regions() else {})
-    finally:
-        db.close()
-
-
 def _compare(console: Console, procs: GridProcesses, st: dict, writer: GridWriter) -> bool:
     table = Table(title="each partition's shards compared key by key with its primary", title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
@@ -377,7 +253,7 @@ def _compare(console: Console, procs: GridProcesses, st: dict, writer: GridWrite
         shards = [("primary", p["primary"]), *(("sync", c) for c in p["sync"]), *(("async", c) for c in p["async"])]
         ref = None
         for role, c in shards:
-            seqno, data = _read_shard(shard_dir(procs.dir(c), GRID, i))
+            seqno, data = read_shard(shard_dir(procs.dir(c), GRID, i))
             if ref is None:
                 ref = data
                 total += len(data)
@@ -403,7 +279,7 @@ def _refused_commit(console: Console, procs: GridProcesses) -> bool:
                   "directories")
     _restart_all(procs)
     with GridBoard(console, procs, None) as board:
-        st = board.wait_until(lambda s: _placed(s, 3) and _caught_up(s), "the restarted grid settling")
+        st = board.wait_until(lambda s: placed(s, 3) and caught_up(s), "the restarted grid settling")
         with grid_api.connect(procs.catalog, timeout_s=PHASE_TIMEOUT_S) as g:
             p = g.partition_of(REFUSED_KEY)
             part = st["partitions"][p]
@@ -429,16 +305,16 @@ def _refused_commit(console: Console, procs: GridProcesses) -> bool:
             absent = g.get(MAP, REFUSED_KEY) is None
             board.event(f"get {REFUSED_KEY!r} from p{p}'s primary: "
                         + ("absent [green]OK[/]" if absent else "[bold red]PRESENT[/]"))
-            board.wait_until(lambda s: not _up(s, sync) and _placed(s, 2), f"the catalog placing p{p} without {sync}")
+            board.wait_until(lambda s: not _up(s, sync) and placed(s, 2), f"the catalog placing p{p} without {sync}")
             pid = procs.start_container(sync)
             board.event(f"container {sync} restarted on its directory (pid {pid})")
-            board.wait_until(lambda s: _placed(s, 3) and _caught_up(s), f"{sync} placed again and caught up")
+            board.wait_until(lambda s: placed(s, 3) and caught_up(s), f"{sync} placed again and caught up")
     procs.stop_all()
     console.print(f"all processes stopped; the shard directories of p{p} on disk:")
     nowhere = _absent_on_disk(console, procs, p)
     console.print("every process started once more:")
     _restart_all(procs)
-    _wait(procs, lambda s: _placed(s, 3) and _caught_up(s), "the restarted grid settling")
+    _wait(procs, lambda s: placed(s, 3) and caught_up(s), "the restarted grid settling")
     with grid_api.connect(procs.catalog, timeout_s=PHASE_TIMEOUT_S) as g:
         after = g.get(MAP, REFUSED_KEY) is None
         key = next((f"after{i}",) for i in range(1000) if g.partition_of((f"after{i}",)) == p)
@@ -496,7 +372,7 @@ def _absent_on_disk(console: Console, procs: GridProcesses, p: int) -> bool:
         d = shard_dir(procs.dir(c), GRID, p)
         if not d.exists():
             continue
-        seqno, data = _read_shard(d)
+        seqno, data = read_shard(d)
         there = REFUSED_KEY in data
         ok &= not there
         console.print(f"  {c}/{d.name}: seqno {seqno:,}, {len(data):,} keys, {REFUSED_KEY!r} "

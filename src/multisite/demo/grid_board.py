@@ -25,6 +25,7 @@ from .board import read_complete_lines
 PHASE_TIMEOUT_S = 30.0
 REFRESH_S = 0.25
 BOARD_TITLE = "placement and backlog (✓: a current sync replica)"
+CATALOG_EVENTS = ("lost: no heartbeat", " registered (")  # the single catalog's log lines shown as events
 
 
 class ActFailed(Exception):
@@ -56,17 +57,23 @@ class GridBoard:
     A replica's backlog is its primary's seqno minus its own, as the containers last reported them in
     their heartbeats (a quarter of the heartbeat timeout apart, hence never below 0 here)."""
 
-    def __init__(self, console: Console, procs: Processes, writer: Writer | None) -> None:
+    def __init__(self, console: Console, procs: Processes, writer: Writer | None,
+                 logs: dict[str, Path] | None = None, patterns: tuple[str, ...] = CATALOG_EVENTS) -> None:
+        """``logs``: the catalogs' logs by label (default the single catalog's), whose lines holding one
+        of ``patterns`` are shown as events."""
         self.console, self.procs, self.writer = console, procs, writer
         self.t0 = time.monotonic()
         self.status: dict | None = None
         self.mark = (0, 0.0)  # the writer's count and the time at a moment the act waits from
-        self._catalog_log = LogTail(procs.dir("catalog") / "log" / "catalog.log")
+        logs = logs or {"catalog": procs.dir("catalog") / "log" / "catalog.log"}
+        self._logs = {label: LogTail(path) for label, path in logs.items()}
+        self._patterns = patterns
         self._live = Live(console=console, auto_refresh=False, redirect_stdout=False)
 
     def __enter__(self) -> GridBoard:
         self._live.start()
-        self._catalog_log.skip()
+        for tail in self._logs.values():
+            tail.skip()
         self.refresh()
         return self
 
@@ -84,9 +91,10 @@ class GridBoard:
         if st is not None:
             self._changes(self.status, st)
             self.status = st
-        for line in self._catalog_log.new_lines():
-            if "lost: no heartbeat" in line or " registered (" in line:
-                self.event(f"[cyan]catalog[/]: {escape(line)}")
+        for label, tail in self._logs.items():
+            for line in tail.new_lines():
+                if any(p in line for p in self._patterns):
+                    self.event(f"[cyan]{label}[/]: {escape(line)}")
         self._live.update(self.render(), refresh=True)
         return self.status
 
@@ -106,6 +114,10 @@ class GridBoard:
         """Promotions and replicas placed or taken over, grouped, as events."""
         if old is None:
             return
+        was, now = (old.get("coordination") or {}).get("leader"), (new.get("coordination") or {}).get("leader")
+        if was != now:
+            self.event(f"[bold]leading catalog: {now or 'none'}[/] (was {was or 'none'}; status from "
+                       f"{(new.get('coordination') or {}).get('this')})")
         moves: dict[str, list[str]] = {}
         up = {c["name"] for c in new["containers"] if c["up"]}
         for a, b in zip(old["partitions"], new["partitions"]):
@@ -145,10 +157,15 @@ class GridBoard:
         return Group(table, self._containers(st))
 
     def _caption(self) -> str:
-        w = self.writer
-        if w is None:
-            return ""
-        return f"writer: {w.committed:,} acked, {w.refusals:,} refused by the vote, {w.unknowns:,} unknown"
+        w, co = self.writer, (self.status or {}).get("coordination")
+        lines = [] if w is None else [f"writer: {w.committed:,} acked, {w.refusals:,} refused by the vote, "
+                                      f"{w.unknowns:,} unknown"]
+        if co:
+            cats = ", ".join(c["name"] + (" (leader)" if c["leader"] else "") for c in co["catalogs"])
+            etcd = (self.status or {}).get("etcd") or []
+            lines.append(f"catalogs in etcd: {cats}; status from {co['this']}; etcd members healthy: "
+                         f"{sum(1 for m in etcd if m['healthy'])}/{len(etcd)}")
+        return "\n".join(lines)
 
     def _containers(self, st: dict) -> Table:
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
