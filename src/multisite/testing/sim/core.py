@@ -34,7 +34,7 @@ class Family(Protocol):
 
     def generate(self, seed: int, n: int) -> list[Step]: ...
 
-    def replay(self, seed: int, steps: list[Step]) -> "Stats": ...
+    def replay(self, seed: int, steps: list[Step]) -> Stats: ...
 
 
 @dataclass
@@ -68,8 +68,8 @@ class SeedResult:
             return f"{self.family} seed {self.seed}: ok ({self.stats.steps} steps, {self.stats.txns} txns)"
         v = self.violation
         lines = [f"{self.family} seed {self.seed}: INVARIANT {v.invariant} broken: {v.detail}",
-                 f"  shortest step list ({len(self.shrunk or [])} steps; replay with "
-                 f"multisite.testing.sim.replay_steps({self.family!r}, {self.seed}, STEPS)):"]
+                 (f"  shortest step list ({len(self.shrunk or [])} steps; replay with "
+                  f"multisite.testing.sim.replay_steps({self.family!r}, {self.seed}, STEPS)):")]
         lines += [f"    {s!r}," for s in self.shrunk or []]
         return "\n".join(lines)
 
@@ -160,7 +160,7 @@ def _guarded(i: int, step: Step, fn) -> None:
     except Violation as v:
         v.index = i
         raise
-    except Exception as e:  # noqa: BLE001 - any exception out of a core is a finding
+    except Exception as e:
         import traceback
         where = traceback.extract_tb(e.__traceback__)[-1]
         raise Violation("no-unexpected-exception", f"step {step!r} raised {type(e).__name__}: {e} "

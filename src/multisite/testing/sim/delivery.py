@@ -23,7 +23,14 @@ from __future__ import annotations
 
 import copy
 
-from ...delivery.machine import CONTROL, DUPLICATE, ReceiveState, Receiver, Sender, SendState
+from ...delivery.machine import (
+    CONTROL,
+    DUPLICATE,
+    Receiver,
+    ReceiveState,
+    Sender,
+    SendState,
+)
 from ...delivery.message import Message, Tx, decode, encode
 from .core import Stats, Step, Violation, drive, rng_for
 

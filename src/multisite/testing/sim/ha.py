@@ -23,7 +23,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...ha.decide import Kind, Leader, Local, Member, Timing, View, decide, fence_deadline
+from ...ha.decide import (
+    Kind,
+    Leader,
+    Local,
+    Member,
+    Timing,
+    View,
+    decide,
+    fence_deadline,
+)
 from .core import Clock, Stats, Step, Violation, drive, rng_for
 
 NAMES = ("m1", "m2", "m3")

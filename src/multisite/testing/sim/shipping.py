@@ -26,6 +26,7 @@ Invariants, after every step (``check``) unless said:
 from __future__ import annotations
 
 import errno
+from itertools import pairwise
 
 from ...replication.history import common_point, to_entries
 from .core import Stats, Step, Violation, drive, rng_for
@@ -87,7 +88,7 @@ class ShippingWorld:
     def chain(self, order: list[Node]) -> None:
         for link in self.links:
             link.close()
-        self.links = [Link(self, a, b) for a, b in zip(order, order[1:])]
+        self.links = [Link(self, a, b) for a, b in pairwise(order)]
 
     def kick_sources(self, node: Node) -> None:
         for link in self.links:
@@ -306,7 +307,7 @@ class ShippingWorld:
                     moved += len(buf)
                     link.deliver(to_dst, 1000)
             self.check()
-            if not moved and all(l.open and l.streaming for l in self.links):
+            if not moved and all(link.open and link.streaming for link in self.links):
                 break
         p = self.primary
         for n in self.nodes:

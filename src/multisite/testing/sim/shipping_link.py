@@ -20,10 +20,30 @@ import errno
 
 from ...errors import ProtocolError
 from ...protocol.connection import NEED_DATA, Connection, Role, State
-from ...protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, Start, TxnBatch, Xoff, Xon
-from ...replication.history import check_peer, check_secondary_name, common_point, stream_entries
-from ...replication.session import (Accept, HeartbeatWatch, Position, ReceiverHandshake, RollBack,
-                                    adopted_history)
+from ...protocol.messages import (
+    Error,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    Start,
+    TxnBatch,
+    Xoff,
+    Xon,
+)
+from ...replication.history import (
+    check_peer,
+    check_secondary_name,
+    common_point,
+    stream_entries,
+)
+from ...replication.session import (
+    Accept,
+    HeartbeatWatch,
+    Position,
+    ReceiverHandshake,
+    RollBack,
+    adopted_history,
+)
 from .core import Violation
 from .shipping_node import Node, NodeCrashed
 
@@ -91,7 +111,9 @@ class Link:
             self._events(self.s, self._at_source)
 
     def _events(self, conn: Connection, handle) -> None:
-        while self.open and conn is (self.r if handle == self._at_receiver else self.s):
+        """Take every whole message out of ``conn`` and handle it, while the link stays open (a handler
+        may close it: a refusal, a crash)."""
+        while self.open and conn in (self.r, self.s):
             try:
                 ev = conn.next_event()
             except ProtocolError as e:
@@ -170,7 +192,7 @@ class Link:
                 self.hs.check_start(ev)
             except ProtocolError as e:
                 raise Violation("start-fits-hello", f"{self.src.name}->{dst.name}: {e}") from None
-            adoption = adopted_history(dst.info, ev_peer(self), ev, None, {})
+            adoption = adopted_history(dst.info, self.peer, ev, None, {})
             if adoption is not None:
                 adoption.apply(dst.info)
                 self._save(dst)
@@ -225,7 +247,3 @@ class Link:
             node.save_info()
         except OSError:
             self.world.crash(node, 0)
-
-
-def ev_peer(link: Link) -> Hello:
-    return link.peer
