@@ -5,7 +5,8 @@ harden on the primary, move bytes, cut links, time out heartbeats, partition and
 instance (keeping a seed-chosen part of its unhardened writes) and restart it, arm ENOSPC and EIO,
 and fail over to another instance (the operator's ``instance role``: the old primary demoted when it
 can be reached, the new one starts a history record, the chain rebuilt from it). A former primary
-that comes back rolls back to the common point into a lost file (``--autorollback``).
+that comes back rolls back to the common point into a lost file (``--autorollback``). Each instance
+reads its own clock (an offset of up to 100 s, a drift of up to 2%): the heartbeat watches use it.
 
 Invariants, after every step (``check``) unless said:
 
@@ -29,7 +30,7 @@ import errno
 from itertools import pairwise
 
 from ...replication.history import common_point, to_entries
-from .core import Stats, Step, Violation, drive, rng_for
+from .core import Clock, Stats, Step, Violation, drive, rng_for
 from .shipping_link import Link
 from .shipping_node import Node, NodeCrashed
 
@@ -52,6 +53,8 @@ class ShippingWorld:
         self.shipped: set[int] = set()
         self.isolated: set[str] = set()
         self.nodes = [Node(n, "primary" if n == "A" else "secondary", self.uid()) for n in NAMES]
+        for n in self.nodes:
+            n.clock = Clock(cfg.uniform(-100, 100), 1 + cfg.uniform(-0.02, 0.02))
         self.primary = self.nodes[0]
         self.floor = {n.name: 0 for n in self.nodes}
         self.links: list[Link] = []

@@ -64,6 +64,13 @@ class Link:
     def open(self) -> bool:
         return self.s is not None
 
+    def _src_now(self) -> float:
+        """The source's clock (each instance's clock is skewed and drifts: ``core.Clock``)."""
+        return self.src.clock.read(self.world.now)
+
+    def _dst_now(self) -> float:
+        return self.dst.clock.read(self.world.now)
+
     def blocked(self) -> bool:
         iso = self.world.isolated
         return self.src.name in iso or self.dst.name in iso
@@ -80,9 +87,8 @@ class Link:
         self.streaming = False
         self.next_seqno = 0
         self.xoff = False
-        now = self.world.now
-        self.watch = HeartbeatWatch(HEARTBEAT_TIMEOUT_S, now)
-        self.r_last_byte = now
+        self.watch = HeartbeatWatch(HEARTBEAT_TIMEOUT_S, self._src_now())
+        self.r_last_byte = self._dst_now()
         self.hb_seq = 0
         self.world.stats.note("connects")
 
@@ -102,11 +108,11 @@ class Link:
         data = bytes(buf[:n])
         del buf[:n]
         if to_dst:
-            self.r_last_byte = self.world.now
+            self.r_last_byte = self._dst_now()
             self.r.receive_data(data)
             self._events(self.r, self._at_receiver)
         else:
-            self.watch.answered(self.world.now)
+            self.watch.answered(self._src_now())
             self.s.receive_data(data)
             self._events(self.s, self._at_source)
 
@@ -149,7 +155,7 @@ class Link:
             self._send_src(Start(self.next_seqno, common, self.me.history, stream_entries(self.src.info)))
             self.streaming = True
         elif isinstance(ev, HeartbeatAck):
-            self.watch.answered(self.world.now)
+            self.watch.answered(self._src_now())
         elif isinstance(ev, Xoff):
             self.xoff = True
         elif isinstance(ev, Xon):
@@ -171,12 +177,11 @@ class Link:
     def heartbeat(self) -> None:
         if self.open and self.streaming:
             self.hb_seq += 1
-            self._send_src(Heartbeat(self.hb_seq, self.world.now, self.src.journal.durable_seqno))
+            self._send_src(Heartbeat(self.hb_seq, self._src_now(), self.src.journal.durable_seqno))
 
     def timeouts(self) -> None:
         """The source gives a silent receiver up; the receiver a silent source."""
-        now = self.world.now
-        if self.open and (self.watch.lost(now) or now - self.r_last_byte > HEARTBEAT_TIMEOUT_S * 2):
+        if self.open and (self.watch.lost(self._src_now()) or self._dst_now() - self.r_last_byte > HEARTBEAT_TIMEOUT_S * 2):
             self.world.stats.note("timeouts")
             self.close()
 
