@@ -461,3 +461,23 @@ def test_a_conflict_whose_line_goes_on_is_retired_and_a_deleted_document_takes_i
         assert all(d.deleted for d in db.documents(include_deleted=True) if d.is_conflict)
     finally:
         db.close()
+
+
+# -- _purge (couch_purge.plan_purge) ---------------------------------------------------------------
+def test_purge_plans_remove_leaves_and_put_the_best_conflict_in_the_winners_place():
+    from multisite.multimaster import couch_purge
+    from multisite.multimaster.couch import Family, from_couch, plan
+    h = {k: k * 32 for k in "123"}
+    vs = [from_couch({"_id": "x", "_rev": f"1-{h[k]}", "v": k}) for k in "123"]
+    fam = plan(Family(couch.unid_for("x"), None), vs).fam  # a winner (3) and two conflict documents
+    assert couch.doc_rev(fam.current) == "1-" + h["3"] and len(fam.conflicts) == 2
+    p = couch_purge.plan_purge(fam, ["1-" + h["1"], "2-" + h["1"]])  # a conflict's leaf; no such revision
+    assert p.purged == ["1-" + h["1"]] and len(p.removes) == 1 and p.writes == [fam.current]
+    p = couch_purge.plan_purge(fam, ["1-" + h["3"]])  # the winner: the best conflict (2) takes its place
+    (w,) = p.writes
+    assert (w.unid, couch.doc_rev(w), w.fields, w.is_conflict) == (fam.unid, "1-" + h["2"], {"v": "2", "$CouchId": "x"}, False)
+    assert p.removes == sorted(c.unid for c in fam.conflicts if couch.doc_rev(c) == "1-" + h["2"])
+    p = couch_purge.plan_purge(fam, ["1-" + h[k] for k in "123"])  # every leaf: nothing is left
+    assert p.writes == [] and sorted(p.removes) == sorted([fam.unid] + [c.unid for c in fam.conflicts])
+    with pytest.raises(couch.CouchError, match="at most 100 documents"):
+        couch_purge.check_request({str(i): [] for i in range(101)})

@@ -137,6 +137,13 @@ class CouchAuth:
         if need == "writer" and a != "writer":
             raise CouchError(403, "forbidden", "You are not allowed to write to this db (the ACL makes you a reader).")
 
+    async def check_admin(self, db: DocDB, cred: Cred | None) -> None:
+        """CouchError 403 unless ``cred`` is an ``admin`` user of ``db`` (a database without users: anyone
+        ``check`` let write)."""
+        table = self.table(db)
+        if len(table) and (cred is None or getattr(await self.user_in(table, cred), "role", None) != "admin"):
+            raise CouchError(403, "forbidden", "You are not a db or server admin (an admin user of this database).")
+
     async def who(self, cred: Cred | None) -> Any:
         """The user ``cred`` names in some served database's users (its first), or None."""
         if cred is None:

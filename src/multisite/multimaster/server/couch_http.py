@@ -40,7 +40,7 @@ from ...errors import ConfigError, MultisiteError
 from ...net.tls import TLSConfig, parse_hostport
 from .. import couch
 from ..couch import CouchError
-from . import couch_attach, couch_docs, couch_feed
+from . import couch_attach, couch_docs, couch_feed, couch_purge_http
 from . import docdb as docdb_mod
 from .couch_auth import CouchAuth, Cred
 from .couch_io import ERROR_STATUS, MAX_REQUEST_BYTES, json_response, read_body
@@ -167,6 +167,8 @@ class CouchServer:
         need = "writer" if m in ("PUT", "POST", "DELETE") and rest[0] not in (
             "_revs_diff", "_bulk_get", "_all_docs", "_changes", "_ensure_full_commit", "_local") else "reader"
         await self.auth.check(db, cred, need)
+        if rest[0] == "_purge":
+            await self.auth.check_admin(db, cred)
         return await self._db_op(request, db, rest)
 
     async def _db_op(self, request: web.Request, db: DocDB, rest: list[str]) -> web.StreamResponse:
@@ -186,6 +188,8 @@ class CouchServer:
             return json_response({"ok": True, "instance_start_time": "0"}, 201)
         if head == "_local" and len(rest) >= 2:
             return await couch_docs.local(request, db, "/".join(rest[1:]))
+        if head == "_purge" and m == "POST":
+            return await couch_purge_http.purge(request, db)
         if head == "_revs_limit":
             return json_response(1000) if m == "GET" else json_response({"ok": True})
         if head == "_security" and m == "GET":

@@ -54,6 +54,7 @@ from ...values import encode_value
 from ..conflicts import Kind, Outcome, descends, reconcile, superseded
 from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
+from .docdb_couch import CouchStore
 from .docdb_files import IDENTITY_FILE, held_by_server, read_identity, write_identity
 
 REGIONS = ("meta", "docs", "changes", "history")
@@ -125,7 +126,7 @@ class Snapshot:
     docs: dict[str, Doc | None]
 
 
-class DocDB:
+class DocDB(CouchStore):
     """An open document database. Thread-safe; one per process (the instance lock)."""
 
     def __init__(self, path: str | os.PathLike, *, clock: Clock | None = None, rand: Rand | None = None,
@@ -408,33 +409,6 @@ class DocDB:
             if writes:
                 self._write([(d, None) for d in writes], checked=True)
             return answer
-
-    def local_get(self, name: str) -> Any:
-        """A ``_local`` document of the CouchDB endpoints (a replication checkpoint): kept, not replicated."""
-        return self.db.get("meta", ("couch_local", name))
-
-    def local_update(self, name: str, fn: Callable[[Any], Any]) -> Any:
-        """Replace ``_local`` document ``name`` with ``fn(current)`` (None deletes it), atomically."""
-        with self._lock:
-            new = fn(self.local_get(name))
-            if new is None:
-                self.db.kill("meta", ("couch_local", name))
-            else:
-                self.db.set("meta", ("couch_local", name), new)
-            return new
-
-    def count_main(self) -> tuple[int, int]:
-        """``(live, deleted)`` documents that are not conflict documents (one scan)."""
-        live = deleted = 0
-        for _, v in self.db.items("docs"):
-            d = v[1]
-            if CONFLICT_FIELD in d[2]:
-                continue
-            if d[8]:
-                deleted += 1
-            else:
-                live += 1
-        return live, deleted
 
     def _rows(self, unids: list[str]) -> dict[str, list]:
         """The stored ``[changeno, doc]`` of each of ``unids`` that exists. UNIDs start with their creation
