@@ -194,6 +194,19 @@ class GridWorld:
     def step_partition(self, i: int) -> None:
         self.isolated.add(NAMES[i])
 
+    def step_catalog_restart(self) -> None:
+        """The catalog process restarts from its state file (``state_dict``): the connections to it end,
+        every container registers again (``Catalog``'s restore gives each a full timeout to do so)."""
+        self.catalog = Catalog(self.catalog.policy, now=self.now, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+                               state=self.catalog.state_dict())
+        self.catalog.drain_log()
+        self.net = [m for m in self.net if "catalog" not in (m[0], m[1])]
+        for c in self.containers.values():
+            c._sent.clear()  # (an unanswered currency report still counts as what the catalog may hold)
+            if c.up:
+                c.send("catalog", ("register",))
+        self.stats.note("catalog-restarts")
+
     def step_heal(self) -> None:
         self.isolated.clear()
 
@@ -250,7 +263,7 @@ ABORT_TELLS_SYNC = True  # a COMMIT-decided batch undone (lease lost while repor
 def generate(seed: int, n: int) -> list[Step]:
     r = rng_for(seed, "steps")
     weights = [("commit", 40), ("deliver", 140), ("tick", 20), ("cut", 2), ("crash", 1), ("restart", 4),
-               ("partition", 1), ("heal", 3), ("fault", 1)]
+               ("partition", 1), ("heal", 3), ("fault", 1), ("catalog_restart", 1)]
     kinds = [k for k, w in weights for _ in range(w)]
     steps: list[Step] = []
     for _ in range(n):
@@ -263,8 +276,8 @@ def generate(seed: int, n: int) -> list[Step]:
             steps.append(("tick", r.choice((20, 100, 300, 800))))
         elif k in ("crash", "restart", "partition"):
             steps.append((k, r.randrange(3)))
-        elif k == "heal":
-            steps.append(("heal",))
+        elif k in ("heal", "catalog_restart"):
+            steps.append((k,))
         else:
             steps.append(("fault", r.randrange(3), r.random() < 0.5))
     return steps
