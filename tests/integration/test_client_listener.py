@@ -216,6 +216,46 @@ def test_a_lone_connections_commits_are_hardened_on_the_loop_and_answered_only_o
         db.close()
 
 
+def test_a_connection_that_committed_lately_keeps_the_fdatasync_off_the_loop(tmp_path, monkeypatch):
+    """Two connections taking turns (issue 27): while one committed within ``active_window_s``, the
+    other's groups are hardened by the sync thread, so the loop writes the next commit meanwhile
+    instead of blocking in the fdatasync it would wait for; once it is quiet, the loop hardens again.
+    Either way a commit is answered only after an fdatasync covering it returned."""
+    root = multisite.create(tmp_path / "A", name="A", durability="group")
+    db = multisite.open(root)
+    db.create_region("r")
+    journal = db._core.journal
+    hardened: list[tuple[str, int]] = []  # (thread, seqno durable after it)
+    real = db.harden
+
+    def harden(token):
+        real(token)
+        hardened.append((threading.current_thread().name, journal.durable_seqno))
+
+    monkeypatch.setattr(db, "harden", harden)
+    lis = _gathering_listener(db)
+    lis.inline_sync_max_s = 60.0
+    lis.active_window_s = 60.0  # a loaded test machine: "lately" is the whole test
+    try:
+        with multisite.connect(f"127.0.0.1:{lis.port}") as a, multisite.connect(f"127.0.0.1:{lis.port}") as b:
+            for i in range(3):  # the first group times an fdatasync in the sync thread, then the loop's
+                assert a.set("r", ("a", i), i) <= hardened[-1][1]
+            assert [name for name, _ in hardened[1:]] == ["clients-loop"] * 2
+            del hardened[:]
+            assert b.set("r", ("b",), 1) <= hardened[-1][1]  # a committed lately: the sync thread
+            for i in range(3):
+                assert a.set("r", ("a2", i), i) <= hardened[-1][1]  # b committed lately
+            assert {name for name, _ in hardened} == {"clients-sync"}
+            lis.active_window_s = 0.0  # b is quiet now
+            del hardened[:]
+            for i in range(3):
+                assert a.set("r", ("a3", i), i) <= hardened[-1][1]
+            assert {name for name, _ in hardened} == {"clients-loop"}
+    finally:
+        lis.close()
+        db.close()
+
+
 def test_sixteen_connections_committing_at_once_share_fdatasyncs(tmp_path):
     root = multisite.create(tmp_path / "A", name="A", durability="group")
     db = multisite.open(root)

@@ -9,7 +9,8 @@ journal write, the commit lock held only while it runs); a thread of its own (``
 runs one fdatasync after another (``Database.harden``) while batches are written, each covering all
 that was written when it started, so the next batches are written while the last syncs and are
 answered together after the next one. When nothing else waits for the loop (no other connection has a
-request unanswered, no group is hardening) and recent fdatasyncs were short (``INLINE_SYNC_MAX_S``),
+request unanswered or committed within ``ACTIVE_WINDOW_S``, no group is hardening) and recent
+fdatasyncs were short (``INLINE_SYNC_MAX_S``),
 the loop runs the group's fdatasync itself and answers at once: at 2 connections that spares each
 commit two thread wake-ups (loop to sync thread, and back), the cost the issue's second pass
 measured. Reads (get/items/info) run on the loop at once; they never wait behind an fdatasync but
@@ -56,6 +57,11 @@ WORKERS = 4  # threads running requests that may block on the commit lock or an 
 # and a read arriving meanwhile must not wait long. docs/decisions.md, "The client commit path, second
 # pass" has the figures.
 INLINE_SYNC_MAX_S = 0.0005
+# ... and only while no connection outside the group sent a commit within this window: one that did
+# is likely to send its next during the fdatasync (2 connections alternating), and with the fdatasync
+# in the sync thread the loop writes that commit meanwhile, so the two overlap instead of adding up
+# (issue 27 measured it; docs/decisions.md, "The client commit path, third pass").
+ACTIVE_WINDOW_S = 0.005
 
 
 class _Connection(asyncio.Protocol):
@@ -78,6 +84,7 @@ class _Connection(asyncio.Protocol):
         self.tls: MemoryTLS | None = None  # on a TLS client port, once the first bytes said TLS
         self.tls_pending = False  # a TLS port: the first bytes decide (a plain client gets a plain error)
         self.gate: Any = None  # net.client_auth.Gate: who this client is and what it may do
+        self.active_at = 0.0  # monotonic time of its last gathered commit (ACTIVE_WINDOW_S)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.lis._opened(self, transport)  # type: ignore[arg-type]
@@ -130,6 +137,7 @@ class ClientListener(ListenerMinConfirm):
         self.batches = 0  # batches written
         self.inline = 0  # groups hardened on the loop itself (INLINE_SYNC_MAX_S)
         self.inline_sync_max_s = INLINE_SYNC_MAX_S
+        self.active_window_s = ACTIVE_WINDOW_S
         self.min_confirm_timeout_s = 0.0
         self._confirm_why: Callable[[], str] = str
         self._deadline_timer: asyncio.TimerHandle | None = None  # the next login deadline (protocol.admission)
@@ -384,6 +392,7 @@ class ClientListener(ListenerMinConfirm):
                     continue
                 if self._observer is not None:
                     req.t0 = time.perf_counter()
+                conn.active_at = time.monotonic()
                 self._gathering.add(req, ops)
                 if not self._write_soon:
                     self._write_soon = True
@@ -427,12 +436,15 @@ class ClientListener(ListenerMinConfirm):
 
     # -- group commit ------------------------------------------------------------------------------
     def _write_batch(self) -> None:
-        """Write every commit gathered in this pass of the loop as one batch (one journal write)."""
+        """Write every commit gathered in this pass of the loop as one batch (one journal write), and
+        harden it here when nothing else waits for the loop (``_inline_ok``); each connection of the
+        batch then starts its next requests and sends its replies once."""
         self._write_soon = False
         batch = self._gathering.take_batch()
         if not batch:
             return
         reqs = [r for r, _ in batch]
+        sessions = {r.session for r in reqs}
         try:
             prep = self._db.prepare([ops for _, ops in batch])
             token = prep.write(flush_store=False)  # the store's periodic commit runs in the sync thread
@@ -443,51 +455,63 @@ class ClientListener(ListenerMinConfirm):
         else:
             self.batched += len(reqs)
             self.batches += 1
-            inline = token is not None and self._inline_ok(len(reqs))
-            self._gathering.wrote(reqs, prep.results, token, publish=not inline, now=time.monotonic())
-            if inline:
-                self._harden_inline(token)
+            inline = token is not None and self._inline_ok(len(reqs), sessions)
+            g = self._gathering
+            g.wrote(reqs, prep.results, token, publish=not inline, now=time.monotonic())
+            if inline:  # fdatasync here, on the loop, and answer (as _synced, without a second pass)
+                err = self._syncer.harden(token)
+                if err is not None:
+                    self._log.error("fdatasync of client commits failed (on the loop): %s", err)
+                self.inline += 1
+                self.groups += 1
+                self._observe(g.synced(g.written_total, err, time.monotonic()), err)
             elif token is not None:
                 self._syncer.kick()
-        for session in {r.session for r in reqs}:
-            self._after(session)
+        for session in sessions:
+            self._start(session.owner)  # type: ignore[attr-defined]
 
-    def _inline_ok(self, n: int) -> bool:
-        """Whether this batch of ``n`` commits is hardened on the loop (see INLINE_SYNC_MAX_S): nothing
-        else waits for it, and recent fdatasyncs were short."""
+    def _inline_ok(self, n: int, sessions: set) -> bool:
+        """Whether this batch of ``n`` commits from ``sessions`` is hardened on the loop (see
+        INLINE_SYNC_MAX_S and ACTIVE_WINDOW_S): recent fdatasyncs were short, no earlier group waits
+        for one, no request but these is unanswered, and no other connection committed lately (its
+        next commit would wait for this fdatasync instead of being written meanwhile)."""
         ewma = self._syncer.ewma_s
         if ewma is None or ewma > self.inline_sync_max_s or self._gathering.waiting_sync:
             return False
+        since = time.monotonic() - self.active_window_s
         unanswered = 0
         for c in self._conns:
-            unanswered += c.session.in_flight
+            s = c.session
+            unanswered += s.in_flight
+            if c.active_at > since and s not in sessions:
+                return False
         return unanswered <= n
 
-    def _harden_inline(self, token: object) -> None:
-        """fdatasync the batch just written, here on the loop, and answer it (as ``_synced``)."""
-        err = self._syncer.harden(token)
-        self.inline += 1
-        self._synced(self._gathering.written_total, err, inline=True)
-
-    def _synced(self, upto: int, err: BaseException | None, inline: bool = False) -> None:
+    def _synced(self, upto: int, err: BaseException | None) -> None:
+        """The sync thread's fdatasync covering the first ``upto`` written commits returned (on the loop)."""
         if err is not None:
-            self._log.error("fdatasync of client commits failed%s: %s", " (on the loop)" if inline else "", err)
+            self._log.error("fdatasync of client commits failed: %s", err)
         self.groups += 1
         answered = self._gathering.synced(upto, err, time.monotonic())
         self._answered(answered, err)
 
     def _answered(self, answered: list, err: BaseException | None) -> None:
         """Metrics for requests just answered, and their connections' next requests and replies."""
-        if self._observer is not None:
-            if err is None:
-                now = time.perf_counter()
-                for r in answered:
-                    self._observer.commit_done(now - r.t0)
-            else:
-                for _ in answered:
-                    self._observer.error(getattr(err, "code", ServerError.code))
+        self._observe(answered, err)
         for session in {r.session for r in answered}:
             self._after(session)
+
+    def _observe(self, answered: list, err: BaseException | None) -> None:
+        """With --metrics: each answered commit's time from gathered to answered, or its error."""
+        if self._observer is None:
+            return
+        if err is None:
+            now = time.perf_counter()
+            for r in answered:
+                self._observer.commit_done(now - r.t0)
+        else:
+            for _ in answered:
+                self._observer.error(getattr(err, "code", ServerError.code))
 
     def _after(self, session: ClientSession) -> None:
         conn = session.owner  # type: ignore[attr-defined]
@@ -503,7 +527,7 @@ class ClientListener(ListenerMinConfirm):
             if conn.gate.must_close and not conn.ending:  # a refused hello: answered, then closed
                 conn.ending = True
                 conn.session.drop_waiting()
-        out = b"".join(encode(r) for r in replies)
+        out = encode(replies[0]) if len(replies) == 1 else b"".join([encode(r) for r in replies])
         done = conn.session.in_flight == 0 and (conn.failed is not None or conn.ending or self._closing)
         if done and conn.failed is not None:
             out += encode(conn.failed)
