@@ -10,13 +10,17 @@ container ⇄ container (the data and vote wire), client ⇄ catalog and contain
 - Garbage and oversized frames on every grid port, in plain and inside TLS: the connection ends, the
   port goes on serving.
 - A non-loopback --listen without TLS or without users is refused at start unless --insecure.
+- The threads of one client share one TLS connection per container (one handshake, requests
+  pipelined), and every commit of every thread is answered to its own thread.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import struct
+import threading
 
 import pytest
 
@@ -94,6 +98,36 @@ def test_users_and_roles_on_a_grid_whose_every_wire_is_tls(secured):
     st = catalog_status(g.address, tls=client_tls_context(str(pki["ca_cert"]), None, None, check_hostname=False),
                         user=VIEWER[0], password=VIEWER[1])
     assert st["security"]["tls"] and st["security"]["users"] == 3
+
+
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to ``port``, from /proc (the kernel's count)."""
+    mine = {os.readlink(f"/proc/self/fd/{fd}")[8:-1] for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith("socket:[")}
+    rows = [ln.split() for ln in open("/proc/self/net/tcp").read().splitlines()[1:]]
+    return sum(1 for r in rows if r[3] == "01" and int(r[2].split(":")[1], 16) == port and r[9] in mine)
+
+
+def test_a_clients_threads_share_one_tls_connection_per_container(secured):
+    g, pki = secured
+    answers: dict[int, list] = {}
+    with connect(g, pki, user=APP[0], password=APP[1]) as app:
+        def writer(t: int) -> None:
+            answers[t] = [(k, app.put("m", (t, k), {"t": t, "k": k})) for k in range(25)]
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(16)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        st = g.status()
+        port = {c["name"]: int(c["address"].rsplit(":", 1)[1]) for c in st["containers"]}
+        primaries = {p["primary"] for p in st["partitions"]}
+        assert {n: connections_to(port[n]) for n in primaries} == {n: 1 for n in primaries}  # not one per thread
+        assert sorted(answers) == list(range(16)) and all(len(a) == 25 for a in answers.values())
+        assert all(seqno > 0 for a in answers.values() for _, seqno in a)
+        assert all(app.get("m", (t, k)) == {"t": t, "k": k} for t in (0, 7, 15) for k in (0, 24))
+    assert all(connections_to(p) == 0 for p in port.values())  # close() ends them
 
 
 def test_containers_without_the_grids_certificate_are_refused_before_they_register(secured, tmp_path):

@@ -14,8 +14,8 @@ and whose answer never came (the container died, the connection broke) is **neve
 may have committed, and it raises ``CommitOutcomeUnknown``. A commit refused by the vote raises
 ``ReplicationVotedToRollback`` with the counts: it committed nowhere.
 
-Blocking and thread-safe: each thread has its own connections (a connection carries one request at
-a time here; use threads, or several clients, for concurrency).
+Blocking and thread-safe: the client's threads share one connection per container, each request
+pipelined with the others' (``client_conn.py``); use threads for concurrency.
 
 On a grid with TLS (issue 24), ``tls_ca`` (the grid's CA) makes every connection TLS, ``tls_cert`` and
 ``tls_key`` present a client certificate (its common name is the user), and ``user`` and ``password``
@@ -26,27 +26,24 @@ read-only user's put) come back as those classes.
 from __future__ import annotations
 
 import json
-import select
 import socket
 import ssl
 import threading
 import time
 from typing import Any
 
-from ...errors import (AuthenticationFailed, CommitOutcomeUnknown, GridUnavailable, MultisiteError, PermissionDenied,
-                       ProtocolError, ReplicationVotedToRollback, TransactionError, WrongGrid, WrongPartition)
+from ...errors import (CommitOutcomeUnknown, GridUnavailable, MultisiteError, ProtocolError, ReplicationVotedToRollback,
+                       TransactionError, WrongGrid, WrongPartition)
 from ...journal.records import KILL, SET
 from ...keys import check_key
 from ...values import decode_value, encode_value
 from ..routing import RouteCache, RouteTable, partition_of, routing_partition
-from ..shard_wire import SHARD_WIRE_VERSION, Commit, DataWire, Done, Failed, FailCode, Open, Opened, Read, encode
+from ..shard_wire import Commit, Done, Failed, FailCode, Read
 from ..wire import NEED_DATA, GridWire, Refused, RouteRequest, Routes, Side
 from ...net.tls import parse_hostport
 from ...server.client import client_tls_context
+from .client_conn import CONNECT_TIMEOUT_S, REFUSALS, TLS_HANDSHAKE_TIMEOUT_S, NotSent, _Conn, refusal
 
-CONNECT_TIMEOUT_S = 2.0
-TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a loaded container takes its time: abandoned handshakes were retried in a storm
-REPLY_TIMEOUT_S = 10.0  # a commit waits at most a vote timeout and a catalog round trip
 RETRY_PAUSE_S = 0.05
 
 
@@ -64,16 +61,6 @@ def open_socket(address: str, timeout: float, tls: ssl.SSLContext | None,
     except OSError:
         s.close()
         raise
-
-
-def refusal(code: str, message: str) -> MultisiteError:
-    """A grid port's authentication refusal as the exception the application sees."""
-    if code == "PERMISSION_DENIED":
-        return PermissionDenied(message)
-    return AuthenticationFailed(message)  # AUTHENTICATION_FAILED, TLS_REQUIRED
-
-
-REFUSALS = ("AUTHENTICATION_FAILED", "PERMISSION_DENIED", "TLS_REQUIRED")
 
 
 def fetch_routes(catalog: str, timeout: float = CONNECT_TIMEOUT_S, tls: ssl.SSLContext | None = None,
@@ -100,70 +87,6 @@ def _key(key: Any) -> tuple:
     return check_key(key if isinstance(key, tuple) else (key,))
 
 
-class _Conn:
-    """One blocking connection to a container."""
-
-    def __init__(self, address: str, grid: str, tls: ssl.SSLContext | None = None, user: str | None = None,
-                 password: str | None = None, session: ssl.SSLSession | None = None) -> None:
-        self.address = address
-        self.sock = open_socket(address, CONNECT_TIMEOUT_S, tls, session)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(REPLY_TIMEOUT_S)
-        self.wire = DataWire(server=False)
-        self.rid = 0
-        self.sock.sendall(encode(Open(SHARD_WIRE_VERSION, grid, user, password)))
-        first = self._read()
-        if isinstance(first, Failed):
-            self.sock.close()
-            if first.code == FailCode.WRONG_GRID:
-                raise WrongGrid(first.message)
-            if first.code in REFUSALS:
-                raise refusal(first.code, f"container {address}: {first.message}")
-            raise MultisiteError(f"container {address}: {first.code}: {first.message}")
-        if not isinstance(first, Opened):
-            raise MultisiteError(f"container {address} answered {type(first).__name__} to Open")
-
-    def _read(self):
-        while True:
-            msg = self.wire.next_event()
-            if msg is not None:
-                return msg
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError(f"container {self.address} closed the connection")
-            self.wire.receive_data(data)
-
-    def closed_by_peer(self) -> bool:
-        """Whether the container closed this (idle) connection: then a request was never sent on it,
-        and may go elsewhere without doubt."""
-        if self.sock.fileno() < 0:
-            return True
-        r, _, _ = select.select([self.sock], [], [], 0)
-        if not r:
-            return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
-
-    def ask(self, make) -> Done | Failed:
-        self.rid += 1
-        rid = self.rid
-        self.sock.sendall(encode(make(rid)))
-        while True:
-            msg = self._read()
-            if getattr(msg, "rid", None) == rid:
-                return msg
-            if isinstance(msg, Failed) and msg.rid == 0:
-                raise ConnectionError(f"container {self.address}: {msg.code}: {msg.message}")
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 class Grid:
     """A client of one grid (see the module docstring)."""
 
@@ -185,7 +108,8 @@ class Grid:
         self.grid = table.grid
         self.routes = RouteCache(table.grid, table)
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._conns: dict[str, _Conn] = {}  # container address -> the connection every thread shares
+        self._connecting: dict[str, threading.Lock] = {}  # per address: one connect, not one per thread
 
     # -- the API -----------------------------------------------------------------------------------
     def put(self, map: str, key: Any, value: Any) -> int:  # noqa: A002 - the seed's word
@@ -214,9 +138,10 @@ class Grid:
         return partition_of(key, self.partitions)
 
     def close(self) -> None:
-        for c in getattr(self._local, "conns", {}).values():
+        with self._lock:
+            conns, self._conns = self._conns, {}
+        for c in conns.values():
             c.close()
-        self._local.conns = {}
 
     def __enter__(self) -> Grid:
         return self
@@ -229,28 +154,33 @@ class Grid:
         return self._request(partition, lambda rid: Commit(rid, partition, 0, ops), commit=True).seqno
 
     def _conn(self, address: str) -> _Conn:
-        conns = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = self._local.conns = {}
-        c = conns.get(address)
-        if c is not None and c.closed_by_peer():
-            c.close()
-            c = None
-        if c is None:
-            c = conns[address] = _Conn(address, self.grid, self.tls, self.user, self.password,
-                                       self._sessions.get(address))
-            if self.tls is not None and c.sock.session is not None:  # (TLS 1.3: its ticket came with Opened)
-                self._sessions[address] = c.sock.session
+        c = self._conns.get(address)
+        if c is not None and not c.closed_by_peer():
+            return c
+        with self._lock:
+            connecting = self._connecting.setdefault(address, threading.Lock())
+        with connecting:
+            c = self._conns.get(address)  # made meanwhile by another thread
+            if c is not None and not c.closed_by_peer():
+                return c
+            c = _Conn(address, self.grid, self.tls, self.user, self.password, self._sessions.get(address))
+            if c.session is not None:
+                self._sessions[address] = c.session
+            with self._lock:
+                old, self._conns[address] = self._conns.get(address), c
+        if old is not None:
+            old.close()
         return c
 
-    def _lost(self, address: str) -> None:
-        """The container at ``address`` broke or refused a connection: close ours, and route its
-        partitions anew (the next table says whether it is still their primary)."""
-        c = getattr(self._local, "conns", {}).pop(address, None)
-        if c is not None:
-            c.close()
+    def _lost(self, address: str, conn: _Conn | None = None) -> None:
+        """The container at ``address`` broke or refused a connection (``conn``, if one was made): close
+        it, and route its partitions anew (the next table says whether it is still their primary)."""
         with self._lock:
+            if conn is not None and self._conns.get(address) is conn:
+                del self._conns[address]
             self.routes.unreachable(address)
+        if conn is not None:
+            conn.close()
 
     def _fetch(self, first: bool = False) -> RouteTable | None:
         """The route table of the first catalog that answers, starting with the one that answered last
@@ -295,8 +225,11 @@ class Grid:
                 if conn is not None:
                     try:
                         ans = conn.ask(make)
+                    except NotSent as e:  # the connection broke before this request was written
+                        self._lost(route.primary, conn)
+                        last = f"container {route.primary}: {e}"
                     except (OSError, MultisiteError) as e:
-                        self._lost(route.primary)
+                        self._lost(route.primary, conn)
                         if commit:
                             raise CommitOutcomeUnknown(
                                 f"partition {partition}: the commit was sent to {route.primary} and no answer "

@@ -35,6 +35,7 @@ from ..shard_wire import (SHARD_WIRE_VERSION, Checkpoint, CheckpointEnd, DataWir
 from ..shipping import TAIL_FRAMES
 from ..wire import View
 from .loader_runner import buffer_frames
+from .security import open_connection
 from .shard import RECONNECT_S, frame_digests, log, read_into, reopen
 
 SHARD_STATE = "grid-shard.json"  # a checkpoint-installed replica's seqno and digest (its tail before any frame)
@@ -134,8 +135,7 @@ class ReplicaShard:
 
     async def _follow(self, addr: str) -> None:
         host, port = parse_hostport(addr)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.host.security.client_ssl),
-                                                5.0)
+        reader, writer = await asyncio.wait_for(open_connection(host, port, self.host.security), 5.0)
         loop = asyncio.get_running_loop()
         try:
             wire = DataWire(server=False)

@@ -8,8 +8,8 @@ check of ``--listen``. For each connection: ``peer(writer)`` reads the verified 
 ``member_refusal`` says whether it may register or subscribe as a name, and ``client(...)`` gives the
 connection's ``Access``, whose ``refusal(op)`` is None or ``(code, message)`` per request.
 
-``serve`` is the listener: without TLS, ``asyncio.start_server``; with it, each accepted socket is
-peeked at first, so that a peer speaking plain grid frames to a TLS port (a container or client
+``serve`` is the listener: every connection it accepts has a ``BatchedWriter`` (a loop iteration's
+writes leave together); with TLS each accepted socket is peeked at first, so that a peer speaking plain grid frames to a TLS port (a container or client
 started without ``--tls-*``) gets a refusal it can read (``TLS_REQUIRED``) and stops, rather than a
 dropped connection it would retry forever; a TLS one is handed to asyncio's TLS with a handshake
 timeout. ``certificate_refused`` tells a peer's verdict on our certificate (final) from a lost
@@ -185,13 +185,63 @@ async def probe_catalog(address: str, security: GridSecurity, timeout_s: float =
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def serve(handler: Handler, host: str, port: int, security: GridSecurity) -> "Listener":
+class BatchedWriter(asyncio.StreamWriter):
+    """A ``StreamWriter`` whose writes of one loop iteration leave together, at the end of it.
+
+    asyncio sends each ``write`` at once: a ``send`` each, and with TLS a record each, encrypted by
+    asyncio's TLS layer in Python. The answers of a batch of commits to one client connection (its
+    threads share it: ``client_conn.py``), or a vote's outcome and the next prepare on a replica's
+    link, then cost one record and one ``send`` each; joined, one for all (bench/grid.py's TLS
+    figure). ``drain`` and ``close`` send what is held first."""
+
+    def __init__(self, transport: asyncio.BaseTransport, protocol, reader, loop) -> None:
+        super().__init__(transport, protocol, reader, loop)
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self._send_held)
+        self._held.append(data)
+
+    def writelines(self, data) -> None:
+        for d in data:
+            self.write(d)
+
+    def _send_held(self) -> None:
+        if self._held:
+            data, self._held = b"".join(self._held), []
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    async def drain(self) -> None:
+        self._send_held()
+        await super().drain()
+
+    def close(self) -> None:
+        self._send_held()
+        super().close()
+
+    def write_eof(self) -> None:
+        self._send_held()
+        super().write_eof()
+
+
+async def open_connection(host: str, port: int, security: GridSecurity) -> tuple[asyncio.StreamReader,
+                                                                                  asyncio.StreamWriter]:
+    """``asyncio.open_connection`` to a grid port, with this process's TLS when it has it, and a
+    ``BatchedWriter``."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
+    transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                                       host, port, ssl=security.client_ssl)
+    return reader, BatchedWriter(transport, protocol, reader, loop)
+
+
+async def serve(handler: Handler, host: str, port: int, security: GridSecurity) -> Listener:
     """Listen on ``host:port`` for ``handler`` (see the module docstring)."""
-    if security.server_ssl is None:
-        return Listener(await asyncio.start_server(handler, host, port), None)
     sock = socket.create_server((host, port), backlog=LISTEN_BACKLOG)
     sock.setblocking(False)
-    lst = Listener(None, sock)
+    lst = Listener(sock)
     lst.task = asyncio.create_task(lst.accept(handler, security))
     return lst
 
@@ -199,19 +249,16 @@ async def serve(handler: Handler, host: str, port: int, security: GridSecurity) 
 class Listener:
     """A grid port: ``port``, ``close()`` (see ``serve``)."""
 
-    def __init__(self, server: asyncio.Server | None, sock: socket.socket | None) -> None:
-        self.server, self.sock = server, sock
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.task: asyncio.Task | None = None
         self.conns: set[asyncio.Task] = set()
 
     @property
     def port(self) -> int:
-        return (self.server.sockets[0] if self.server else self.sock).getsockname()[1]
+        return self.sock.getsockname()[1]
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            return
         if self.task is not None:
             self.task.cancel()
         for t in self.conns:
@@ -241,25 +288,26 @@ class Listener:
         # asyncio disables Nagle only on sockets whose proto is IPPROTO_TCP; one from create_server has 0:
         # without this, a vote's answer waited for a delayed ACK (45 ms a commit with min_sync 1)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            head = await asyncio.wait_for(_peek(loop, conn), FIRST_BYTES_TIMEOUT_S)
-        except (TimeoutError, OSError):
-            conn.close()
-            return
-        if not head.startswith(TLS_RECORD):
-            await _refuse_plain(loop, conn, head, security)
-            return
+        if security.server_ssl is not None:
+            try:
+                head = await asyncio.wait_for(_peek(loop, conn), FIRST_BYTES_TIMEOUT_S)
+            except (TimeoutError, OSError):
+                conn.close()
+                return
+            if not head.startswith(TLS_RECORD):
+                await _refuse_plain(loop, conn, head, security)
+                return
         reader = asyncio.StreamReader(limit=2 ** 16)
         try:
             transport, protocol = await loop.connect_accepted_socket(
                 lambda: asyncio.StreamReaderProtocol(reader), conn, ssl=security.server_ssl,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if security.server_ssl is not None else None)
         except (OSError, TimeoutError) as e:  # a refused certificate, a handshake that never ends
             security.refused += 1
             security.log.warning("TLS handshake from %s refused: %s", _addr(conn), getattr(e, "reason", None) or e)
             conn.close()
             return
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        writer = BatchedWriter(transport, protocol, reader, loop)
         await handler(reader, writer)
 
 
