@@ -72,9 +72,11 @@ def load(path: str | Path) -> ConfigFile:
     """Read and parse ``path``; every top-level key must be a known component table."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the configuration file {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (found by fuzzing: the error leaked, with a traceback)
+        raise ConfigError(f"{p}: not valid TOML: not UTF-8 at byte {e.start}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -123,7 +123,7 @@ def decode(data: bytes, what: str, key: bytes | None = None) -> Message:
     try:
         raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_MESSAGE_BYTES)
         return _dec.decode(raw)
-    except (zstandard.ZstdError, msgspec.DecodeError, msgspec.ValidationError) as e:
+    except (zstandard.ZstdError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
         raise MessageCorrupt(f"message {what} cannot be decoded ({e}); it is not applied", path=what) from e
 
 
@@ -139,6 +139,9 @@ def _check_frame(data: bytes, what: str) -> tuple[int, int, int, bytes]:
     (flags,) = _U8.unpack_from(data, len(MAGIC))
     (slen,) = _U16.unpack_from(data, len(MAGIC) + 1)
     head_end = len(MAGIC) + 3 + slen
+    if head_end + 4 + 4 > n:  # a sender's name longer than the message (its checksum right): not ours
+        raise MessageCorrupt(f"message {what} names a sender of {slen} bytes in {n} bytes; it is not applied",
+                             path=what)
     (blen,) = _U32.unpack_from(data, head_end)
     if head_end + 4 + blen + 4 != n:
         raise MessageCorrupt(f"message {what} has a body length of {blen} that does not match its size {n}; "

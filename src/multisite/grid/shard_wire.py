@@ -220,8 +220,8 @@ class DataWire:
             raise RemoteProtocolError(f"unknown grid data message type {t}")
         try:
             msg = dec.decode(memoryview(buf)[pos + FRAME_PREFIX.size:pos + 4 + length])
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            self.broken = True
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError) as e:
+            self.broken = True  # (msgspec raises the last two for a string not UTF-8, for nesting too deep)
             raise RemoteProtocolError(f"malformed grid data message of type {t}: {e}") from None
         self._pos = pos + 4 + length
         if self._pos > 1 << 20:

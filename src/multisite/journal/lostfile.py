@@ -143,7 +143,8 @@ class LostFile:
         body = b"".join(lines[:-1])
         if zlib.crc32(body) != tail.get("crc32"):
             raise LostFileCorrupt(f"{p} is damaged: checksum mismatch (expected {tail.get('crc32')})")
-        txns = [json.loads(x) for x in lines[1:-1]]
+        _check_header(head, p)
+        txns = [_transaction(x, p, n) for n, x in enumerate(lines[1:-1], 2)]
         if len(txns) != tail.get("count"):
             raise LostFileCorrupt(f"{p} holds {len(txns)} transactions but its end marker says {tail.get('count')}")
         return cls(p, head, txns)
@@ -163,7 +164,11 @@ class LostFile:
     def records(self) -> Iterator[Record]:
         """The exact journal records, in commit order, for reprocessing."""
         for t in self.transactions:
-            yield decode_payload(base64.b64decode(t["payload"]))
+            try:
+                yield decode_payload(base64.b64decode(t["payload"], validate=True))
+            except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as e:  # binascii.Error too
+                raise LostFileCorrupt(f"{self.path}: the payload of seqno {t['seqno']} is not a journal record "
+                                      f"({e}); the file is damaged") from None
 
     def changes_to(self, region: str, key: tuple | list) -> list[dict]:
         """The lost updates that changed ``region``/``key``, in commit order, each as
@@ -215,6 +220,37 @@ class LostFile:
                 if u.region == region and (uk == k or (u.op == KILL and k[: len(uk)] == uk)):
                     out.append({"seqno": rec.seqno, "op": OP_NAMES[u.op], "key": uk})
         return out
+
+
+# What a transaction line must hold for the readers (``records``, ``changes_to``, ``lost show``): a file
+# whose checksum is right may still come from a broken writer (found by fuzzing: KeyError and
+# JSONDecodeError leaked out of ``read`` and the commands behind it).
+_TXN_FIELDS = {"seqno": int, "stream": int, "stream_seqno": int, "origin": str, "updates": list, "payload": str}
+_HEAD_FIELDS = {"instance": str, "from_seqno": int, "to_seqno": int, "common_seqno": int}
+
+
+def _check_header(head: dict, p: Path) -> None:
+    for k, t in _HEAD_FIELDS.items():
+        if type(head.get(k)) is not t:
+            raise LostFileCorrupt(f"{p}: the header's {k!r} is {head.get(k)!r:.40}, not a {t.__name__}")
+    streams = head.get("streams")
+    if streams is not None and not (isinstance(streams, dict) and all(str(n).isdigit() for n in streams)):
+        raise LostFileCorrupt(f"{p}: the header's streams are {streams!r:.60}, not numbers to source groups")
+
+
+def _transaction(line: bytes, p: Path, n: int) -> dict:
+    """One transaction line, checked (LostFileCorrupt naming the line otherwise)."""
+    try:
+        t = json.loads(line)
+    except ValueError as e:
+        raise LostFileCorrupt(f"{p}:{n}: not a JSON transaction ({e}); the file is damaged") from None
+    if not isinstance(t, dict) or any(type(t.get(k)) is not v for k, v in _TXN_FIELDS.items()):
+        raise LostFileCorrupt(f"{p}:{n}: not a transaction (it needs {', '.join(_TXN_FIELDS)})")
+    for u in t["updates"]:
+        if not (isinstance(u, dict) and u.get("op") in OP_NAMES.values() and isinstance(u.get("region"), str)
+                and isinstance(u.get("key"), list)):
+            raise LostFileCorrupt(f"{p}:{n}: an update of seqno {t['seqno']} is not {{op, region, key, ...}}")
+    return t
 
 
 def list_lost_files(lost_dir: str | os.PathLike) -> list[Path]:

@@ -11,6 +11,8 @@ import bisect
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
+
 from ..errors import JournalCorrupt, JournalGap
 from .records import FrameRun, Record, decode_payload
 from .segments import SegmentInfo, SegmentView, list_segments
@@ -121,5 +123,15 @@ def _frame_spans(journal_dir: Path, from_seqno: int) -> Iterator[tuple[int | Non
 
 def iter_records(journal_dir: Path, from_seqno: int = 1, to_seqno: int | None = None,
                  infos: list[SegmentInfo] | None = None, *, tail_checked: bool = False) -> Iterator[Record]:
-    for _, payload in iter_frames(journal_dir, from_seqno, to_seqno, infos, tail_checked=tail_checked):
-        yield decode_payload(payload)
+    for seqno, payload in iter_frames(journal_dir, from_seqno, to_seqno, infos, tail_checked=tail_checked):
+        yield _decode(payload, journal_dir, seqno)
+
+
+def _decode(payload: bytes, journal_dir: Path, seqno: int) -> Record:
+    """A record whose frame passed its CRCs yet does not decode (a broken writer, or damage the CRC
+    missed) is JournalCorrupt naming it, not the decoder's error (found by fuzzing: it leaked)."""
+    try:
+        return decode_payload(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as e:
+        raise JournalCorrupt(f"journal {journal_dir}: record {seqno} passed its checksums but is not a "
+                             f"transaction record ({e})", path=str(journal_dir), offset=-1) from None

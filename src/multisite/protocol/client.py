@@ -57,7 +57,8 @@ class FrameBuffer:
         self.last_bytes = 4 + n
         try:
             return msgspec.msgpack.decode(body)
-        except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nesting too deep to decode
+        # RecursionError: nesting too deep to decode; UnicodeDecodeError: a string that is not UTF-8
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
             raise RemoteProtocolError(f"malformed client frame: {e}") from None
 
 

@@ -52,7 +52,9 @@ class Frames:
             raise RemoteProtocolError(f"unknown {self.what} message type {t}")
         try:
             return dec.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        # msgspec raises UnicodeDecodeError itself for a string that is not UTF-8, and RecursionError
+        # for nesting too deep in a field of any type (found by fuzzing: both leaked out of the wire)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError) as e:
             raise RemoteProtocolError(f"malformed {self.what} message of type {t}: {e}") from None
 
     def _end(self) -> None:
