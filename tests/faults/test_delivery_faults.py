@@ -2,7 +2,8 @@
 
 - SIGKILL of an agent at random points of its polls (sending, applying, confirming), seeded rounds on
   both sides of a two-way link: nothing lost, nothing applied twice (each of HQ's transactions is
-  in the remote's journal exactly once, and each of the remote's in HQ's);
+  in the remote's journal exactly once, and each of the remote's in HQ's), and the applications'
+  history of commits (``testing/history``) checked on both sites: no lost write, phantom or duplicate;
 - a full disk on the receiving side (its instance on a small tmpfs): nothing applied in part, the
   messages wait, and everything applies once there is room;
 - a damaged and a truncated message file: a clear error naming it, not applied, and the resend
@@ -26,6 +27,7 @@ from multisite.delivery.sysremote import STATE_REGION
 from multisite.journal.offsets import iter_commits, start_offset
 from multisite.journal.records import record_decoder
 from multisite.testing.delivery import FIELD, REGION, agent_process, make_topology, rows, run_agent
+from multisite.testing.history import WRITE, Recorder, check
 
 ROUNDS = 24
 
@@ -49,13 +51,32 @@ def _lines(path) -> int:
         return 0
 
 
-def _commit(path, prefix: str, start: int, n: int, value: str, per_tx: int = 5) -> None:
-    """``n`` rows in transactions of ``per_tx`` (fewer fsyncs: the rounds are about the agents)."""
+def _commit(path, prefix: str, start: int, n: int, value: str, per_tx: int = 5,
+            history: Recorder | None = None) -> None:
+    """``n`` rows in transactions of ``per_tx`` (fewer fsyncs: the rounds are about the agents); each row
+    a write of its own number to its key in ``history``, acknowledged when its transaction commits."""
     with engine.open(path) as db:
         for t in range(start, start + n, per_tx):
+            rows_ = range(t, min(t + per_tx, start + n))
+            ops = [history.invoke(prefix, WRITE, (prefix, i), i) for i in rows_] if history is not None else []
             with db.transaction() as tx:
-                for i in range(t, min(t + per_tx, start + n)):
+                for i in rows_:
                     tx.set(REGION, (prefix, i), {FIELD: value, "pad": "x" * 64})
+            for op in ops:
+                history.ok(op)
+
+
+def _check_history(top, history: Recorder) -> str:
+    """Each site's rows and journal against the applications' commits (``testing/history``)."""
+    h = history.history()
+    out = []
+    for name, path in top.sites.items():
+        final = {k: k[1] for k in rows(path)}
+        applied = [(k, k[1]) for k in _applied_keys(path, "hq") + _applied_keys(path, "p")]
+        report = check(h, final, applied=applied)
+        report.assert_clean(name)
+        out.append(f"{name}: {report.summary()}")
+    return "; ".join(out)
 
 
 def _settle(top, rounds: int = 10) -> None:
@@ -79,10 +100,11 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
     hq_n = p_n = 0
     kills = 0
     phases: set[str] = set()  # what the agent had just logged when it was killed
+    history = Recorder()
     for rnd in range(ROUNDS):
-        _commit(top.hq, "hq", hq_n, 300, "fr")
+        _commit(top.hq, "hq", hq_n, 300, "fr", history=history)
         hq_n += 300
-        _commit(p, "p", p_n, 100, "fr")
+        _commit(p, "p", p_n, 100, "fr", history=history)
         p_n += 100
         site = top.hq if rnd % 2 == 0 else p
         logf = site / "log" / "delivery-agent.log"
@@ -111,6 +133,7 @@ def test_sigkill_of_agents_at_random_points_loses_nothing_and_applies_nothing_tw
     with engine.open(top.hq) as db:
         out = db.get(STATE_REGION, ("P", "out"))
     assert out["confirm_sent"] == out["log_sent"]
+    print(f"{ROUNDS} rounds, {kills} agents SIGKILLed mid-poll; history: {_check_history(top, history)}")
 
 
 needs_mount = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a tmpfs needs root")
