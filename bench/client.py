@@ -144,28 +144,34 @@ def fsync_floor(work: Path, n: int = 2000) -> dict:
     """The fdatasync floor on the file system the instances live on: a loop of a 100-byte ``pwrite``
     and an ``fdatasync`` into a preallocated file, as the journal does per group. Its Python overhead
     (two calls, about 1 us) is noise beside the syscalls, so this is the C loop's speed: no commit
-    through any server waits less, and 2 clients that alternate commit at most at 1 / p50."""
+    through any server waits less, and 2 clients that alternate commit at most at 1 / p50. ``cpu_us``:
+    the CPU (nearly all kernel time) of one write and fdatasync, which any commit's server pays."""
     path = work / "fsync-floor.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.pwrite(fd, bytes(n * 100), 0)
         os.fsync(fd)
         ts = []
+        c0 = time.process_time()
         for i in range(n):
             t0 = time.perf_counter_ns()
             os.pwrite(fd, b"x" * 100, i * 100)
             os.fdatasync(fd)
             ts.append(time.perf_counter_ns() - t0)
+        cpu = time.process_time() - c0
     finally:
         os.close(fd)
         path.unlink()
     ts.sort()
-    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000, "load": os.getloadavg()[0]}
+    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000, "load": os.getloadavg()[0],
+            "cpu_us": cpu / n * 1e6}
 
 
 def tcp_floor(n: int = 5000) -> dict:
     """Round trip of a 60-byte message between two processes over loopback TCP (TCP_NODELAY, blocking
-    sockets): the network's share of a commit's latency."""
+    sockets): the network's share of a commit's latency. ``cpu_us``: this side's CPU per round trip (a
+    send and a receive, nearly all of it kernel time), what a server's reply and next request cost it
+    at least."""
     import socket
 
     lsock = socket.create_server(("127.0.0.1", 0))
@@ -181,6 +187,7 @@ def tcp_floor(n: int = 5000) -> dict:
     s = socket.create_connection(lsock.getsockname())
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     ts = []
+    c0 = time.process_time()
     for _ in range(n):
         t0 = time.perf_counter_ns()
         s.sendall(b"x" * 60)
@@ -188,11 +195,12 @@ def tcp_floor(n: int = 5000) -> dict:
         while got < 60:
             got += len(s.recv(4096))
         ts.append(time.perf_counter_ns() - t0)
+    cpu = time.process_time() - c0
     s.close()
     lsock.close()
     os.waitpid(pid, 0)
     ts.sort()
-    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000}
+    return {"p50_us": ts[n // 2] / 1000, "mean_us": sum(ts) / n / 1000, "cpu_us": cpu / n * 1e6}
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
@@ -313,8 +321,8 @@ def main() -> None:
             floors.append({"fsync": fsync_floor(work), "tcp": tcp_floor()})
             f = floors[-1]
             print(f"round {r + 1}: floors: write+fdatasync p50 {f['fsync']['p50_us']:.0f} us (mean "
-                  f"{f['fsync']['mean_us']:.0f}), TCP round trip p50 {f['tcp']['p50_us']:.0f} us "
-                  f"(load {f['fsync']['load']:.2f})", flush=True)
+                  f"{f['fsync']['mean_us']:.0f}, CPU {f['fsync']['cpu_us']:.0f}), TCP round trip p50 "
+                  f"{f['tcp']['p50_us']:.0f} us (CPU {f['tcp']['cpu_us']:.0f}) (load {f['fsync']['load']:.2f})", flush=True)
             order = configs if r % 2 == 0 else configs[::-1]
             for name, n in order:
                 if name == "PostgreSQL":
@@ -383,7 +391,10 @@ def report(runs, e2e_runs, pg_settings, seconds, rounds, e2e, loads, floors) -> 
               f"Floors (same run, medians of {len(floors)}): write+fdatasync on this file system p50 "
               f"{med(fs, 'p50_us'):.0f} us (mean {med(fs, 'mean_us'):.0f} us): one fdatasync per commit, back to "
               f"back, allows {1e6 / med(fs, 'p50_us'):,.0f} commits/s; loopback TCP round trip p50 "
-              f"{med(tcp, 'p50_us'):.0f} us.", "",
+              f"{med(tcp, 'p50_us'):.0f} us. CPU of the same syscalls, no database around them: write+fdatasync "
+              f"{med(fs, 'cpu_us'):.0f} us, a TCP round trip's send and receive {med(tcp, 'cpu_us'):.0f} us: a server "
+              f"doing one of each per commit spends at least {med(fs, 'cpu_us') + med(tcp, 'cpu_us'):.0f} us of CPU "
+              f"on it.", "",
               f"| end to end, committed on A and applied on B ({e2e:,} single-update tx) | tx/s applied "
               f"| tx/s committed | target | load avg |", "|---|---:|---:|---:|---|"]
     for how, what in (("clients", "through clients (2 processes x 8 connections, 16 pipelined each)"),

@@ -77,6 +77,8 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
     regions = st.regions
     if core.info.role != "primary" or core.lease_ended() or not _only_sets(txns, regions):
         return None  # a fenced primary: prepare_each refuses each transaction
+    if len(txns) == 1 and len(txns[0]) == 1:
+        return [_prepare_one_set(core, txns[0][0], frames)]
     out: list[int | Exception] = [0] * len(txns)
     keyed: list[tuple[int, list[Op], list[bytes]]] = []
     for i, ops in enumerate(txns):
@@ -121,6 +123,30 @@ def prepare_sets(core: Core, txns: list[list[Op]], frames: list[tuple[int, bytes
         if w:
             st.put_values(rid, w)
     return out
+
+
+def _prepare_one_set(core: Core, op: Op, frames: list[tuple[int, bytes]]) -> int | Exception:
+    """``prepare_sets`` for a batch of one transaction of one set (2 client connections taking turns:
+    nearly every batch): one read of the before-image, the record sealed, then one write, without
+    the batch's dicts and lists (issue 27). The same outcome as the general loop: the seqno, or the
+    exception that refused it (a key that is not one, a record over the limit) with nothing written."""
+    _, region, key, vb = op
+    st = core.store
+    reg = st.regions[region]
+    try:
+        kb = encode_key(key)
+    except KeyTypeError as e:
+        return e
+    seqno = 0
+    if reg.replicated:
+        before = st.get(reg.id, kb)
+        try:
+            seqno, data = core.seal([Update(SET, region, key, vb, before)], (region,))
+        except Exception as e:  # noqa: BLE001 - this transaction only (a record over the limit): nothing written
+            return e
+        frames.append((seqno, data))
+    st.put(reg.id, kb, vb)
+    return seqno
 
 
 def _only_sets(txns: list[list[Op]], regions: dict[str, Any]) -> bool:
