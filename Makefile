@@ -123,6 +123,16 @@ SEEDS ?= 1000
 sim: setup
 	PYTHONPATH=src nice -n 19 $(BIN)/python -m multisite.testing.sim --seeds $(SEEDS) $(ARGS)
 
+# Every parser under a fuzzer (issue 28; outside CI): protocol frames, the client protocol, journal segments
+# and records, lost files, delivery messages, the replicator wire and documents, the grid's wires, TOML
+# configuration. atheris (coverage-guided, libFuzzer) when it installs, else fuzz/mutate.py; RUNS inputs
+# per parser, one parser at a time at the lowest priority. ARGS="protocol_connection --runs 10000"
+RUNS ?= 1000000
+.PHONY: fuzz
+fuzz: setup
+	@$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/pip install -q atheris || echo "atheris did not install: fuzz/mutate.py runs instead"
+	PYTHONPATH=src nice -n 19 $(BIN)/python -m fuzz.run --runs $(RUNS) $(ARGS)
+
 # A Spark standalone cluster (a master and two workers, PySpark's own spark-class) on this machine.
 .PHONY: spark-cluster-start spark-cluster-stop bench-pipeline
 SPARK_CLUSTER_DIR ?= /tmp/multisite-spark-cluster
