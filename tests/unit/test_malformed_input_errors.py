@@ -99,6 +99,20 @@ def test_a_delivery_message_whose_body_holds_a_string_that_is_not_utf8_is_corrup
         dmsg.decode(_sealed(data), "m2")
 
 
+def test_a_delivery_message_declaring_a_huge_decompressed_size_is_corrupt_not_allocated():
+    import zstandard
+    body = bytearray(zstandard.ZstdCompressor(write_content_size=True).compress(b"\x90"))
+    # the frame header's content size field: one byte (a single-segment frame of 1 byte) made 8 bytes
+    # of 2**60 by hand: a frame descriptor with FCS_flag 3 and single-segment set
+    fake = b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + (1 << 60).to_bytes(8, "little") + bytes(body[6:])
+    assert zstandard.frame_content_size(fake) == 1 << 60
+    good = dmsg.encode(dmsg.Message("HQ", "P", 1, 0, 10, txs=[]))
+    head = good[:len(dmsg.MAGIC) + 3 + 2]
+    data = head + struct.pack("<I", len(fake)) + fake + b"\0\0\0\0"
+    with pytest.raises(MessageCorrupt, match="declares 1152921504606846976 bytes once decompressed"):
+        dmsg.decode(_sealed(data), "m3")
+
+
 def test_a_configuration_file_that_is_not_utf8_is_a_config_error(tmp_path):
     f = tmp_path / "site.toml"
     f.write_bytes(b'[server]\nlisten = "\xff"\n')
