@@ -74,3 +74,37 @@ def test_filters_it_cannot_run_get_a_clear_400(dc, query, body, words):
     a = serve(dc)
     st, err = http("POST" if body is not None else "GET", a.url + "/profiles/_changes?" + query, body)
     assert st == 400 and err["error"] in ("bad_request", "invalid_selector") and words in err["reason"], err
+
+
+def test_a_filtered_page_reads_on_until_it_has_limit_rows_so_pouchdb_gets_every_selected_document(dc, pouch):
+    # PouchDB (as CouchDB's replicator) ends a replication at a page shorter than its batch size: a
+    # page must hold `limit` rows that pass the filter, not `limit` documents read before filtering.
+    a = serve(dc)
+    url = a.url + "/profiles"
+    st, res = http("POST", url + "/_bulk_docs", {"docs": [{"_id": f"n{i:04d}", "type": "place"} for i in range(250)]})
+    assert st == 201
+    _people(url, 12, start=500)  # six persons, after 250 places and six of their own places
+    st, ch = http("POST", url + "/_changes?filter=_selector&limit=4", {"selector": {"type": "person"}})
+    assert st == 200 and [r["id"] for r in ch["results"]] == ["p501", "p503", "p505", "p507"]
+    st, rest = http("POST", url + f"/_changes?filter=_selector&limit=4&since={ch['last_seq']}",
+                    {"selector": {"type": "person"}})
+    assert [r["id"] for r in rest["results"]] == ["p509", "p511"]
+    st, ids = http("POST", url + "/_changes?filter=_doc_ids&limit=2", {"doc_ids": ["p500", "p510"]})
+    assert [r["id"] for r in ids["results"]] == ["p500", "p510"]
+    pouch("open", name="p1")
+    rep = pouch("replicate", name="p1", url=url, direction="from", opts={"selector": {"type": "person"}})
+    assert rep["ok"] and sorted(d["_id"] for d in pouch("all", name="p1")) == [f"p{i}" for i in range(501, 512, 2)]
+
+
+def test_purged_documents_do_not_end_a_pouchdb_replication_early(dc, pouch):
+    # a purged document's change entries read as absent: a page must read on past them too
+    a = serve(dc)
+    url = a.url + "/profiles"
+    st, res = http("POST", url + "/_bulk_docs", {"docs": [{"_id": f"n{i:04d}"} for i in range(200)]})
+    for k in range(0, 200, 100):
+        assert http("POST", url + "/_purge", {r["id"]: [r["rev"]] for r in res[k:k + 100]})[0] == 201
+    _people(url, 3)
+    st, ch = http("GET", url + "/_changes?limit=100")
+    assert [r["id"] for r in ch["results"]] == ["p000", "p001", "p002"]
+    pouch("open", name="p1")
+    assert pouch("replicate", name="p1", url=url, direction="from")["docs_written"] == 3

@@ -124,8 +124,24 @@ async def _filter(request: web.Request) -> Keep | None:
 def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[dict], int]:
     """Up to ``limit`` rows of documents changed after ``since`` (a conflict document's change is its
     document's), each at its latest change, and the change number they cover. Reads on until it has
-    ``limit`` rows or there are no more changes (a short page tells a client it is done)."""
-    picked: dict[str, int] = {}  # document -> its latest change number, in change order
+    ``limit`` rows or there are no more changes: a short page tells a client it is done (PouchDB and
+    CouchDB's replicator stop there), so documents a filter drops, and purged ones, do not count."""
+    rows: dict[str, dict] = {}  # document -> its row, in change order
+    last = since
+    while True:
+        want = limit - len(rows)
+        picked, last = _pick(db, last, want)
+        for u, row in _rows(db, picked, opts):
+            rows.pop(u, None)
+            rows[u] = row
+        if len(picked) < want or len(rows) >= limit:  # no more changes, or a full page
+            return list(rows.values()), last
+
+
+def _pick(db: DocDB, since: int, limit: int) -> tuple[dict[str, int], int]:
+    """Up to ``limit`` documents changed after ``since`` -> their latest change number, in change
+    order, and the change number read up to (fewer than ``limit``: no more changes)."""
+    picked: dict[str, int] = {}
     last = since
     while len(picked) < limit:
         rows, upto = db.change_rows(last, CHANGES_ROW_BATCH)
@@ -141,24 +157,27 @@ def changes_page(db: DocDB, since: int, limit: int, opts: dict) -> tuple[list[di
                 break
         else:
             last = upto
+    return picked, last
+
+
+def _rows(db: DocDB, picked: dict[str, int], opts: dict) -> list[tuple[str, dict]]:
+    """The ``_changes`` rows of the ``picked`` documents that exist and pass the feed's filter."""
     out = []
     keep = opts.get("keep")
-    mains = list(picked)
-    fams = db.families(mains)
-    for u in mains:
+    fams = db.families(list(picked))
+    for u, n in picked.items():
         cur, cds = fams[u]
         if cur is None or cur.is_conflict:
-            continue  # its conflict documents came first; listed once the document is here
-        fam = Family(u, cur, tuple(cds))
+            continue  # purged; or its conflict documents came first: listed once the document is here
         doc_id = couch.couch_id(cur)
-        tree = Tree(fam)
+        tree = Tree(Family(u, cur, tuple(cds)))
         if keep is not None and not keep(doc_id, tree):
             continue
-        row: dict[str, Any] = {"seq": couch.seq_text(picked[u], db.db_id), "id": doc_id,
+        row: dict[str, Any] = {"seq": couch.seq_text(n, db.db_id), "id": doc_id,
                                "changes": [{"rev": lf.rev} for lf in (tree.leaves if opts["all"] else tree.leaves[:1])]}
         if tree.deleted:
             row["deleted"] = True
         if opts["docs"]:
             row["doc"] = tree.winner.json(doc_id, extra=conflicts_extra(tree, opts["conflicts"]), atts=opts.get("atts"))
-        out.append(row)
-    return out, last
+        out.append((u, row))
+    return out
