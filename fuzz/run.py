@@ -26,9 +26,10 @@ HANG_S = 10
 
 
 def targets() -> dict:
+    from fuzz.targets_couch import TARGETS as couch
     from fuzz.targets_files import TARGETS as files
     from fuzz.targets_wire import TARGETS as wires
-    return {**wires, **files}
+    return {**wires, **files, **couch}
 
 
 def _child_atheris(name: str, runs: int, out: Path) -> None:

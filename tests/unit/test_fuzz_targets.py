@@ -21,7 +21,7 @@ TARGETS = targets()
 def test_every_parser_has_a_target():
     assert {"protocol_connection", "protocol_packed", "protocol_client", "journal_segment", "journal_lostfile",
             "delivery_message", "multimaster_wire", "multimaster_document", "grid_wire", "grid_shard_wire",
-            "config_toml", "grid_policy_toml"} <= set(TARGETS)
+            "config_toml", "grid_policy_toml", "multimaster_couch"} <= set(TARGETS)
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
