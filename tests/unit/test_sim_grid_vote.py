@@ -5,8 +5,7 @@ partition that could never commit again after a COMMIT its primary undid)."""
 import pytest
 
 from multisite.grid import voting
-from multisite.testing.sim import FAMILIES, run_seed
-from multisite.testing.sim import grid
+from multisite.testing.sim import FAMILIES, grid, run_seed
 
 FAMILY = FAMILIES["grid_vote"]
 STEPS = 600

@@ -2,8 +2,7 @@
 skewed, drifting clocks, late renewals, crashes and partitions from etcd; and a primary that fenced
 after its lease could end is caught taking a commit while another may hold the leader key."""
 
-from multisite.testing.sim import FAMILIES, run_seed
-from multisite.testing.sim import ha
+from multisite.testing.sim import FAMILIES, ha, run_seed
 
 FAMILY = FAMILIES["ha"]
 STEPS = 500

@@ -5,8 +5,7 @@ frames, or a receiver that never rolls back, is caught)."""
 import pytest
 
 from multisite.replication import session
-from multisite.testing.sim import FAMILIES, replay_steps, run_seed
-from multisite.testing.sim import shipping_link
+from multisite.testing.sim import FAMILIES, replay_steps, run_seed, shipping_link
 from multisite.testing.sim.core import Violation
 
 FAMILY = FAMILIES["log_shipping"]
@@ -58,3 +57,17 @@ def test_a_receiver_that_never_rolls_back_does_not_converge(monkeypatch):
     r = run_seed(FAMILY, 0, STEPS)
     assert not r.ok and r.violation.invariant == "replicas-converge"
     assert len(r.shrunk) <= 5, r.report()
+
+
+def test_seed_1624_finds_a_group_mode_primary_diverging_after_eio(monkeypatch):
+    """Found by this simulation, not fixed yet (see testing/sim/DESIGN.md): a group-mode primary ships a
+    batch before its fdatasync, the fdatasync fails (EIO), the instance stops, reopens without those
+    frames and commits again under the same history record: the secondary keeps the shipped frames
+    where the primary now has others, and the history cannot tell. A new history record when such a
+    primary starts taking commits (the simulation's RESTART_NEW_RECORD) removes it."""
+    from multisite.testing.sim import shipping
+    r = run_seed(FAMILY, 1624, 500)
+    assert not r.ok and r.violation.invariant == "history-tells-divergence"
+    assert len(r.shrunk) <= 12, r.report()
+    monkeypatch.setattr(shipping, "RESTART_NEW_RECORD", True)
+    assert run_seed(FAMILY, 1624, 500).ok

@@ -162,12 +162,14 @@ class Link:
             self.xoff, self.next_seqno = False, ev.from_seqno
 
     def pump(self, max_txns: int) -> int:
-        """Send the next hardened frames (up to ``max_txns``); how many went."""
+        """Send the next frames the journal pool holds (up to ``max_txns``): hardened ones, or in group
+        mode every one written (the pool takes a batch before its fdatasync); how many went."""
         if not (self.open and self.streaming and not self.xoff and self.src.up):
             return 0
         j = self.src.journal
         first = self.next_seqno
-        last = min(j.durable_seqno, first + max_txns - 1)
+        ready = j.seqno if self.world.durability == "group" else j.durable_seqno  # what the journal pool holds
+        last = min(ready, first + max_txns - 1)
         if last < first:
             return 0
         self._send_src(TxnBatch(first, last, b"".join(j.frames[first - 1:last])))
