@@ -125,8 +125,9 @@ sim: setup
 
 # Every parser under a fuzzer (issue 28; outside CI): protocol frames, the client protocol, journal segments
 # and records, lost files, delivery messages, the replicator wire and documents, the grid's wires, TOML
-# configuration, the CouchDB endpoints' decisions on a client's JSON. atheris (coverage-guided, libFuzzer) when it installs, else fuzz/mutate.py; RUNS inputs
-# per parser, one parser at a time at the lowest priority. ARGS="protocol_connection --runs 10000"
+# configuration, the CouchDB endpoints' decisions on a client's JSON. atheris (coverage-guided, libFuzzer)
+# when it installs, else fuzz/mutate.py; RUNS inputs per parser, one parser at a time at the lowest
+# priority. ARGS="protocol_connection --runs 10000"
 RUNS ?= 1000000
 .PHONY: fuzz
 fuzz: setup
