@@ -162,7 +162,7 @@ class GridWorld:
             ca, cb = self.containers[a], self.containers[b]
             if ca.up and ca.primary is not None and ca.links.get(b) is not None:
                 ca.links.pop(b)
-                ca._replica_dropped(ca.primary, b)
+                ca.replica_dropped(ca.primary, b)
             if cb.up and cb.primary is None and cb.view is not None and cb.view.primary == a:
                 cb.subscribe()
 
@@ -182,7 +182,7 @@ class GridWorld:
             self.stats.note("crashes")
             for o in self.containers.values():  # its connections end: the peers see them end
                 if o.up and o.primary is not None and o.links.pop(c.name, None) is not None:
-                    o._replica_dropped(o.primary, c.name)
+                    o.replica_dropped(o.primary, c.name)
                 elif o.up and o.view is not None and o.view.primary == c.name:
                     o.synced = -1
 
@@ -202,9 +202,7 @@ class GridWorld:
         self.catalog.drain_log()
         self.net = [m for m in self.net if "catalog" not in (m[0], m[1])]
         for c in self.containers.values():
-            c._sent.clear()  # (an unanswered currency report still counts as what the catalog may hold)
-            if c.up:
-                c.send("catalog", ("register",))
+            c.catalog_restarted()
         self.stats.note("catalog-restarts")
 
     def step_heal(self) -> None:

@@ -54,6 +54,7 @@ class Container:
         self._ack = 0
         self._sent: dict[int, float] = {}
         self.last_answer = float("-inf")
+        self.view_version = 0  # the placement version last applied (reported in heartbeats)
         self.links: dict[str, int] = {}  # as a primary: each subscribed replica's subscription number
         self.progressed: dict[str, int] = {}  # ... and the subscription whose progress it last read
 
@@ -91,7 +92,12 @@ class Container:
         hb = Heartbeat(self.name, self.view_version, {0: len(self.journal)}, currency, self._ack)
         self.send("catalog", ("hb", hb, self._ack))
 
-    view_version = 0
+    def catalog_restarted(self) -> None:
+        """The catalog's connection ended: heartbeats in flight get no answer (an unanswered currency
+        report still counts as what the catalog may hold); register again."""
+        self._sent.clear()
+        if self.up:
+            self.send("catalog", ("register",))
 
     # -- messages ------------------------------------------------------------------------------------
     def receive(self, src: str, msg: tuple) -> None:
@@ -200,7 +206,7 @@ class Container:
         p = self._mine(epoch)
         if p is None:
             return
-        self._replica_dropped(p, src)
+        self.replica_dropped(p, src)
         j, common = self.journal, 0
         while common < min(len(j), len(tids)) and j[common] == tids[common]:
             common += 1
@@ -215,7 +221,7 @@ class Container:
         if seqno == len(self.journal) and (last == (self.journal[-1] if self.journal else 0)) and p.vote is None:
             p.sr.caught_up(src, seqno)
 
-    def _replica_dropped(self, p: Primary, name: str) -> None:
+    def replica_dropped(self, p: Primary, name: str) -> None:
         """primary.py's ``replica_dropped``: a vote in flight that asked it gets its "no" now."""
         for txn, v in list(p.sr.in_flight.items()):
             if name in v.pending():
