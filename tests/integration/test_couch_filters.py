@@ -108,3 +108,17 @@ def test_purged_documents_do_not_end_a_pouchdb_replication_early(dc, pouch):
     assert [r["id"] for r in ch["results"]] == ["p000", "p001", "p002"]
     pouch("open", name="p1")
     assert pouch("replicate", name="p1", url=url, direction="from")["docs_written"] == 3
+
+
+def test_a_selector_comparing_deeply_nested_values_is_a_400_not_a_recursion_error(dc):
+    # the collation recurses into arrays and objects: an operator's argument is bounded when compiled
+    a = serve(dc)
+    url = a.url + "/profiles"
+    nest = lambda n: [nest(n - 1)] if n else 1  # noqa: E731
+    nobj = lambda n: {"a": nobj(n - 1)} if n else 1  # noqa: E731
+    assert http("PUT", url + "/deep", {"v": nest(400), "o": nobj(300)})[0] == 201
+    for sel in ({"v": {"$eq": nest(400)}}, {"v": nest(400)}, {"o": {"$gt": nobj(300)}}, {"v": {"$in": [nest(400)]}}):
+        st, err = http("POST", url + "/_changes?filter=_selector", {"selector": sel})
+        assert (st, err["error"]) == (400, "invalid_selector") and "nested deeper" in err["reason"], err
+    st, ch = http("POST", url + "/_changes?filter=_selector", {"selector": {"v": {"$eq": nest(20)}}})
+    assert st == 200 and ch["results"] == []

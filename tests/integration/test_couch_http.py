@@ -106,6 +106,23 @@ def test_malformed_json_is_refused_with_couchdbs_error_and_nothing_is_written(dc
     assert changeno(a) == before
 
 
+def test_json_nested_too_deep_or_not_utf8_is_a_400_not_a_500(dc):
+    # msgspec raises RecursionError and UnicodeDecodeError for these, past its DecodeError
+    a = serve(dc)
+    before = changeno(a)
+    deep = b'{"docs": [' + b'[' * 5000 + b']' * 5000 + b']}'
+    for method, path, raw in [("POST", "/profiles/_bulk_docs", deep), ("POST", "/profiles/_revs_diff", deep),
+                              ("POST", "/profiles/_bulk_docs", b'{"docs": [{"_id": "\xff"}]}'),
+                              ("PUT", "/profiles/_local/x", b'{"v": "\xfe\xff"}'),
+                              ("POST", "/profiles/_changes?filter=_selector", b'{"selector": ' + b'{"a": ' * 3000 + b'1'
+                               + b'}' * 3001)]:
+        st, err = http(method, a.url + path, raw=raw)
+        assert (st, err["error"]) == (400, "bad_request"), (path, err)
+    st, err = http("GET", a.url + "/profiles/_changes?filter=_doc_ids&doc_ids=" + "[" * 2000 + "]" * 2000)
+    assert (st, err["error"]) == (400, "bad_request"), err
+    assert changeno(a) == before
+
+
 def test_revisions_that_do_not_descend_from_the_servers_become_a_conflict_and_nothing_is_lost(dc):
     a = serve(dc)
     url = a.url + "/profiles"

@@ -126,3 +126,18 @@ def test_collation_is_a_total_order(a, b, c):
     assert collate(a, b) == -collate(b, a)
     if collate(a, b) <= 0 and collate(b, c) <= 0:
         assert collate(a, c) <= 0
+
+
+def test_an_operators_value_nested_past_the_bound_is_refused_so_matching_never_recurses_too_deep():
+    deep_doc: object = 1
+    deep_arg: object = 1
+    for _ in range(400):  # a document nested as deep as the argument: collate would follow both down
+        deep_doc, deep_arg = {"a": deep_doc}, {"a": deep_arg}
+    for sel in ({"v": {"$eq": deep_arg}}, {"v": {"$lte": [deep_arg]}}, {"v": {"$nin": [deep_arg]}}, {"v": [deep_arg]}):
+        with pytest.raises(CouchError, match="nested deeper") as e:
+            compile_selector(sel)
+        assert e.value.status == 400
+    shallow: object = 1
+    for _ in range(20):
+        shallow = {"a": shallow}
+    assert compile_selector({"v": {"$eq": shallow}}).matches({"v": deep_doc}) is False

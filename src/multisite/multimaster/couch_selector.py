@@ -133,8 +133,23 @@ def _combination(op: str, value: Any, path: tuple[str, ...], depth: int) -> Test
     return lambda doc: not any(t(doc) for t in tests)  # $nor
 
 
+def _bounded(arg: Any) -> Any:
+    """``arg`` if it nests at most ``MAX_SELECTOR_DEPTH`` deep: ``collate`` recurses into arrays and
+    objects as deep as both values go, so a hostile argument meets a nested document in a 400, not a
+    RecursionError. Checked without recursion (the JSON decoder lets ~1,000 levels through)."""
+    stack = [(arg, 0)]
+    while stack:
+        v, d = stack.pop()
+        if d > MAX_SELECTOR_DEPTH:
+            raise invalid(f"an operator's value is nested deeper than {MAX_SELECTOR_DEPTH}")
+        if isinstance(v, (list, dict)):
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return arg
+
+
 def _operator(op: str, arg: Any) -> Callable[[Any], bool]:
     """A test on a field's value (``_MISSING`` when the document lacks it)."""
+    arg = _bounded(arg)
     if op == "$exists":
         if not isinstance(arg, bool):
             raise invalid("$exists takes true or false")

@@ -46,8 +46,10 @@ def qjson(q: Any, name: str) -> Any:
         return None
     try:
         return decode(v)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         raise couch.bad_request(f"Invalid JSON in {name}") from None
+    except RecursionError:
+        raise couch.bad_request(f"JSON in {name} is nested too deep") from None
 
 
 async def read_body(request: web.Request) -> Any:
@@ -63,8 +65,10 @@ async def read_body(request: web.Request) -> Any:
         return None
     try:
         return decode(bytes(data))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec: a string that is not UTF-8
         raise CouchError(400, "bad_request", "invalid UTF-8 JSON") from None
+    except RecursionError:  # msgspec: arrays or objects nested past its depth
+        raise CouchError(400, "bad_request", "the JSON body is nested too deep") from None
 
 
 def conflicts_extra(tree: Tree, want: bool) -> dict | None:
