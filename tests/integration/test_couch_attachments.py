@@ -165,3 +165,56 @@ def test_pouchdb_pushes_and_pulls_attachments_byte_identical_and_they_replicate_
         winner_bytes = raw_get(u + "/photo/img.bin")[1]
         loser_bytes = raw_get(u + f"/photo/img.bin?rev={loser}")[1]
         assert {winner_bytes, loser_bytes} == {b"from A", b"from B"}
+
+
+def test_the_attachments_bound_counts_those_kept_by_stubs_too(dc):
+    # MAX_ATTACHMENTS_BYTES is a version's: an attachment added beside stubs (by PUT, by the attachment
+    # endpoint, by a replicator's revision) must not grow a version past it, 4 MB at a time
+    a = serve(dc)
+    db = a.url + "/profiles"
+    four = base64.b64encode(b"\1" * 4_000_000).decode()
+    st, r = http("PUT", db + "/big", {"_attachments": {"a": {"data": four}}})
+    assert st == 201
+    before = documents.connect(a.home, db="Profiles").changeno
+    st, err = http("PUT", db + "/big", {"_rev": r["rev"], "_attachments": {"a": {"stub": True}, "b": {"data": four}}})
+    assert (st, err["error"]) == (413, "attachment_too_large"), err
+    req = urllib.request.Request(db + f"/big/c?rev={r['rev']}", data=b"\2" * 3_000_000, method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 413
+    pos, h = r["rev"].split("-")
+    st, res = http("POST", db + "/_bulk_docs", {"new_edits": False, "docs": [{
+        "_id": "big", "_rev": "2-" + "b" * 32, "_revisions": {"start": 2, "ids": ["b" * 32, h]},
+        "_attachments": {"a": {"stub": True, "revpos": 1}, "b": {"data": four, "revpos": 2}}}]})
+    assert st == 201 and res[0]["error"] == "attachment_too_large", res
+    assert documents.connect(a.home, db="Profiles").changeno == before
+    small = base64.b64encode(b"\3" * 1_000_000).decode()  # within the bound, beside a stub: taken
+    assert http("PUT", db + "/big", {"_rev": r["rev"], "_attachments": {"a": {"stub": True}, "b": {"data": small}}})[0] == 201
+
+
+def test_atts_since_with_a_position_that_is_not_ascii_digits_is_ignored_not_a_500(dc):
+    a = serve(dc)
+    db = a.url + "/profiles"
+    assert http("PUT", db + "/d", {"_attachments": {"f": {"data": "AAEC"}}})[0] == 201
+    for since in ("%5B%22%C2%B2-abc%22%5D", "%5B%22" + "9" * 5000 + "-abc%22%5D"):
+        st, d = http("GET", db + "/d?atts_since=" + since)
+        assert st == 200 and d["_attachments"]["f"]["data"] == "AAEC", d
+
+
+def test_a_file_field_that_is_not_an_attachment_does_not_break_reads(dc):
+    # $File/<name> is also an ordinary field name to multisite's own API and to its other replicas: a
+    # value that is not an attachment's shape is not shown as one, and the document still reads
+    a = serve(dc)
+    db = a.url + "/profiles"
+    ms = documents.connect(a.home, db="Profiles")
+    u = ms.create("Document", {"x": 1, "$File/s": "hello", "$File/d": {"data": "not base64!"},
+                               "$File/n": {"content_type": "text/plain", "digest": "md5-x", "length": 2,
+                                           "revpos": 1, "data": "%%"}})
+    st, d = http("GET", db + "/" + u)
+    assert st == 200 and d["x"] == 1 and set(d["_attachments"]) == {"n"}, d  # n has an attachment's shape
+    assert http("GET", db + f"/{u}?attachments=true")[0] == 200
+    assert http("GET", db + "/_changes?include_docs=true&attachments=true")[0] == 200
+    assert http("POST", db + "/_changes?filter=_selector", {"selector": {"x": 1}})[1]["results"][0]["id"] == u
+    assert http("POST", db + "/_bulk_get", {"docs": [{"id": u}]})[0] == 200
+    for name in ("s", "d", "n"):
+        assert http("GET", db + f"/{u}/{name}")[0] == 404

@@ -177,8 +177,8 @@ def body_of(d: Doc, atts: int | None = None) -> dict:
             if k in SYSTEM_FIELDS:
                 continue
         out[k] = v
-    if has_atts:
-        out["_attachments"] = render(d.fields, atts)
+    if has_atts and (rendered := render(d.fields, atts)) is not None:
+        out["_attachments"] = rendered
     if d.form != DEFAULT_FORM:
         out[FORM_KEY] = d.form
     return out

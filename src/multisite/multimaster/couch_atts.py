@@ -98,6 +98,25 @@ def incoming(atts: Any, seq: int, *, keep_revpos: bool) -> dict[str, dict]:
     return out
 
 
+_SHAPE = (("content_type", str), ("digest", str), ("length", int), ("revpos", int), ("data", str))
+
+
+def is_attachment(v: Any) -> bool:
+    """Whether a ``$File/<name>`` field's value has an attachment's shape. The name is an ordinary field
+    name to multisite's own API and replicas, so a document may hold another value there: it is not
+    shown as an attachment (rather than a KeyError on every read of the document)."""
+    return isinstance(v, dict) and all(isinstance(v.get(k), t) for k, t in _SHAPE)
+
+
+def check_total(fields: dict) -> None:
+    """413 when the attachments of one version (inline ones and those stubs kept) hold more than
+    ``MAX_ATTACHMENTS_BYTES``: each edit may add one beside stubs, so the bound is the version's."""
+    total = sum(v["length"] for k, v in fields.items() if k.startswith(ATT_PREFIX) and is_attachment(v))
+    if total > MAX_ATTACHMENTS_BYTES:
+        raise CouchError(413, "attachment_too_large", f"the attachments of one version would hold {total} bytes, "
+                         f"more than {MAX_ATTACHMENTS_BYTES}")
+
+
 def has_stubs(fields: dict) -> bool:
     return any(k.startswith(ATT_PREFIX) and v.get(STUB) is True for k, v in fields.items() if isinstance(v, dict))
 
@@ -112,12 +131,13 @@ def resolve(fields: dict, doc_id: str, sources: Iterable[dict]) -> dict:
     for k, v in fields.items():
         if not (k.startswith(ATT_PREFIX) and isinstance(v, dict) and v.get(STUB) is True):
             continue
-        found = next((s[k] for s in sources if isinstance(s.get(k), dict) and "data" in s[k]
-                      and v["digest"] in (None, s[k].get("digest"))), None)
+        found = next((s[k] for s in sources if is_attachment(s.get(k)) and v["digest"] in (None, s[k]["digest"])),
+                     None)
         if found is None:
             raise CouchError(412, "missing_stub", f"Invalid attachment stub in {doc_id!r:.80} for "
                              f"{k[len(ATT_PREFIX):]!r:.80}: no stored attachment has that name and digest")
         out[k] = found
+    check_total(out)
     return out
 
 
@@ -126,7 +146,7 @@ def render(fields: dict, since: int | None) -> dict | None:
     (None: stubs only; 0: every one's data). None when it has none."""
     out = {}
     for k, v in fields.items():
-        if not k.startswith(ATT_PREFIX) or not isinstance(v, dict):
+        if not k.startswith(ATT_PREFIX) or not is_attachment(v):
             continue
         if since is not None and v["revpos"] > since:
             out[k[len(ATT_PREFIX):]] = {"content_type": v["content_type"], "digest": v["digest"],
@@ -147,7 +167,7 @@ def since_pos(atts_since: Any, seq: int, path: tuple[str, ...] | list[str]) -> i
         if not isinstance(rev, str):
             raise bad_request("atts_since must be a JSON list of revisions")
         pos, _, h = rev.partition("-")
-        if pos.isdigit() and 0 <= seq - int(pos) < len(path) and path[seq - int(pos)] == h:
+        if pos.isascii() and pos.isdigit() and len(pos) <= 10 and 0 <= seq - int(pos) < len(path) and path[seq - int(pos)] == h:
             best = max(best, int(pos))
     return best
 
@@ -155,6 +175,9 @@ def since_pos(atts_since: Any, seq: int, path: tuple[str, ...] | list[str]) -> i
 def content(fields: dict, name: str) -> tuple[str, bytes, str] | None:
     """``(content_type, bytes, digest)`` of attachment ``name``, None if the version has none by it."""
     v = fields.get(field_name(name))
-    if not isinstance(v, dict) or "data" not in v:
+    if not is_attachment(v):
         return None
-    return v["content_type"], base64.b64decode(v["data"]), v["digest"]
+    try:
+        return v["content_type"], base64.b64decode(v["data"], validate=True), v["digest"]
+    except (binascii.Error, ValueError):
+        return None
