@@ -126,3 +126,45 @@ def test_pouchdb_replicates_with_a_cookie_session(dc, tmp_path):
         pouch("open", name="p2")
         down = pouch("replicate", name="p2", url=a.url + "/profiles", direction="from", session="s")
         assert down["ok"] and down["docs_written"] == 2
+
+
+def test_login_takes_as_long_for_a_name_no_database_has_so_it_does_not_tell_which_users_exist(dc):
+    # a wrong password costs an Argon2 verification (~30 ms); an unknown name must cost one too
+    # (UserTable.verify hashes against a dummy for it), else POST /_session's time names the users
+    import statistics
+    import time
+
+    a = _with_users(dc)
+
+    async def timings() -> tuple[list[float], list[float]]:
+        out: dict[str, list[float]] = {"alice": [], "nobody-here": []}
+        async with aiohttp.ClientSession() as http:
+            for k in range(7):
+                for name in out:  # a new password each time: no cached verification
+                    t = time.perf_counter()
+                    async with http.post(a.url + "/_session", json={"name": name, "password": f"wrong-{k}"}) as r:
+                        assert r.status == 401 and (await r.json())["reason"] == "Name or password is incorrect."
+                    out[name].append(time.perf_counter() - t)
+        return out["alice"], out["nobody-here"]
+
+    known, unknown = asyncio.run(timings())
+    assert statistics.median(unknown) > 0.5 * statistics.median(known), (known, unknown)
+
+
+def test_a_removed_users_cookie_is_anonymous_there(dc):
+    a = _with_users(dc)
+
+    async def flow() -> None:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.post(a.url + "/_session", json={"name": "alice", "password": "alice-password"}) as r:
+                assert r.status == 200
+            async with http.get(a.url + "/profiles") as r:
+                assert r.status == 200
+            from multisite.instance.users import remove_user
+            remove_user(a.path("Profiles"), "alice")
+            async with http.get(a.url + "/profiles") as r:
+                assert r.status == 401
+            async with http.get(a.url + "/_session") as r:
+                assert (await r.json())["userCtx"]["name"] is None
+
+    asyncio.run(flow())

@@ -171,9 +171,9 @@ class CouchAuth:
     async def _login(self, request: web.Request) -> web.Response:
         name, password = await _login_form(request)
         tags, first = [], None
-        for db in list(self.ds.dbs.values()):
-            table = self.table(db)
-            if len(table) and table.get(name) is not None and (u := await self._verify(table, name, password)):
+        for db in list(self.ds.dbs.values()):  # every database with users, whether it has the name or not:
+            table = self.table(db)               # the time taken must not tell which users exist
+            if len(table) and (u := await self._verify(table, name, password)):
                 tags.append(couch_session.user_tag(u.name, u.role, u.secret))
                 first = first or u
         if first is None:
