@@ -94,3 +94,14 @@ def test_purge_takes_an_admin_and_is_local_to_the_server(dc):
         assert http("POST", node.url + "/profiles/_purge", {unid: [rev]}, auth=("root", "root-password"))[0] == 201
     dc.replicate(b, a, mode="pull-push")
     assert ms.get(unid) is None and mb.get(unid) is None
+
+
+def test_doc_count_drops_at_once_when_a_purge_removes_a_document(dc):
+    # GET /{db}'s count is cached while the change number stays; a purge that removes a document
+    # writes no change, so it must drop the cached count itself
+    a = serve(dc)
+    db = a.url + "/profiles"
+    revs = [http("PUT", db + f"/d{i}", {"v": i})[1]["rev"] for i in range(3)]
+    assert http("GET", db)[1]["doc_count"] == 3
+    assert http("POST", db + "/_purge", {"d0": [revs[0]]})[1]["purged"] == {"d0": [revs[0]]}
+    assert http("GET", db)[1]["doc_count"] == 2

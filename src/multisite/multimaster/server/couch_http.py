@@ -189,7 +189,9 @@ class CouchServer:
         if head == "_local" and len(rest) >= 2:
             return await couch_docs.local(request, db, "/".join(rest[1:]))
         if head == "_purge" and m == "POST":
-            return await couch_purge_http.purge(request, db)
+            resp = await couch_purge_http.purge(request, db)
+            self._counts.pop(db.db_id, None)  # a removed document writes no change: the count's key stays
+            return resp
         if head == "_revs_limit":
             return json_response(1000) if m == "GET" else json_response({"ok": True})
         if head == "_security" and m == "GET":
