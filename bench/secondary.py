@@ -20,7 +20,16 @@ much less moved by the machine's other load than a rate. Modes (``--modes``):
   four transactions a batch, as in streaming) and S catches up from its journal files: S's receive
   path at streaming's batch size without any client on the machine.
 
-Trees alternate run by run; the table gives medians and the ratio to the first tree.
+- ``ratio`` (issue 27): commits/s through clients on P without a secondary and with S streaming,
+  at 2 connections (2 threads of this process, ``multisite.connect``) and at 16 (2 client processes x
+  8); the figure is with / without (target >= 0.85). P, S and the client processes run the tree's code.
+- ``lag`` (issue 27): 5,000 tx/s offered to P by 16 paced threads with S streaming; a probe takes the
+  seqno a client just got back and polls S's client port until S shows it: commit -> visible on S,
+  p50 and p99 (target p50 < 1 ms, p99 < 10 ms); S's CPU per transaction in the same window.
+
+Trees alternate run by run; the table gives medians and the ratio to the first tree. Without
+``--quick`` the script rewrites its section of bench/RESULTS.md (a hand-written notes block in it is
+kept).
 """
 
 from __future__ import annotations
@@ -40,7 +49,8 @@ import multisite
 from multisite.net import control
 from multisite.server.process import start_server, stop_server
 from catchup import build_primary
-from replication import CPUS, P_CPU, S_CPU, threads_commit
+from replication import CPUS, OFFERED_TX_S, P_CPU, S_CPU, Pair, commit_rate, lag_run, threads_commit
+from results import git_state, markers, write_section
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "secondary"
@@ -82,7 +92,51 @@ def start_s(root: Path, tree: Path, profile: Path | None) -> int:
     return proc.pid
 
 
+class tree_env:
+    """Every process started inside the block (P, S, client processes) runs ``tree``'s code."""
+
+    def __init__(self, tree: Path):
+        self.tree, self.old = str(tree), None
+
+    def __enter__(self) -> None:
+        self.old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = self.tree
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = self.old
+
+
+def ratio_run(tree: Path, args, work: Path) -> dict:
+    """Commits/s through clients without and with S streaming, at 2 and at 16 connections."""
+    out: dict = {"load": os.getloadavg()[0]}
+    with tree_env(tree):
+        for label, procs, conns in (("2", 1, 2), ("16", 2, 8)):
+            for secondary in (False, True):
+                pair = Pair(work, secondary)
+                try:
+                    out[f"{label}_{'with' if secondary else 'without'}"] = commit_rate(pair, procs, conns, args.seconds)["commits_s"]
+                finally:
+                    pair.close()
+            out[f"{label}_ratio"] = out[f"{label}_with"] / max(1e-9, out[f"{label}_without"])
+    return out
+
+
+def lag_of(tree: Path, args, work: Path) -> dict:
+    """Commit -> visible on S at OFFERED_TX_S offered (replication.lag_run), S from ``tree``."""
+    with tree_env(tree):
+        r = lag_run(work, 0, args.seconds)
+    return {k: r[k] for k in ("achieved_s", "lag_p50_ms", "lag_p99_ms", "samples", "tx_per_batch", "s_cpu_us_per_tx",
+                              "bounded")} | {"load": os.getloadavg()[0]}
+
+
 def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
+    if mode == "ratio":
+        return ratio_run(tree, args, work)
+    if mode == "lag":
+        return lag_of(tree, args, work)
     run = work / f"run-{time.monotonic_ns()}"
     p_root, s_root = run / "P", run / "S"
     started: list[Path] = []
@@ -164,6 +218,7 @@ def main() -> None:
     if len(CPUS) < 2:
         note("warning: one CPU: P and S share it")
     load0 = os.getloadavg()
+    t_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     note(f"load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}")
     OUT.mkdir(parents=True, exist_ok=True)
     res: dict = {m: {lbl: [] for lbl, _ in trees} for m in modes}
@@ -173,23 +228,60 @@ def main() -> None:
                 prof = Path(args.profile) / f"{mode}-{lbl}-{r}" if args.profile else None
                 x = one(mode, tree, args, OUT, prof)
                 res[mode][lbl].append(x)
-                note(f"run {r} {mode:6} {lbl:8} {x['cpu_us_per_tx']:7.1f} µs CPU/tx ({x['user_us_per_tx']:.0f} user, {x['sys_us_per_tx']:.0f} sys) {x['applied_s']:9,.0f} tx/s "
-                     f"applied  {x['tx_per_batch']:6.1f} tx/batch")
+                note(f"run {r} {mode:6} {lbl:8} {describe(mode, x)}")
     load1 = os.getloadavg()
     note(f"load average after {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f}")
     summary = {"load_before": load0, "load_after": load1, "args": vars(args), "runs": res, "median": {}}
     for mode in modes:
-        base = None
         for lbl, _ in trees:
-            med = {k: statistics.median(x[k] for x in res[mode][lbl]) for k in res[mode][lbl][0]}
+            rs = res[mode][lbl]
+            med = {k: statistics.median(x[k] for x in rs) for k in rs[0] if isinstance(rs[0][k], (int, float))}
             summary["median"].setdefault(mode, {})[lbl] = med
-            base = base or med["cpu_us_per_tx"]
-            print(f"{mode:6} {lbl:8} S CPU {med['cpu_us_per_tx']:7.1f} µs/tx (x{med['cpu_us_per_tx'] / base:.2f}; "
-                  f"user {med['user_us_per_tx']:.1f}, sys {med['sys_us_per_tx']:.1f})  "
-                  f"applied {med['applied_s']:9,.0f} tx/s  {med['tx_per_batch']:.1f} tx/batch")
+            print(f"{mode:6} {lbl:8} median: {describe(mode, med)}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
+    if not args.quick and args.profile is None:
+        write_section("secondary.py", section(summary, trees, modes, args, t_start))
 
+
+def describe(mode: str, x: dict) -> str:
+    """One run's (or the medians') figures as a line."""
+    if mode == "ratio":
+        return (f"2 connections {x['2_without']:,.0f} -> {x['2_with']:,.0f} commits/s with S (ratio {x['2_ratio']:.2f}); "
+                f"16: {x['16_without']:,.0f} -> {x['16_with']:,.0f} ({x['16_ratio']:.2f}) (load {x['load']:.1f})")
+    if mode == "lag":
+        return (f"lag p50 {x['lag_p50_ms']:.2f} ms, p99 {x['lag_p99_ms']:.2f} ms at {x['achieved_s']:,.0f} tx/s "
+                f"({x['samples']:.0f} samples, {x['tx_per_batch']:.1f} tx/batch), S CPU {x['s_cpu_us_per_tx']:.1f} "
+                f"us/tx (load {x['load']:.1f})")
+    return (f"S CPU {x['cpu_us_per_tx']:7.1f} us/tx (user {x['user_us_per_tx']:.0f}, sys {x['sys_us_per_tx']:.0f}), "
+            f"{x['applied_s']:,.0f} tx/s applied, {x['tx_per_batch']:.1f} tx/batch")
+
+
+NOTES_BEGIN, NOTES_END = "<!-- secondary notes: begin -->", "<!-- secondary notes: end -->"
+
+
+def section(summary: dict, trees, modes, args, t_start: str) -> str:
+    """This script's section of RESULTS.md: the medians per mode and tree; the notes block is kept."""
+    from results import RESULTS
+
+    begin, end = markers("secondary.py")
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    notes = f"{NOTES_BEGIN}\n{NOTES_END}"
+    if NOTES_BEGIN in old and NOTES_END in old:
+        notes = NOTES_BEGIN + old.split(NOTES_BEGIN, 1)[1].split(NOTES_END, 1)[0] + NOTES_END
+    l0, l1 = summary["load_before"], summary["load_after"]
+    lines = [begin, "## The secondary: its CPU per transaction, the primary's commit rate with it, lag "
+             "(`bench/secondary.py`, issues 14 and 27)", "",
+             f"Run {t_start}, git {git_state()}, {os.cpu_count()} CPUs; load average {l0[0]:.1f} before, {l1[0]:.1f} "
+             f"after (**shared machine**). {args.runs} run(s) per mode and tree, trees alternating, medians; group "
+             f"durability, P on CPU {P_CPU}, S on CPU {S_CPU}. Trees: "
+             + ", ".join(f"`{lbl}` = `{t}`" for lbl, t in trees) + ".", ""]
+    for mode in modes:
+        lines.append(f"- **{mode}**: " + "; ".join(f"`{lbl}`: {describe(mode, summary['median'][mode][lbl])}"
+                                                   for lbl, _ in trees))
+    lines += ["", "Targets (issue 27): ratio with / without S through clients >= 0.85; lag at "
+              f"{OFFERED_TX_S:,} tx/s offered p50 < 1 ms, p99 < 10 ms.", "", notes, end]
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

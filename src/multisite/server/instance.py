@@ -46,7 +46,7 @@ from .client import fetch_hello
 from .client_auth import ClientAuth
 from .clients import ClientListener
 from .min_confirm import MIN_CONFIRM_TIMEOUT_S_DEFAULT, ServerMinConfirm
-from .sockets import KEEPALIVE_S, check_keepalive
+from .sockets import KEEPALIVE_S, check_keepalive, server_loop
 from ..net.control import control_address
 from ..replication.server.receiver import ReceiverConfig, ReceiverServer
 from ..replication.server.source import SourceConfig, SourceServer
@@ -553,7 +553,9 @@ def main(argv: list[str] | None = None) -> None:
             os.sched_setaffinity(0, parse_cpus(a.cpus))
             logging.getLogger("multisite").info("running on CPUs %s", a.cpus)
         tls = TLSConfig.from_options(a.tls_cert, a.tls_key, a.tls_ca)
-        asyncio.run(InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure, a.metrics).run())
+        server = InstanceServer(root, a.listen, check_keepalive(a.keepalive), tls, a.insecure, a.metrics)
+        with asyncio.Runner(loop_factory=server_loop) as runner:
+            runner.run(server.run())
     except MultisiteError as e:
         logging.getLogger("multisite").error("%s", e)
         print(f"error: {e}", file=sys.stderr)

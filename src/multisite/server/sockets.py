@@ -1,4 +1,5 @@
-"""The client listener's event loop and its sockets' keepalive: what ``clients.py`` sets up before serving.
+"""The server's event loops (the client listener's, the process's main loop) and the client sockets'
+keepalive: what ``clients.py`` and ``instance.py`` set up before serving.
 
 Here rather than in the listener because the instance server's start checks (``server start
 --keepalive``, ``multisite.serve``) need ``check_keepalive`` without the listener.
@@ -20,6 +21,21 @@ def new_loop() -> asyncio.AbstractEventLoop:
     """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
     asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
     if os.environ.get("MULTISITE_CLIENT_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def server_loop() -> asyncio.AbstractEventLoop:
+    """The instance server process's main loop (control socket, Source and Receiver Servers): uvloop
+    when installed, unless ``MULTISITE_SERVER_LOOP=asyncio``. asyncio's own loop runs every event in
+    Python (``_run_once``, the selector, a handle per callback): at a few transactions a streamed
+    batch that was a fifth of a secondary's main-thread CPU (issue 27, docs/decisions.md)."""
+    if os.environ.get("MULTISITE_SERVER_LOOP", "uvloop") == "uvloop":
         try:
             import uvloop
         except ImportError:
