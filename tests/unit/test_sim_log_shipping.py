@@ -71,3 +71,13 @@ def test_seed_1624_finds_a_group_mode_primary_diverging_after_eio(monkeypatch):
     assert len(r.shrunk) <= 12, r.report()
     monkeypatch.setattr(shipping, "RESTART_NEW_RECORD", True)
     assert run_seed(FAMILY, 1624, 500).ok
+
+
+def test_the_same_history_s_common_point_is_the_lower_seqno():
+    """The invariant's shortcut (shipping._history_pair) agrees with replication.history.common_point."""
+    from multisite.protocol.messages import HistoryEntry
+    from multisite.replication.history import common_point
+    hist = [HistoryEntry(1, "A", 11), HistoryEntry(6, "B", 22), HistoryEntry(9, "A", 33)]
+    for a in range(14):
+        for b in range(14):
+            assert common_point(hist, a, list(hist), b) == min(a, b)

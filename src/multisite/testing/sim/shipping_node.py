@@ -16,7 +16,7 @@ import msgspec
 from ...instance.instance_file import InstanceFile, dumps, loads
 from ...journal.records import SET, Record, Update, encode_record
 from ...protocol.messages import Hello
-from ...replication.history import hello_for
+from ...replication.history import hello_for, to_entries
 from .disk import SimDisk, SimJournal
 
 INSTANCE_FILE = "instance"
@@ -44,11 +44,25 @@ class Node:
         self.chain: list[int] = [0]  # chain[s]: a hash of frames 1..s (prefixes compared in O(1))
         self.ids: list[int] = []  # ids[s - 1]: the number of the frame at seqno s
         self.lost_ids: list[list[int]] = []
+        self._entries_key: tuple = ()
+        self._entries: list = []
+        self.ids_key: tuple = ()  # the records' identities, (uid, start) each: equal means the same history
         self.save_info()
 
     # -- the instance file -------------------------------------------------------------------------
     def save_info(self) -> None:
         self.disk.replace(INSTANCE_FILE, dumps(self.info))
+
+    def entries(self) -> list:
+        """The history as the wire carries it, remade only when it changed (the invariants compare
+        every pair of instances after every step): the history changes at its end (a record added,
+        replaced or cut) or whole (adopted), so its length and first and last identities tell."""
+        h = self.info.history
+        key = (len(h), h[0].uid if h else 0, h[-1].uid if h else 0)
+        if key != self._entries_key:
+            self._entries_key, self._entries = key, to_entries(h)
+            self.ids_key = tuple((e.uid, e.start_seqno) for e in self._entries)
+        return self._entries
 
     def hello(self, **flags: object) -> Hello:
         return hello_for(self.info, self.journal.seqno, **flags)
@@ -109,7 +123,8 @@ class Node:
         self.lost_ids.append(gone_ids)
         self.journal.cut(to_seqno)
         del self.ids[to_seqno:], self.chain[to_seqno + 1:]
-        self.pending = [i for i in self.pending if i not in set(gone_ids)]
+        gone_set = set(gone_ids)
+        self.pending = [i for i in self.pending if i not in gone_set]
         self.info.cut_at(to_seqno, uid=uid, created=0.0)
         self.save_info()
         return gone_ids
