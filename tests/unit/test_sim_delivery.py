@@ -43,3 +43,10 @@ def test_a_receiver_applying_duplicates_is_caught(monkeypatch):
     failed = [r for r in (run_seed(FAMILY, s, STEPS, shrink_failures=False) for s in range(10)) if not r.ok]
     assert failed and all(r.violation.invariant in ("delivered-exactly-once-in-offset-order",
                                                     "no-unexpected-exception") for r in failed)
+
+
+def test_seed_3849_a_confirmation_lost_with_a_crashed_poll_is_given_again():
+    """Y applies and confirms, dies after sending; X reads the confirmation (its file removed) and dies
+    before storing confirm_sent: X probes, and Y answers with the confirm_received it stored at the end
+    of its apply (agent.py's _save("in") before any send; the mirror stored it later and stuck)."""
+    assert run_seed(FAMILY, 3849, STEPS).ok

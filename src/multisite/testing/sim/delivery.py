@@ -93,6 +93,7 @@ class Agent:
         self.inbox = [m for m in self.inbox if m.last > pos]
         if applied:
             self.rcv.confirm()
+        self.stored_recv = copy.copy(self.rcv.state)  # agent.py's _save("in") ends _apply, before any send
         return applied
 
     def _send(self, out: list[bytes], confirmed: bool, probes: bool, now: float) -> None:
