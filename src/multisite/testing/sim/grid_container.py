@@ -44,6 +44,7 @@ class Container:
     def __init__(self, world, name: str, clock: Clock):
         self.world, self.name, self.clock = world, name, clock
         self.journal: list[int] = []  # transaction numbers, durable
+        self.lost: list[int] = []  # what rollbacks took off (the lost-transaction files)
         self.up = True
         self.view = None
         self.role: str | None = None
@@ -173,7 +174,8 @@ class Container:
 
     def on_outcome(self, src: str, epoch: int, txn: int, commit: bool, seqno: int, sub: int) -> None:
         if self._from_my_primary(src, epoch) and sub == self.sub and not commit and len(self.journal) > seqno:
-            del self.journal[seqno:]  # the rolled-back frames go to a lost file
+            self.lost += self.journal[seqno:]  # the rolled-back frames go to a lost file
+            del self.journal[seqno:]
             self.world.stats.note("replica-cut-back")
 
     def on_frames(self, src: str, epoch: int, seqno: int, tid: int, sub: int) -> None:
@@ -192,6 +194,7 @@ class Container:
     def on_resync(self, src: str, epoch: int, common: int, tail: tuple, sub: int) -> None:
         if not self._from_my_primary(src, epoch) or sub != self.sub:
             return
+        self.lost += self.journal[common:]  # a Resync cuts back into a lost file (Database.rollback)
         del self.journal[common:]
         self.journal.extend(tail)
         self.synced = sub
