@@ -59,7 +59,7 @@ import multisite
 from multisite.net import control
 from multisite.server.process import start_server, stop_server
 from multisite.testing.postgres import free_port, pg_bindir
-from results import git_state, markers, process_cpu_s, write_section
+from results import boost_session, git_state, markers, process_cpu_s, write_section
 
 HERE = Path(__file__).resolve().parent
 CPUS = [str(c) for c in sorted(os.sched_getaffinity(0))]
@@ -101,12 +101,14 @@ class Pair:
                 else:
                     os.environ["PYTHONPATH"] = old
             self.s_pid = info["pid"]
+            boost_session(self.s_pid)
             self.started.append(self.s)
             self.s_addr = f"127.0.0.1:{info['client_port']}"
             res = control.call(self.s, "receiver.start", listen="127.0.0.1:0")
             self.receiver = res["listen"]
         if not serve_primary:
             info = start_server(self.p, "127.0.0.1:0", P_CPU)
+            boost_session(info["pid"])
             self.started.append(self.p)
             self.p_addr = f"127.0.0.1:{info['client_port']}"
             with multisite.connect(self.p_addr) as db:
@@ -586,6 +588,7 @@ def main() -> None:
         ap.error(f"unknown rows {sorted(rows - set(ROWS))}; choose from {', '.join(ROWS)}")
     if len(CPUS) < 2:
         note("[yellow]only one CPU available: primary and secondary share it[/yellow]")
+    boost_session(os.getpid())
     pg_bin = ensure_postgres() if "postgres" in rows else None
     work = HERE / "out" / f"replication-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)

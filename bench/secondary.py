@@ -50,7 +50,7 @@ from multisite.net import control
 from multisite.server.process import start_server, stop_server
 from catchup import build_primary
 from replication import CPUS, OFFERED_TX_S, P_CPU, S_CPU, Pair, commit_rate, lag_run, threads_commit
-from results import git_state, markers, write_section
+from results import boost_session, git_state, markers, write_section
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "secondary"
@@ -75,7 +75,9 @@ def start_s(root: Path, tree: Path, profile: Path | None) -> int:
         old = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = str(tree)
         try:
-            return start_server(root, "127.0.0.1:0", S_CPU)["pid"]
+            pid = start_server(root, "127.0.0.1:0", S_CPU)["pid"]
+            boost_session(pid)
+            return pid
         finally:
             os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
     profile.mkdir(parents=True, exist_ok=True)
@@ -149,7 +151,9 @@ def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
         s_pid = start_s(s_root, tree, profile)
         started.append(s_root)
         listen = control.call(s_root, "receiver.start", listen="127.0.0.1:0")["listen"]
-        p_addr = f"127.0.0.1:{start_server(p_root, '127.0.0.1:0', P_CPU)['client_port']}"
+        p_info = start_server(p_root, '127.0.0.1:0', P_CPU)
+        boost_session(p_info["pid"])
+        p_addr = f"127.0.0.1:{p_info['client_port']}"
         started.append(p_root)
         seqno = lambda root: control.call(root, "status")["seqno"]  # noqa: E731
         if mode == "replay":
@@ -217,6 +221,7 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     if len(CPUS) < 2:
         note("warning: one CPU: P and S share it")
+    boost_session(os.getpid())  # this session: the client processes and threads
     load0 = os.getloadavg()
     t_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     note(f"load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}")
