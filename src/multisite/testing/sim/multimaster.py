@@ -14,8 +14,9 @@ Invariants:
 - ``replicas-converge`` (at the end, after uncut sessions until quiet): the three hold the same
   documents, conflict documents included;
 - ``conflict-winners-independent-of-arrival-order`` (at the end): the replicas as they stand, copied
-  twice and converged by sessions in two different orders, end identical (winners and conflict
-  documents alike).
+  twice and converged by sessions in two different orders, end with the same documents and live
+  conflict documents; ``conflict-records-independent-of-arrival-order``: and the same deleted
+  conflict documents (the records of dropped or superseded losers).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from ...multimaster.conflicts import descends, winner
+from ...multimaster.document import CONFLICT_FIELD
 from ...multimaster.server import docdb
 from ...multimaster.session import Mode, Pipeline, Responder, initiate
 from .core import Clock, Stats, Step, Violation, drive, rng_for
@@ -152,12 +154,7 @@ class MultiMasterWorld:
                 finally:
                     for db in copies.values():
                         db.close()
-            if ends[0] != ends[1]:
-                bad = sorted(u for u in set(ends[0]) | set(ends[1]) if ends[0].get(u) != ends[1].get(u))
-                raise Violation("conflict-winners-independent-of-arrival-order",
-                                f"the same replicas converged by sessions in two orders end differently "
-                                f"({len(bad)} document(s), e.g. {bad[0]}: {ends[0].get(bad[0])} vs "
-                                f"{ends[1].get(bad[0])})")
+            _same_ends(*ends)
         finally:
             self.dbs = {}
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -173,6 +170,22 @@ class MultiMasterWorld:
         diff = sorted(set(states[0].items()) ^ set(states[1].items()) ^ set(states[2].items()))[:2]
         raise Violation("replicas-converge", f"after {SETTLE_ROUNDS_MAX} rounds of full sessions the replicas "
                         f"differ, e.g. {diff}")
+
+
+def _same_ends(a: dict, b: dict) -> None:
+    """The two orders' ends: the documents and live conflict documents first (what a reader sees), then
+    the deleted conflict documents (the records CouchDB clients read as deleted leaves)."""
+    def tomb(v) -> bool:
+        return v is not None and v[1] and any(k == CONFLICT_FIELD for k, _ in v[2])
+    def live(v) -> bool:
+        return v is not None and not tomb(v)
+    for what, pick in (("conflict-winners-independent-of-arrival-order", live),
+                       ("conflict-records-independent-of-arrival-order", tomb)):
+        bad = sorted(u for u in set(a) | set(b)
+                     if (pick(a.get(u)) or pick(b.get(u))) and a.get(u) != b.get(u))
+        if bad:
+            raise Violation(what, f"the same replicas converged by sessions in two orders end differently "
+                            f"({len(bad)} document(s), e.g. {bad[0]}: {a.get(bad[0])} vs {b.get(bad[0])})")
 
 
 def generate(seed: int, n: int) -> list[Step]:
