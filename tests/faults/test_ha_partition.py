@@ -27,8 +27,8 @@ from multisite.ha.decide import Timing
 from multisite.journal.lostfile import LostFile, list_lost_files
 from multisite.testing.checks import wait_until
 from multisite.testing.etcd import EtcdCluster
-from multisite.testing.ha import HACluster
-from multisite.testing.ha_checks import check_one_primary_at_a_time, leadership_periods
+from multisite.testing.ha import REGION, HACluster
+from multisite.testing.ha_checks import check_one_primary_at_a_time, history_report, journal_updates, leadership_periods
 from multisite.testing.netns import Hosts, netns_unavailable
 
 WHY_NOT = netns_unavailable()
@@ -80,6 +80,11 @@ def test_a_primary_cut_off_is_fenced_within_its_lease_replaced_and_rejoins_with_
     c.wait_followers(timeout_s=REJOIN_TIMEOUT_S)
     c.wait_identical()
     c.check_acknowledged(w)  # on the new primary or in a lost file: none silently lost
+    h = w.history.history()  # and the writer's history (testing/history): what it read after the cut too
+    keys = {o.key for o in h}
+    report = history_report(h, keys, c.rows(new), c.lost_rows(), journal_updates(c.root(new), REGION, keys),
+                            min_confirm=False)
+    report.assert_clean("partition")
     assert c.primary() == new
     lost = {tuple(u["key"]) for path in list_lost_files(c.root(old) / "lost")
             for t in LostFile.read(path).transactions for u in t["updates"]}
@@ -95,6 +100,6 @@ def test_a_primary_cut_off_is_fenced_within_its_lease_replaced_and_rejoins_with_
           f"{TTL_S - TIMING.margin_s:.2f} s); {new} primary, its first commit at {first_of_new - cut_wall:+.3f} s "
           f"(the writer's at {first_new - cut:+.3f} s); smallest gap between two leaders {gap:.3f} s; "
           f"{len(acked_by_old_after_cut)} acknowledged by {old} after the cut, {len(lost)} in its lost file; "
-          f"{len(w.acked)} acknowledged in all")
+          f"{len(w.acked)} acknowledged in all; history: {report.summary()}")
     assert last_old <= cut_wall + TTL_S - TIMING.margin_s + CLOCK_SLACK_S, "the old primary committed past its lease"
     assert gap is not None and gap >= TIMING.margin_s - CLOCK_SLACK_S
