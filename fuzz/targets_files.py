@@ -59,14 +59,21 @@ def _fix_segment(data: bytes, header: bool, frames: bool) -> bytes:
     return bytes(buf)
 
 
+SPLIT = b"MSJSEG01"  # where a second segment starts in an input of two (its header's magic)
+
+
 def run_segment(data: bytes) -> None:
-    """Bits of the first byte: 0 fix the header CRC, 1 fix every frame's CRCs, 2 repair a torn tail."""
+    """Bits of the first byte: 0 fix the headers' CRCs, 1 fix every frame's CRCs, 2 repair a torn tail,
+    3 two segments (the second from the input's second segment magic on: a sealed one and the tail)."""
     if not data:
         return
     journal = _ROOT / "journal"
     shutil.rmtree(journal, ignore_errors=True)
     journal.mkdir()
-    (journal / segment_name(1)).write_bytes(_fix_segment(data[1:], bool(data[0] & 1), bool(data[0] & 2)))
+    at = data.find(SPLIT, 2) if data[0] & 8 else -1
+    parts = [data[1:at], data[at:]] if at > 0 else [data[1:]]
+    for i, part in enumerate(parts, 1):
+        (journal / segment_name(i)).write_bytes(_fix_segment(part, bool(data[0] & 1), bool(data[0] & 2)))
     recover_journal(journal, repair=bool(data[0] & 4))
     for _ in iter_records(journal):
         pass
@@ -75,7 +82,9 @@ def run_segment(data: bytes) -> None:
 def seeds_segment() -> list[bytes]:
     head = SegmentHeader(1, 1, 0, 0, 1.7e9).pack()
     body = b"".join(encode_record(r) for r in _records(1, 5))
-    return [bytes([0]) + head + body, bytes([1]) + head + body + b"\0" * 64, bytes([7]) + head + body[:-7]]
+    second = SegmentHeader(2, 6, 1, 5, 1.7e9).pack() + b"".join(encode_record(r) for r in _records(6, 3))
+    return [bytes([0]) + head + body, bytes([1]) + head + body + b"\0" * 64, bytes([7]) + head + body[:-7],
+            bytes([8]) + head + body + second]
 
 
 # -- lost-transaction files -----------------------------------------------------------------------

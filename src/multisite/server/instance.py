@@ -255,6 +255,7 @@ class InstanceServer(ServerMinConfirm):
     async def ctl_status(self) -> dict:
         backlogs = [s.backlog for s in self.sources.values()] + [len(self.receive_pool)]
         return {"pid": os.getpid(), "name": self.db.name, "state": "running", "role": self.db.info.role,
+                "fenced": self.db.fenced,  # a primary whose leader lease ended: it takes no commit
                 "client_auth": self.client_auth.status() if self.client_auth else None,
                 "backlog": max(backlogs),
                 "seqno": self.db.seqno, "group": self.db.info.group, "client_port": self.client_port,
