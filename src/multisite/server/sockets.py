@@ -31,11 +31,13 @@ def new_loop() -> asyncio.AbstractEventLoop:
 
 
 def server_loop() -> asyncio.AbstractEventLoop:
-    """The instance server process's main loop (control socket, Source and Receiver Servers): uvloop
-    when installed, unless ``MULTISITE_SERVER_LOOP=asyncio``. asyncio's own loop runs every event in
-    Python (``_run_once``, the selector, a handle per callback): at a few transactions a streamed
-    batch that was a fifth of a secondary's main-thread CPU (issue 27, docs/decisions.md)."""
-    if os.environ.get("MULTISITE_SERVER_LOOP", "uvloop") == "uvloop":
+    """The instance server process's main loop (control socket, Source and Receiver Servers): asyncio's
+    own, or uvloop with ``MULTISITE_SERVER_LOOP=uvloop``. uvloop makes each event cheaper (asyncio runs
+    ``_run_once``, the selector and a Handle per callback in Python), but a Source Server on it wakes
+    sooner and sends smaller batches, and a secondary pays per batch: with both sessions at the bench's
+    priority, streaming 3,000 tx/s, it cost the secondary as much or more per transaction (issue 27,
+    docs/decisions.md). Kept as the measured alternative."""
+    if os.environ.get("MULTISITE_SERVER_LOOP", "asyncio") == "uvloop":
         try:
             import uvloop
         except ImportError:
