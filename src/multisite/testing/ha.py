@@ -230,8 +230,14 @@ class HACluster:
             return None
 
     def primaries(self) -> list[str]:
-        return [n for n in self.names if (self.status(n) or {}).get("role") == "primary"
-                and (self.status(n) or {}).get("receiver") is None]
+        """Members that take commits: primaries with no receiver and not fenced (a primary whose leader
+        lease ended keeps its role until its manager demotes it, but takes no commit)."""
+        out = []
+        for n in self.names:
+            st = self.status(n) or {}
+            if st.get("role") == "primary" and st.get("receiver") is None and not st.get("fenced"):
+                out.append(n)
+        return out
 
     def primary(self) -> str:
         p = self.primaries()
