@@ -88,8 +88,14 @@ def test_a_primary_cut_off_is_fenced_within_its_lease_replaced_and_rejoins_with_
     assert c.primary() == new
     lost = {tuple(u["key"]) for path in list_lost_files(c.root(old) / "lost")
             for t in LostFile.read(path).transactions for u in t["updates"]}
-    assert lost, f"no lost file on {old}, though it acknowledged {len(acked_by_old_after_cut)} commits after the cut"
-    assert not lost & set(c.rows(new))  # rolled back on the old primary, never on the new one
+    new_rows = set(c.rows(new))
+    # what the old primary acknowledged after the cut and the new one never got (commits between the cut's
+    # taking effect and the old primary's fence): in its lost file, rolled back when it rejoined. Under load
+    # the writer may make no commit in that window, and then there is nothing to lose.
+    unreplicated = {w.key(i) for i in acked_by_old_after_cut} - new_rows
+    assert unreplicated <= lost, (f"{len(unreplicated - lost)} of {len(acked_by_old_after_cut)} commits {old} "
+                                  f"acknowledged after the cut are neither on {new} nor in {old}'s lost file")
+    assert not lost & new_rows  # rolled back on the old primary, never on the new one
     c.stop()
 
     periods = leadership_periods(c.root(n) for n in MEMBERS)
