@@ -59,18 +59,18 @@ def test_a_receiver_that_never_rolls_back_does_not_converge(monkeypatch):
     assert len(r.shrunk) <= 5, r.report()
 
 
-def test_seed_1624_finds_a_group_mode_primary_diverging_after_eio(monkeypatch):
-    """Found by this simulation, not fixed yet (see testing/sim/DESIGN.md): a group-mode primary ships a
-    batch before its fdatasync, the fdatasync fails (EIO), the instance stops, reopens without those
-    frames and commits again under the same history record: the secondary keeps the shipped frames
-    where the primary now has others, and the history cannot tell. A new history record when such a
-    primary starts taking commits (the simulation's RESTART_NEW_RECORD) removes it."""
+def test_seed_1624_a_group_mode_primary_restarted_after_eio_does_not_diverge(monkeypatch):
+    """Found by this simulation: a group-mode primary ships a batch before its fdatasync, the fdatasync
+    fails (EIO), the instance stops, reopens without those frames and commits again under the same
+    history record: the secondary kept the shipped frames where the primary now has others, and the
+    history could not tell. The server now starts a history record first (server/instance.py; with
+    real processes: tests/integration/test_primary_restart_history.py)."""
     from multisite.testing.sim import shipping
+    assert run_seed(FAMILY, 1624, 500).ok
+    monkeypatch.setattr(shipping, "RESTART_NEW_RECORD", False)  # the server before the fix
     r = run_seed(FAMILY, 1624, 500)
     assert not r.ok and r.violation.invariant == "history-tells-divergence"
     assert len(r.shrunk) <= 12, r.report()
-    monkeypatch.setattr(shipping, "RESTART_NEW_RECORD", True)
-    assert run_seed(FAMILY, 1624, 500).ok
 
 
 def test_the_same_history_s_common_point_is_the_lower_seqno():

@@ -36,10 +36,10 @@ from .shipping_node import Node, NodeCrashed
 
 NAMES = ("A", "B", "C")
 SETTLE_ROUNDS_MAX = 400  # rounds of connect/pump/deliver at the end before "not converged" is a finding
-# The engine as it is: a group-mode primary that reopens keeps its history record, so frames it shipped
-# before their fdatasync and then lost (EIO, a power cut) share a record with the next commits: seed 1624
-# diverges. True: the fix proposed in DESIGN.md (a new record when such a primary starts taking commits).
-RESTART_NEW_RECORD = False
+# server/instance.py: a group-mode primary's server starts a history record before its sources connect, so
+# frames it shipped before their fdatasync and then lost (EIO, a power cut) are told from the next commits.
+# False: the server before that fix (seed 1624 diverges).
+RESTART_NEW_RECORD = True
 
 
 class ShippingWorld:
