@@ -90,6 +90,12 @@ def test_teardown_after_a_failure_and_a_stale_run_are_cleaned_up():
     assert "msnet2-" not in namespaces()
     left = Hosts("msnet2", 2, "10.77.42.0/24").start()  # a run that died without its teardown
     sleeper = left.run("h1", ["sleep", "60"])
+    # in the namespace before the next run looks for what was left there (ip netns exec, loaded, is slow to enter)
+    deadline = time.monotonic() + 30
+    while str(sleeper.pid) not in subprocess.run(["ip", "netns", "pids", "msnet2-h1"], capture_output=True,
+                                                 text=True).stdout.split():
+        assert time.monotonic() < deadline, "the sleeper never entered msnet2-h1"
+        time.sleep(0.05)
     with Hosts("msnet2", 2, "10.77.42.0/24") as hosts:  # removes it, its process included
         assert sleeper.wait(5) == -9
         serve_on_every_host(hosts)
