@@ -157,3 +157,14 @@ def test_a_journal_record_that_passes_its_checksums_but_does_not_decode_is_corru
     (journal / segment_name(1)).write_bytes(SegmentHeader(1, 1, 0, 0, 1.7e9).pack() + good + bad)
     with pytest.raises(JournalCorrupt, match="record 2 passed its checksums but is not a transaction record"):
         list(iter_records(journal))
+
+
+def test_a_segment_whose_first_seqno_is_the_last_u64_is_read_not_a_struct_error(tmp_path):
+    from multisite.journal.recovery import recover_journal
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    last = (1 << 64) - 1
+    damaged = b"\x07" * 40  # a frame header that does not check: the search for an intact frame after it
+    (journal / segment_name(1)).write_bytes(SegmentHeader(1, last, 0, 0, 1.7e9).pack() + damaged)
+    state = recover_journal(journal, repair=False)  # a torn tail (nothing intact after it), not struct.error
+    assert state.torn_bytes == len(damaged) and state.last_seqno == last - 1

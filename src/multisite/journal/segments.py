@@ -313,7 +313,7 @@ class SegmentView:
         """``(offset, seqno)`` of the first intact frame for seqno ``expect``..``expect+4`` found
         after the damage at ``off`` (searched for by its seqno's bytes), or None."""
         buf = self.buf
-        for s in range(expect, expect + 5):
+        for s in range(expect, min(expect + 5, 1 << 64)):  # a seqno is a u64 (a header's may be its last)
             pat = struct.pack("<Q", s)
             pos = buf.find(pat, off + 1)
             while pos != -1:
