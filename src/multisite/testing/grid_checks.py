@@ -59,7 +59,6 @@ class GridWriter(threading.Thread):
         self.errors: list[str] = []
         self.stopping = threading.Event()
         self.history = Recorder()
-        self.refused: set[int] = set()  # values never committed: voted to roll back, or no primary took them
 
     def run(self) -> None:
         rng, reads = random.Random(self.seed), random.Random(self.seed + 1)
@@ -91,7 +90,6 @@ class GridWriter(threading.Thread):
             self.counts["unknown"] += 1
         except GridUnavailable as e:  # every try was refused before it was taken: never committed
             self.history.fail(op)
-            self.refused.add(n)
             self.counts["unavailable"] += 1
             self.errors.append(str(e))
         except (TransactionError, MultisiteError, OSError) as e:
