@@ -18,7 +18,7 @@ from multisite.replication.history import (MAX_SI_STREAM, SI_STREAM, Refusal, he
 from multisite.replication.session import (CONNECT_BACKOFF_MIN_S, REFUSED_BACKOFF_MIN_S, Accept, Adoption,
                                            ContinueStream, FlowControl, HeartbeatWatch, Position,
                                            ReceiverHandshake, RollBack, SessionEnd, SourceBackoff,
-                                           adopted_history, busy)
+                                           StreamCheck, adopted_history, busy)
 
 from .test_history import primary, promote, receives
 
@@ -434,6 +434,27 @@ def test_only_the_session_that_streamed_counts():
 
 
 # -- heartbeats ------------------------------------------------------------------------------------------
+
+def test_a_heartbeat_answer_behind_the_batches_written_before_it_means_batches_were_lost():
+    c = StreamCheck()
+    c.sent(1, 520)
+    assert c.answered(1, 520) is None  # everything written before heartbeat 1 arrived before it
+    c.sent(2, 521)
+    why = c.answered(2, 520)  # batch 521 vanished on the way: nothing else would ever show it
+    assert why is not None and "521" in why and "520" in why
+
+
+def test_stream_check_forgets_heartbeats_whose_answers_were_lost_and_bounds_what_it_keeps():
+    c = StreamCheck()
+    c.sent(1, 10)
+    c.sent(2, 20)
+    assert c.answered(2, 25) is None  # 1's answer never came: forgotten, not held against a later one
+    assert c.answered(1, 0) is None
+    assert c.answered(7, 0) is None  # an answer to a heartbeat it never recorded
+    for seq in range(1, 1000):
+        c.sent(seq, seq)
+    assert len(c._sent) <= StreamCheck.MAX_PENDING
+
 
 def test_a_receiver_silent_longer_than_the_timeout_is_lost():
     w = HeartbeatWatch(timeout_s=5.0, now=100.0)

@@ -309,6 +309,36 @@ class SourceBackoff:
         return pause
 
 
+class StreamCheck:
+    """What a secondary's heartbeat answers say about the stream: the bytes of one connection arrive in
+    order, so the answer to a heartbeat written after the batch ending at seqno S reports a received
+    seqno of at least S. Less means a batch vanished between the two (a middlebox that drops data
+    without breaking TCP); with no later batch to show a gap, the secondary would wait on it for ever
+    while every heartbeat is answered. The source then ends the connection and starts again from what
+    the secondary has."""
+
+    MAX_PENDING = 64  # heartbeats awaiting their answer; older ones are forgotten
+
+    def __init__(self) -> None:
+        self._sent: dict[int, int] = {}  # heartbeat seq -> the last seqno written before it
+
+    def sent(self, seq: int, last_written_seqno: int) -> None:
+        """Heartbeat ``seq`` is written after every batch up to ``last_written_seqno``."""
+        self._sent[seq] = last_written_seqno
+        if len(self._sent) > self.MAX_PENDING:
+            del self._sent[min(self._sent)]
+
+    def answered(self, seq: int, received_seqno: int) -> str | None:
+        """The answer to heartbeat ``seq``: None, or why the stream lost data."""
+        expect = self._sent.pop(seq, None)
+        for old in [s for s in self._sent if s < seq]:  # answered in order: those were lost with their answer
+            del self._sent[old]
+        if expect is None or received_seqno >= expect:
+            return None
+        return (f"the secondary received up to seqno {received_seqno} when it answered heartbeat {seq}, written "
+                f"after the batch ending at seqno {expect}: batches were lost on the way")
+
+
 class HeartbeatWatch:
     """A receiver that has answered nothing (no heartbeat answer, no "bytes arriving" answer) for
     longer than ``timeout_s`` is lost: TCP alone may wait many minutes on a stalled network."""

@@ -37,7 +37,7 @@ from ...protocol.connection import NEED_DATA, Connection, Role, State
 from ...protocol.messages import Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon
 from ..filters import FilterSpec
 from ..history import check_peer, check_secondary_name, common_point, hello_for, stream_entries
-from ..session import HeartbeatWatch, SessionEnd, SourceBackoff
+from ..session import HeartbeatWatch, SessionEnd, SourceBackoff, StreamCheck
 from .filter_process import Filter
 from ...net.tls import TLSConfig
 
@@ -139,6 +139,7 @@ class SourceServer:
         self._fiter = None
         self._fnext = -1
         self._heartbeats = HeartbeatWatch(cfg.heartbeat_timeout_s, 0.0)
+        self._stream_check = StreamCheck()
         self._lag_s = 0.0
         self._rtt_s = 0.0
         self._kicked = False
@@ -338,6 +339,7 @@ class SourceServer:
         self._fiter = None
         self._xon.set()
         self._heartbeats = HeartbeatWatch(cfg.heartbeat_timeout_s, time.monotonic())
+        self._stream_check = StreamCheck()  # this connection's: batches lost between heartbeats
         lock = asyncio.Lock()
         await run_together(self._send_loop(conn, writer, lock), self._recv_loop(conn, reader),
                            self._heartbeat_loop(conn, writer, lock), self._deactivate_watch())
@@ -435,6 +437,9 @@ class SourceServer:
                 self._heartbeats.answered(time.monotonic())
                 if ev.seq:
                     self._rtt_s = max(0.0, time.time() - ev.sent_at)
+                    lost = self._stream_check.answered(ev.seq, ev.received_seqno)
+                    if lost is not None:
+                        raise RemoteProtocolError(lost)
                 # Never past what this instance has: the slot's confirmed seqno decides what prune keeps.
                 confirmed = min(ev.applied_seqno, self.db.seqno)
                 if confirmed > self.last_confirmed and self._on_confirmed is not None:
@@ -469,6 +474,7 @@ class SourceServer:
             if lock.locked():  # the sender is blocked on a full socket: don't queue behind it
                 continue
             async with lock:
+                self._stream_check.sent(seq, self._next - 1)  # every batch before it is written
                 writer.write(data)
                 self.bytes_sent += len(data)
                 await asyncio.wait_for(writer.drain(), self.cfg.heartbeat_timeout_s)
