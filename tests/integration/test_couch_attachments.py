@@ -218,3 +218,16 @@ def test_a_file_field_that_is_not_an_attachment_does_not_break_reads(dc):
     assert http("POST", db + "/_bulk_get", {"docs": [{"id": u}]})[0] == 200
     for name in ("s", "d", "n"):
         assert http("GET", db + f"/{u}/{name}")[0] == 404
+
+
+def test_a_content_type_with_control_characters_is_served_as_octet_stream_not_a_500(dc):
+    # a JSON body can carry any string as content_type; aiohttp refuses a header holding CR or LF
+    # (header injection), so serving it was a 500 on the request PouchDB pulls each attachment with
+    a = serve(dc)
+    db = a.url + "/profiles"
+    data = base64.b64encode(b"body").decode()
+    assert http("PUT", db + "/ct", {"_attachments": {"f": {"content_type": "text/plain\r\nX-Evil: 1", "data": data}}})[0] == 201
+    req = urllib.request.Request(db + "/ct/f")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert (r.status, r.read(), r.headers["Content-Type"], r.headers.get("X-Evil")) == (
+            200, b"body", "application/octet-stream", None)

@@ -44,6 +44,8 @@ async def attachment(request: web.Request, db: DocDB, doc_id: str, name: str) ->
         if found is None:
             raise CouchError(404, "not_found", "Document is missing attachment")
         ctype, raw, digest = found
+        if not ctype.isascii() or not ctype.isprintable():  # CR/LF: aiohttp drops the connection (header injection)
+            ctype = couch_atts.DEFAULT_CONTENT_TYPE
         return web.Response(body=b"" if m == "HEAD" else raw, status=200, headers={
             "Content-Type": ctype, "ETag": f'"{digest}"', "Content-Length": str(len(raw)),
             "Accept-Ranges": "none"})
