@@ -306,8 +306,7 @@ class SyncReplicas:
         would stay past the primary's journal, and no replica could count current again (each would
         need a seqno the primary never reaches until a commit, and none is taken without them). The
         COMMIT voters hold frames the primary does not: behind until they are cut back and catch up."""
-        if self.committed_seqno > seqno:
-            self.committed_seqno = seqno
+        self.committed_seqno = min(self.committed_seqno, seqno)
         for r in decision.commit_votes:
             self.fell_behind(r)
 
