@@ -59,6 +59,9 @@ from .grid_etcd import scene_etcd
 from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, KEYS, MAP, PARTITIONS, RATE_PER_S,
                          GridWriter, caught_up, placed, read_shard, reap)
 
+# The refused-commit scene's catalog: slow to count a stopped container lost, so that the primary's own
+# link tells it first (a loaded machine once let a 1 s catalog re-place the partition before that).
+REFUSED_HEARTBEAT_TIMEOUT_S = 6.0
 KILL_AFTER_S = 3.0  # of writing before the SIGKILL ...
 KILL_AFTER = 100  # ... and at least this many acknowledged commits
 DOWN_MIN_S = 2.5  # the killed container stays down at least this long, so that the table shows it
@@ -83,8 +86,8 @@ class GridProcesses:
     def dir(self, name: str) -> Path:
         return self.root / name
 
-    def start_catalog(self) -> int:
-        info = start_catalog(self.dir("catalog"), self.toml, self.catalog, HEARTBEAT_TIMEOUT_S)
+    def start_catalog(self, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> int:
+        info = start_catalog(self.dir("catalog"), self.toml, self.catalog, heartbeat_timeout_s)
         self.catalog = info["listen"]  # a restart listens on the same port: the containers know it
         self.pids["catalog"] = info["pid"]
         return info["pid"]
@@ -275,9 +278,10 @@ def _compare(console: Console, procs: GridProcesses, st: dict, writer: GridWrite
 
 # -- the refused commit -----------------------------------------------------------------------------------
 def _refused_commit(console: Console, procs: GridProcesses) -> bool:
-    console.print("[bold]A commit the vote refuses[/]: the catalog and the containers start again on their "
-                  "directories")
-    _restart_all(procs)
+    console.print(f"[bold]A commit the vote refuses[/]: the catalog (heartbeat timeout "
+                  f"{REFUSED_HEARTBEAT_TIMEOUT_S:g} s, so that the primary sees its replica go before the catalog "
+                  f"places another) and the containers start again on their directories")
+    _restart_all(procs, REFUSED_HEARTBEAT_TIMEOUT_S)
     with GridBoard(console, procs, None) as board:
         st = board.wait_until(lambda s: placed(s, 3) and caught_up(s), "the restarted grid settling")
         with grid_api.connect(procs.catalog, timeout_s=PHASE_TIMEOUT_S) as g:
@@ -339,7 +343,7 @@ def _wait(procs: GridProcesses, done: Callable[[dict], bool], what: str) -> dict
         time.sleep(REFRESH_S)
 
 
-def _restart_all(procs: GridProcesses) -> None:
+def _restart_all(procs: GridProcesses, heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
     """The containers first, together (each waits for the catalog, retrying), then the catalog: a
     restarted catalog gives the containers it knew one heartbeat timeout to come back before it counts
     them lost, and all three are there by then."""
@@ -348,7 +352,7 @@ def _restart_all(procs: GridProcesses) -> None:
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while not all(control.is_running(procs.dir(n)) for n in CONTAINERS) and time.monotonic() < deadline:
             time.sleep(0.05)
-        procs.start_catalog()
+        procs.start_catalog(heartbeat_timeout_s)
         for f in started:
             f.result()
 
