@@ -78,8 +78,10 @@ postgres:
 demo: setup
 	$(BIN)/multisite demo
 
+# Test files on 2 workers (pytest-xdist; a file's tests stay on one worker, with its module fixtures):
+# most of the suite waits on processes, sockets and JVMs, so two files at a time halve its wall time.
 test: setup
-	$(BIN)/python -m pytest -q --durations=25 tests/unit tests/integration tests/faults tests/spark
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests/faults tests/spark tests/integration tests/unit
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
