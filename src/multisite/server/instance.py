@@ -100,21 +100,7 @@ class InstanceServer(ServerMinConfirm):
         if self.listen:  # before the engine opens: a refused --listen leaves nothing to close
             self.client_auth = ClientAuth(self.root, parse_hostport(self.listen)[0], self.log, tls=self.client_tls,
                                           insecure=self.insecure)
-        self.db = engine.open(self.root)
-        db = self.db
-        if db.info.role == "primary" and db.durability is not Durability.FSYNC:
-            # The journal pool takes a batch before its fdatasync: sources may have shipped frames that an
-            # EIO or a power cut took off this journal. A new history range before any source connects
-            # lets a secondary holding them find the common point at this journal's end and roll them
-            # back; under the old one the next commits would reuse their seqnos (a silent divergence,
-            # found by testing.sim, log shipping seed 1624).
-            db.update_info(lambda info: info.add_history(db.seqno + 1, info.name, "originating"))
-        if (self.root / "run" / HA_LEASE_FILE).exists():
-            db.set_lease(0.0)
-            self.log.warning("%s was under an HA manager's lease when its server stopped: it takes no local commit "
-                             "(NOT_PRIMARY) until its manager leads it again or rejoins it to the new primary (to "
-                             "leave HA for good: remove %s with the server stopped)", db.name,
-                             self.root / "run" / HA_LEASE_FILE)
+        db = self._open_engine()
         self.pool = JournalPool(db.info.journal_pool_bytes)
         self.pool.reset(db.seqno)
         db.commit_listeners.append(self.pool.extend)
@@ -163,6 +149,25 @@ class InstanceServer(ServerMinConfirm):
             await self._stop.wait()
         finally:
             await self._shutdown(ctl, cli_srv, self._stop_timeout_s)
+
+    def _open_engine(self) -> engine.Database:
+        """Open the instance for serving: a group-mode primary starts a new history record, and one that
+        was under an HA manager's lease starts fenced."""
+        self.db = db = engine.open(self.root)
+        if db.info.role == "primary" and db.durability is not Durability.FSYNC:
+            # The journal pool takes a batch before its fdatasync: sources may have shipped frames that an
+            # EIO or a power cut took off this journal. A new history range before any source connects
+            # lets a secondary holding them find the common point at this journal's end and roll them
+            # back; under the old one the next commits would reuse their seqnos (a silent divergence,
+            # found by testing.sim, log shipping seed 1624).
+            db.update_info(lambda info: info.add_history(db.seqno + 1, info.name, "originating"))
+        if (self.root / "run" / HA_LEASE_FILE).exists():
+            db.set_lease(0.0)
+            self.log.warning("%s was under an HA manager's lease when its server stopped: it takes no local commit "
+                             "(NOT_PRIMARY) until its manager leads it again or rejoins it to the new primary (to "
+                             "leave HA for good: remove %s with the server stopped)", db.name,
+                             self.root / "run" / HA_LEASE_FILE)
+        return db
 
     def _write_runfile(self) -> None:
         info = {"pid": os.getpid(), "listen": self.listen, "client_port": self.client_port,
