@@ -168,3 +168,18 @@ def test_a_removed_users_cookie_is_anonymous_there(dc):
                 assert (await r.json())["userCtx"]["name"] is None
 
     asyncio.run(flow())
+
+
+def test_get_session_with_a_wrong_basic_password_is_401_as_couchdbs(dc):
+    # CouchDB checks basic credentials on /_session too: a wrong password is not an anonymous answer
+    from .test_couch_http import http
+
+    a = _with_users(dc)
+    assert http("GET", a.url + "/_session", auth=("alice", "wrong-password")) == (
+        401, {"error": "unauthorized", "reason": "Name or password is incorrect."})
+    assert http("GET", a.url + "/_session", auth=("nobody-here", "x"))[0] == 401
+    st, body = http("GET", a.url + "/_session", auth=("alice", "alice-password"))
+    assert st == 200 and body["userCtx"] == {"name": "alice", "roles": []}
+    assert body["info"]["authenticated"] == "default"
+    st, body = http("GET", a.url + "/_session")  # no credentials: anonymous, as CouchDB's
+    assert st == 200 and body["userCtx"]["name"] is None

@@ -11,7 +11,8 @@ served database that has the user and answers an ``AuthSession`` cookie naming t
 (``couch_session``: signed with the server's secret, ``HOME/couch_session.secret``, made once, so
 sessions outlive a restart); a request with the cookie then acts as that user where the record is
 unchanged. A cookie past half its life is renewed on the next answer (``Set-Cookie``). ``GET
-/_session`` says who the request is; ``DELETE /_session`` ends the cookie.
+/_session`` says who the request is (401 for basic credentials that name no user or a wrong password,
+as CouchDB's; an expired cookie is anonymous); ``DELETE /_session`` ends the cookie.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ class CouchAuth:
         if m not in ("GET", "HEAD"):
             raise CouchError(405, "method_not_allowed", "Only DELETE,GET,HEAD,POST allowed")
         user = await self.who(cred)
+        if user is None and cred is not None and cred.session is None:  # basic credentials that prove no one
+            raise CouchError(401, "unauthorized", "Name or password is incorrect.")
         how = None if user is None else ("cookie" if cred.session is not None else "default")
         return json_response({"ok": True, "userCtx": {"name": user.name if user else None, "roles": _roles(user)},
                               "info": {"authentication_handlers": ["cookie", "default"], "authenticated": how}})
