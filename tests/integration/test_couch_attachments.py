@@ -231,3 +231,31 @@ def test_a_content_type_with_control_characters_is_served_as_octet_stream_not_a_
     with urllib.request.urlopen(req, timeout=30) as r:
         assert (r.status, r.read(), r.headers["Content-Type"], r.headers.get("X-Evil")) == (
             200, b"body", "application/octet-stream", None)
+
+
+def test_a_stub_in_an_edit_is_taken_from_the_edited_revision_only_not_a_conflicting_one(dc):
+    # CouchDB resolves a normal edit's stubs against the revision given in _rev: an attachment that
+    # only a conflicting leaf holds is a 412 missing_stub, with or without a digest
+    from .test_couch_http import H1, H2, pushed
+
+    a = serve(dc)
+    db = a.url + "/profiles"
+    secret = base64.b64encode(b"only on the losing branch").decode()
+    st, _ = http("POST", db + "/_bulk_docs", {"new_edits": False, "docs": [
+        pushed("x", ["1-" + H1], v="loser", _attachments={"a.txt": {"content_type": "text/plain", "data": secret}}),
+        pushed("x", ["1-" + H2], v="winner")]})
+    assert st == 201
+    st, x = http("GET", db + "/x?conflicts=true")
+    assert x["_rev"] == "1-" + H2 and x["_conflicts"] == ["1-" + H1] and "_attachments" not in x
+    digest = md5_digest(b"only on the losing branch")
+    for stub in ({"stub": True}, {"stub": True, "digest": digest}):
+        st, err = http("PUT", db + "/x", {"_rev": "1-" + H2, "v": 2, "_attachments": {"a.txt": stub}})
+        assert (st, err["error"]) == (412, "missing_stub"), (stub, err)
+        st, res = http("POST", db + "/_bulk_docs", {"docs": [{"_id": "x", "_rev": "1-" + H2,
+                                                               "_attachments": {"a.txt": stub}}]})
+        assert st == 201 and res[0]["error"] == "missing_stub", res
+    assert http("GET", db + "/x")[1]["_rev"] == "1-" + H2  # nothing written
+    st, r = http("PUT", db + "/x", {"_rev": "1-" + H1, "v": 2, "_attachments": {"a.txt": {"stub": True}}})
+    assert st == 201  # the revision that holds it: kept
+    st, x2 = http("GET", db + f"/x?rev={r['rev']}")
+    assert x2["_attachments"]["a.txt"]["digest"] == digest

@@ -526,9 +526,8 @@ def new_edit(fam: Family, body: dict, doc_id: str, now_us: int, origin: str) -> 
     seq = 1 if parent is None else parent.seq + 1
     base = parent.doc if parent is not None else None
     atts = incoming(body.get("_attachments"), seq, keep_revpos=False)
-    if atts:  # a stub keeps the edited version's attachment (or one of the document's with its digest)
-        edited = [base.fields] if base is not None and not parent.deleted else []
-        fields.update(resolve(atts, doc_id, edited + [d.fields for d in (fam.current, *fam.conflicts) if d]))
+    if atts:  # a stub keeps the edited version's attachment only, as CouchDB's (never a conflict's)
+        fields.update(resolve(atts, doc_id, [base.fields] if base is not None and not parent.deleted else []))
     if deleted:
         fields = {COUCH_ID_FIELD: doc_id} if unid != doc_id else {}
     if parent is None:

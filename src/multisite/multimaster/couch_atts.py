@@ -11,9 +11,10 @@ per attachment where a form merges conflicts (two sites that changed different a
 
 **In** (``incoming``): inline data (``{"content_type", "data"}``) is checked (base64) and measured
 here, its digest computed here (a client's digest is not trusted); a stub (``{"stub": true}``) names
-an attachment the server already has: ``resolve`` takes it from the version being edited or, for a
-replicator's revision, from any version of the document with the same digest; 412 ``missing_stub``
-when there is none. Attachments that follow in a multipart body are refused (415): PouchDB sends
+an attachment the server already has: ``resolve`` takes it from the version being edited (the
+``_rev`` of a client's edit: never another conflicting version, as CouchDB) or, for a replicator's
+revision, from any version of the document with the same digest; 412 ``missing_stub`` when there is
+none. Attachments that follow in a multipart body are refused (415): PouchDB sends
 them inline. At most ``MAX_ATTACHMENTS_BYTES`` a version (their base64 then fits in a document).
 
 **Out** (``render``): stubs with ``length`` and ``stub: true``, or, from ``attachments=true`` and
