@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -38,7 +39,7 @@ from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Requ
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, common_name
 from .memtls import MemoryTLS
 from .min_confirm import ListenerMinConfirm
-from .sockets import KEEPALIVE_S, check_keepalive, keepalive, new_loop
+from .sockets import KEEPALIVE_S, check_keepalive, keepalive, listener_cpu, new_loop, pin_thread
 from .syncer import Syncer
 
 # Client connections at once; more are closed at accept, with a log line. With authentication
@@ -142,25 +143,31 @@ class ClientListener(ListenerMinConfirm):
         self._confirm_why: Callable[[], str] = str
         self._deadline_timer: asyncio.TimerHandle | None = None  # the next login deadline (protocol.admission)
         self._unlogged: list = [0.0, 0]  # [when a refusal was last logged, refusals since] (REFUSAL_LOG_EVERY_S)
+        cpu = listener_cpu()  # the loop and sync threads share one CPU (ConfigError for a wrong one, here)
+        self._pinned = {cpu} if cpu is not None else None
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
-        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker")
+        # workers (a hello's password hash, create_region) may use every CPU: not the loop's pinning
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker", initializer=pin_thread,
+                                           initargs=(os.sched_getaffinity(0) if cpu is not None else None,))
         self._loop = new_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(sock, started), name="clients-loop", daemon=True)
         self._thread.start()
         started.wait()
-        self._syncer = Syncer(self._db, self._gathering, self._loop, self._synced, log)  # clients-sync
+        self._syncer = Syncer(self._db, self._gathering, self._loop, self._synced, log, self._pinned)  # clients-sync
         if self._db is not None:
             self._syncer.start()
-        log.info("client listener on %s:%d: one %s event loop over every connection%s", host, self.port,
+        log.info("client listener on %s:%d: one %s event loop over every connection%s%s", host, self.port,
                  type(self._loop).__module__.split(".")[0],
-                 ", commits gathered into group commits" if self._db is not None else "")
+                 ", commits gathered into group commits" if self._db is not None else "",
+                 f", its threads on CPU {cpu}" if cpu is not None else "")
 
     # -- the loop's thread -------------------------------------------------------------------------
     def _run(self, sock: socket.socket, started: threading.Event) -> None:
         loop = self._loop
+        pin_thread(self._pinned)
         asyncio.set_event_loop(loop)
         try:
             self._server = loop.run_until_complete(loop.create_server(lambda: _Connection(self), sock=sock,

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import MultisiteError
 from ..protocol.client import Gathering
+from .sockets import pin_thread
 
 FLUSH_CHECK_S = 0.05  # how often the sync thread asks whether the store's periodic commit is due
 SYNC_EWMA_WEIGHT = 0.2  # weight of the newest fdatasync in the running estimate of their duration
@@ -32,8 +33,10 @@ class Syncer:
     written; ``stop`` it after the loop stopped."""
 
     def __init__(self, db: Any, gathering: Gathering, loop: asyncio.AbstractEventLoop,
-                 on_synced: Callable[[int, BaseException | None], None], log: logging.Logger):
+                 on_synced: Callable[[int, BaseException | None], None], log: logging.Logger,
+                 cpus: set[int] | None = None):
         self._db = db
+        self._cpus = cpus  # the loop thread's CPU (sockets.listener_cpu): the hand-offs stay on one CPU
         self._gathering = gathering
         self._loop = loop
         self._on_synced = on_synced
@@ -84,6 +87,7 @@ class Syncer:
         store's periodic commit when due, also for commits with nothing to harden (durability none,
         unreplicated regions): it fsyncs too, so not on the loop; a failure there is the store's,
         logged by the engine, never the commits'."""
+        pin_thread(self._cpus)
         hard = 0
         while True:
             with self._cond:
