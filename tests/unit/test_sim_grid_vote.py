@@ -49,3 +49,19 @@ def test_seed_3_a_commit_undone_by_a_lost_lease_leaves_the_partition_able_to_com
     monkeypatch.setattr(grid, "ABORT_TELLS_SYNC", False)  # the primary before the fix
     r = run_seed(FAMILY, 3, STEPS)
     assert not r.ok and r.violation.invariant == "grid-settles", r.report()
+
+
+def test_a_lease_longer_than_the_catalog_s_timeout_is_caught(monkeypatch):
+    """Not vacuous: a primary that kept committing three heartbeat timeouts after the catalog last
+    answered it takes a commit in its old epoch after the promoted replica took one in the new."""
+    from multisite.testing.sim import grid_container
+    assert run_seed(FAMILY, 101, STEPS).ok
+    monkeypatch.setattr(grid_container, "LEASE_FRACTION", 3.0)
+    r = run_seed(FAMILY, 101, STEPS, shrink_failures=False)
+    assert not r.ok and r.violation.invariant == "no-two-primaries-in-overlapping-epochs"
+
+
+def test_seed_102690_min_sync_0_answers_nothing_past_the_lease():
+    """primary.py's _settle: with min_sync 0 a commit decided after the lease ran out is not
+    acknowledged (the mirror had acknowledged it, in its old epoch, after the promoted replica's)."""
+    assert run_seed(FAMILY, 102690, STEPS).ok

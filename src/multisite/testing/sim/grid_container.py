@@ -247,6 +247,7 @@ class Container:
         if not self.up or p is None or p.vote is not None or p.waiting or not self.lease_ok():
             return
         tid = self.world.new_tid()
+        self.world.taken(self, p.epoch)
         seqno = len(self.journal) + 1
         v = p.sr.begin(self.local(), seqno)
         p.vote = (v.txn, tid, seqno)
@@ -298,6 +299,9 @@ class Container:
             for r, sub in self.links.items():  # feeds.ship: the frames go to every live link but the voters'
                 if r not in d.voters:
                     self.send(r, ("frames", p.epoch, seqno, tid, sub))
+            if p.sr.min_sync == 0 and not self.lease_ok():  # primary.py's _settle: nobody else may hold it
+                self.world.stats.note("outcome-unknown")
+                return
             self.world.acknowledged(self, tid, p.epoch)
         else:
             self._not_committed(p, d, seqno)
