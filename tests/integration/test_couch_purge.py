@@ -105,3 +105,29 @@ def test_doc_count_drops_at_once_when_a_purge_removes_a_document(dc):
     assert http("GET", db)[1]["doc_count"] == 3
     assert http("POST", db + "/_purge", {"d0": [revs[0]]})[1]["purged"] == {"d0": [revs[0]]}
     assert http("GET", db)[1]["doc_count"] == 2
+
+
+def test_purge_counts_documents_and_revisions_before_checking_any(dc):
+    # the bounds come first: a body past them is refused without a revision parsed (a 64 MiB body of
+    # revisions would otherwise hold the event loop for seconds before the 400)
+    a = serve(dc)
+    url = a.url + "/profiles/_purge"
+    st, err = http("POST", url, {"a": ["nope"] + ["1-" + H1] * 1000})
+    assert st == 400 and "at most 1000 revisions" in err["reason"], err
+    st, err = http("POST", url, {**{f"d{i}": [] for i in range(100)}, "_bad": ["nope"]})
+    assert st == 400 and "at most 100 documents" in err["reason"], err
+    st, err = http("POST", url, {"a": ["1-" + H1] * 600, "b": ["nope"] + ["1-" + H2] * 500})
+    assert st == 400 and "at most 1000 revisions" in err["reason"], err
+
+
+def test_a_huge_purge_is_refused_after_reading_it_not_after_parsing_every_revision(dc):
+    import json
+    import time
+
+    a = serve(dc)
+    body = json.dumps({"a": ["1-" + H1] * 1_500_000}).encode()  # ~55 MB: under the body bound, far past 1000 revisions
+    t = time.monotonic()
+    st, err = http("POST", a.url + "/profiles/_purge", raw=body, timeout=120)
+    took = time.monotonic() - t
+    assert st == 400 and "at most 1000 revisions" in err["reason"], err
+    assert took < 4.0, took  # parsing each revision first took 13 s (the event loop held all along)

@@ -36,20 +36,25 @@ class PurgePlan:
 
 
 def check_request(body: Any) -> dict[str, list[str]]:
-    """The ``{doc id: [revisions]}`` of a ``_purge`` body; CouchError 400 naming what is wrong."""
+    """The ``{doc id: [revisions]}`` of a ``_purge`` body; CouchError 400 naming what is wrong. The
+    bounds are checked first, by counting alone (documents, then revisions), so that a body far past
+    them costs no more than its length before it is refused; only then is each revision parsed."""
     if not isinstance(body, dict):
         raise bad_request("_purge takes a JSON object of document ids to lists of revisions")
     if len(body) > MAX_PURGE_DOCS:
         raise bad_request(f"_purge takes at most {MAX_PURGE_DOCS} documents a request")
     total = 0
     for doc_id, revs in body.items():
-        if not isinstance(revs, list) or not all(isinstance(r, str) for r in revs):
+        if not isinstance(revs, list):
             raise bad_request(f"_purge: the revisions of {doc_id!r:.80} must be a list of revision ids")
-        for r in revs:
-            parse_rev(r)
         total += len(revs)
     if total > MAX_PURGE_REVS:
         raise bad_request(f"_purge takes at most {MAX_PURGE_REVS} revisions a request")
+    for doc_id, revs in body.items():
+        if not all(isinstance(r, str) for r in revs):
+            raise bad_request(f"_purge: the revisions of {doc_id!r:.80} must be a list of revision ids")
+        for r in revs:
+            parse_rev(r)
     return body
 
 
