@@ -54,6 +54,7 @@ class Container:
         self.full = False  # ENOSPC armed: votes ROLLBACK
         self._ack = 0
         self._sent: dict[int, float] = {}
+        self._reports: dict[int, int | None] = {}  # heartbeat ack -> the epoch its currency report was of
         self.last_answer = float("-inf")
         self.view_version = 0  # the placement version last applied (reported in heartbeats)
         self.links: dict[str, int] = {}  # as a primary: each subscribed replica's subscription number
@@ -86,10 +87,12 @@ class Container:
         self._ack += 1
         self._sent[self._ack] = self.local()
         currency = {}
+        self._reports[self._ack] = None
         if self.primary is not None:
             cur = frozenset(self.primary.sr.current)
             currency = {0: (self.primary.epoch, sorted(cur))}
             self.primary.in_flight[self._ack] = cur
+            self._reports[self._ack] = self.primary.epoch
         hb = Heartbeat(self.name, self.view_version, {0: len(self.journal)}, currency, self._ack)
         self.send("catalog", ("hb", hb, self._ack))
 
@@ -97,6 +100,7 @@ class Container:
         """The catalog's connection ended: heartbeats in flight get no answer (an unanswered currency
         report still counts as what the catalog may hold); register again."""
         self._sent.clear()
+        self._reports.clear()
         if self.up:
             self.send("catalog", ("register",))
 
@@ -144,8 +148,10 @@ class Container:
             self.last_answer = max(self.last_answer, sent)
         for old in [a for a in self._sent if a < ack]:
             del self._sent[old]
+        for old in [a for a in self._reports if a < ack]:
+            del self._reports[old]
         p = self.primary
-        if p is None:
+        if p is None or self._reports.pop(ack, None) != p.epoch:  # container.py's _answered: its epoch only
             return
         if 0 in stale:
             self._deposed()
@@ -171,6 +177,8 @@ class Container:
             j.append(tid)  # journaled (and hardened) before the vote
             ok = True
         self.send(src, ("vote", epoch, txn, ok, len(j)))
+        if not ok and not self.full:  # replica.py: apply_frames failed (a gap, a seqno it holds): the link ends
+            self.subscribe()
 
     def on_outcome(self, src: str, epoch: int, txn: int, commit: bool, seqno: int, sub: int) -> None:
         if self._from_my_primary(src, epoch) and sub == self.sub and not commit and len(self.journal) > seqno:
@@ -185,6 +193,8 @@ class Container:
         if len(self.journal) == seqno - 1:
             self.journal.append(tid)
             self.send(src, ("progress", epoch, len(self.journal), tid, sub))
+        elif len(self.journal) < seqno or self.journal[seqno - 1] != tid:
+            self.subscribe()  # replica.py: apply_frames fails on a gap or a seqno it holds otherwise: subscribe again
 
     def on_close(self, src: str, sub: int) -> None:
         """The primary dropped the link (``_drop_holders``): subscribe again."""
