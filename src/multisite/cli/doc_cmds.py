@@ -274,13 +274,18 @@ def docserver() -> None:
 @click.option("--couch-listen", default=None, type=HostPort(listen=True), metavar="HOST:PORT",
               help="Also speak CouchDB's replication protocol on http://HOST:PORT/<database> (PouchDB, CouchDB); "
                    "users from HOME/users.json (multisite user add HOME NAME), access from each database's ACL.")
+@click.option("--couch-cors-origin", "couch_cors_origins", multiple=True, metavar="ORIGIN",
+              help="A browser origin (scheme://host[:port]) whose pages may call the CouchDB endpoints with the "
+                   "user's credentials (repeatable; default: none but the endpoints' own).")
 def docserver_start(dirs, name, listen, home, replicators, peers, address_book, tls_cert, tls_key, tls_ca,
-                    tls_client_cert, tls_client_key, tls_names, metrics, couch_listen) -> None:
+                    tls_client_cert, tls_client_key, tls_names, metrics, couch_listen, couch_cors_origins) -> None:
     """Start a document server serving DIRS; returns once it answers.
 
     Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --home /data/srvA --replicators 2
 
     Example: multisite docserver start /data/a --name A --listen 127.0.0.1:7300 --couch-listen 127.0.0.1:5984
+
+    Example: ... --couch-listen 0.0.0.0:5984 --couch-cors-origin https://app.example.com
     """
     peer_map = {}
     for p in peers:
@@ -294,7 +299,8 @@ def docserver_start(dirs, name, listen, home, replicators, peers, address_book, 
         raise ConfigError("give at least one database directory (DIR...) to serve")
     home = home or str(Path(dirs[0] if dirs else address_book).absolute().parent / f"docserver-{name}")
     info = start_docserver(Path(home), list(dirs), name, listen, replicators=replicators, peers=peer_map,
-                           address_book=address_book, tls=tls, metrics=metrics, couch_listen=couch_listen)
+                           address_book=address_book, tls=tls, metrics=metrics, couch_listen=couch_listen,
+                           couch_cors_origins=couch_cors_origins)
     console.print(f"document server {name} started: pid {info['pid']}, listening on {info['listen']}, "
                   f"home {home}, log {info['log']}"
                   + (f", metrics on port {info['metrics_port']}" if info.get("metrics_port") else "")

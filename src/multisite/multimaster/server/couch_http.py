@@ -14,7 +14,8 @@ A database's name in URLs is ``couch.db_name(title)`` (its title in lower case, 
 new database in ``HOME/couch/<name>`` and serves it (an admin's right, or anyone's with no users).
 
 Who may do what is ``couch_auth.py``'s: basic authentication and cookie sessions (``/_session``)
-against each database's users (``DIR/users.json``), mapped to its ACL. Creating a database takes an
+against each database's users (``DIR/users.json``), mapped to its ACL. Which browser pages may read
+the answers is ``couch_cors.py``'s: the origins given by ``--couch-cors-origin``, and the endpoints' own. Creating a database takes an
 ``admin`` user of a served database, or no users anywhere.
 
 Bounds: a request body is at most ``MAX_REQUEST_BYTES`` and a document ``couch.MAX_DOCUMENT_BYTES``
@@ -29,6 +30,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -38,7 +40,7 @@ from aiohttp import web
 from ... import __version__
 from ...errors import ConfigError, MultisiteError
 from ...net.tls import TLSConfig, parse_hostport
-from .. import couch
+from .. import couch, couch_cors
 from ..couch import CouchError
 from . import couch_attach, couch_docs, couch_feed, couch_purge_http
 from . import docdb as docdb_mod
@@ -53,8 +55,9 @@ COUNT_REFRESH_S = 10.0  # GET /{db}'s doc_count is at most this old (a scan of t
 class CouchServer:
     """The CouchDB endpoints over a ``DocServer``'s databases (``ds.dbs``), for its lifetime."""
 
-    def __init__(self, ds: Any, listen: str, tls: TLSConfig | None = None):
+    def __init__(self, ds: Any, listen: str, tls: TLSConfig | None = None, cors_origins: Iterable[str] = ()):
         self.ds, self.listen, self.tls = ds, listen, tls
+        self.cors_origins = couch_cors.parse_origins(cors_origins)  # a malformed one: ConfigError now
         self.log = logging.getLogger("multisite.docserver.couch")
         self.auth = CouchAuth(ds, secure=tls is not None)
         self.uuid = hashlib.sha256(f"multisite-docserver|{ds.name}".encode()).hexdigest()[:32]
@@ -71,6 +74,7 @@ class CouchServer:
         host, port = parse_hostport(self.listen)
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_response_prepare.append(self._cors)  # every answer, streamed feeds included
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         ctx = self.tls.server_context(client_cert_required=False) if self.tls else None
@@ -114,31 +118,29 @@ class CouchServer:
     # -- dispatch ---------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            if request.method == "OPTIONS":
-                return self._cors(request, web.Response(status=200))
+            if request.method == "OPTIONS":  # a browser's preflight: _cors answers it
+                return web.Response(status=200)
             cred = self.auth.credentials(request)
             resp = await self._route(request, cred)
             self.auth.renew(cred, resp)
-            return self._cors(request, resp)
+            return resp
         except CouchError as e:
-            return self._cors(request, json_response(e.body(), e.status))
+            return json_response(e.body(), e.status)
         except MultisiteError as e:
             self.log.warning("CouchDB request %s %s failed: %s", request.method, request.path, e)
-            return self._cors(request, json_response({"error": e.code.lower(), "reason": e.message}, 500))
+            return json_response({"error": e.code.lower(), "reason": e.message}, 500)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as e:
             self.log.exception("CouchDB request %s %s failed", request.method, request.path)
-            return self._cors(request, json_response({"error": "unknown_error", "reason": repr(e)}, 500))
+            return json_response({"error": "unknown_error", "reason": repr(e)}, 500)
 
-    @staticmethod
-    def _cors(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+    async def _cors(self, request: web.Request, resp: web.StreamResponse) -> None:
+        """CORS headers for an origin ``couch_cors`` allows (configured, or the endpoints' own); none for
+        any other: answers carry credentials, so an unknown page must not read them."""
         origin = request.headers.get("Origin")
-        if origin and not resp.prepared:
-            resp.headers.update({"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true",
-                                 "Access-Control-Allow-Methods": "GET, PUT, POST, HEAD, DELETE",
-                                 "Access-Control-Allow-Headers": "accept, authorization, content-type, origin, referer"})
-        return resp
+        if couch_cors.allowed(origin, self.cors_origins, request.scheme, request.host):
+            resp.headers.update(couch_cors.headers(origin, preflight=request.method == "OPTIONS"))
 
     async def _route(self, request: web.Request, cred: Cred | None) -> web.StreamResponse:
         parts = [unquote(p) for p in request.raw_path.split("?", 1)[0].split("/")[1:]]

@@ -102,9 +102,10 @@ class DocServer:
     def __init__(self, home: Path, dirs: list[str], name: str, listen: str, replicators: int,
                  tls: TLSConfig | None, peers: dict[str, str], address_book: str | None,
                  client_tls: TLSConfig | None = None, tls_names: bool = False, metrics: str | None = None,
-                 couch: str | None = None) -> None:
+                 couch: str | None = None, couch_cors: tuple[str, ...] = ()) -> None:
         self.metrics_listen, self.metrics = metrics, None  # net.metrics: /metrics on HOST:PORT
         self.couch_listen, self.couch = couch, None  # couch_http.py: CouchDB's replication protocol on HOST:PORT
+        self.couch_cors = couch_cors  # the browser origins its answers may go to (couch_cors.py)
         self.home, self.name, self.listen, self.tls, self.peers = home, name, listen, tls, peers
         self.client_tls = client_tls or tls  # the initiator's certificate (a client-auth one), if different
         if tls_names and not tls:
@@ -428,7 +429,7 @@ class DocServer:
             self.metrics = await start_collector_metrics(DocServerCollector(self), self.metrics_listen, self.log)
         if self.couch_listen:
             from .couch_http import CouchServer
-            self.couch = CouchServer(self, self.couch_listen, self.tls)
+            self.couch = CouchServer(self, self.couch_listen, self.tls, self.couch_cors)
             await self.couch.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stop.set)
@@ -481,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-names", action="store_true")
     ap.add_argument("--metrics", default=None)
     ap.add_argument("--couch-listen", default=None)
+    ap.add_argument("--couch-cors-origin", action="append", default=[])
     a = ap.parse_args(argv)
     home = Path(a.home).absolute()
 
@@ -496,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
         client_tls = (TLSConfig.from_options(a.tls_client_cert, a.tls_client_key, a.tls_ca)
                       if a.tls_client_cert or a.tls_client_key else None)
         await DocServer(home, a.dirs, a.name, a.listen, a.replicators, tls, peers, a.address_book,
-                        client_tls, a.tls_names, a.metrics, a.couch_listen).run()
+                        client_tls, a.tls_names, a.metrics, a.couch_listen, tuple(a.couch_cors_origin)).run()
 
     run_logged(home, "docserver.log", LOG_FORMAT, serve)
 

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ...fsutil import atomic_write, check_not_world_writable, create_file, make_
 from ...net import control
 from ...net.process import wait_exit
 from ...net.tls import parse_hostport
+from .. import couch_cors
 
 START_TIMEOUT_S = 30.0
 PEERS_FILE = "peers.json"  # in run/: the --peer names it was started with, for the console verbs to check
@@ -49,7 +51,7 @@ def known_peers(home: Path) -> dict[str, str] | None:
 def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, replicators: int = 1,
                     peers: dict[str, str] | None = None, address_book: str | None = None,
                     tls: dict[str, str] | None = None, metrics: str | None = None,
-                    couch_listen: str | None = None) -> dict:
+                    couch_listen: str | None = None, couch_cors_origins: Iterable[str] = ()) -> dict:
     """Spawn a document server serving ``dirs``; returns its run info once it answers."""
     parse_hostport(listen)
     if not dirs and not address_book:
@@ -84,6 +86,11 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     if couch_listen:  # CouchDB's replication protocol over HTTP (couch_http.py)
         parse_hostport(couch_listen)
         cmd += ["--couch-listen", couch_listen]
+    origins = couch_cors.parse_origins(couch_cors_origins)  # a malformed one: ConfigError here
+    if origins and not couch_listen:
+        raise ConfigError(f"{couch_cors.OPTION} is for the CouchDB endpoints: give --couch-listen HOST:PORT too")
+    for origin in sorted(origins):
+        cmd += [couch_cors.OPTION, origin]
     for a in (peers or {}).values():
         parse_hostport(a)  # a wrong address is an error here, naming it, not in the server's log
     atomic_write(home / "run" / PEERS_FILE, json.dumps(peers or {}).encode())
