@@ -49,6 +49,7 @@ SANS_IO_ELSEWHERE = {("replication", "session"): {"instance.instance_file", "rep
                      ("multimaster", "couch_atts"): {"multimaster.couch_errors"},
                      ("multimaster", "couch_selector"): {"multimaster.couch_errors"},
                      ("multimaster", "couch_session"): {"multimaster.couch_errors"},
+                     ("multimaster", "couch_cors"): set(),
                      ("multimaster", "couch_purge"): {"multimaster.couch", "multimaster.couch_errors",
                                                       "multimaster.document", "multimaster.conflicts",
                                                       "multimaster.couch_atts", "multimaster.ids"},
