@@ -20,13 +20,6 @@ from .test_couch_http import serve
 APP = "https://app.example.com:8443"
 
 
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
-
-
 def serve_cors(dc: DocCluster, origins: list[str]):
     node = dc.server("A", ["Profiles"], start=False)
     node.options["start"] = {"couch_listen": "127.0.0.1:0", "couch_cors_origins": origins}

@@ -8,28 +8,8 @@ from __future__ import annotations
 import pytest
 
 from multisite import documents
-from multisite.testing.docservers import DocCluster
-from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
 
 from .test_couch_http import http, serve
-
-
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
-
-
-@pytest.fixture
-def pouch(tmp_path):
-    try:
-        node_modules()
-    except PouchUnavailable as e:
-        pytest.skip(f"PouchDB cannot be installed: {e}")
-    p = Pouch(tmp_path / "pouch")
-    yield p
-    p.close()
 
 
 def _people(url: str, n: int, start: int = 0) -> None:

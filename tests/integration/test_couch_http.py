@@ -12,7 +12,6 @@ import time
 import urllib.error
 import urllib.request
 
-import pytest
 
 from multisite import documents
 from multisite.instance.users import add_user
@@ -20,13 +19,6 @@ from multisite.multimaster import couch
 from multisite.testing.docservers import DocCluster
 
 H1, H2, H3 = "1" * 32, "2" * 32, "3" * 32
-
-
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
 
 
 def serve(dc: DocCluster, name: str = "A", titles=("Profiles",), **kw):

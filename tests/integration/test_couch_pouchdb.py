@@ -22,29 +22,6 @@ from multisite.cli.main import cli
 from multisite.instance.users import add_user
 from multisite.multimaster import couch
 from multisite.testing.docservers import DocCluster
-from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
-
-
-@pytest.fixture(scope="module")
-def pouch_installed():
-    try:
-        return node_modules()
-    except PouchUnavailable as e:
-        pytest.skip(f"PouchDB cannot be installed: {e}")
-
-
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
-
-
-@pytest.fixture
-def pouch(pouch_installed, tmp_path):
-    p = Pouch(tmp_path / "pouch")
-    yield p
-    p.close()
 
 
 def serve(dc: DocCluster, name: str = "A", titles=("Profiles",), replica_of=None):

@@ -11,17 +11,9 @@ import pytest
 from multisite import documents
 from multisite.instance.users import add_user
 from multisite.multimaster import couch
-from multisite.testing.docservers import DocCluster
 from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
 
 from .test_couch_http import H1, H2, H3, http, pushed, serve
-
-
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
 
 
 def test_purge_removes_revisions_completely_and_a_conflict_takes_the_winners_place(dc, tmp_path):

@@ -15,17 +15,9 @@ import pytest
 from multisite import documents
 from multisite.instance.users import add_user
 from multisite.multimaster import couch_session
-from multisite.testing.docservers import DocCluster
 from multisite.testing.pouchdb import Pouch, PouchUnavailable, node_modules
 
 from .test_couch_http import serve
-
-
-@pytest.fixture
-def dc(tmp_path):
-    c = DocCluster(tmp_path, durability="none")
-    yield c
-    c.stop_all()
 
 
 def _with_users(dc) -> object:
