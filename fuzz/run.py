@@ -17,8 +17,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,8 +62,13 @@ def _run_one(name: str, args, out: Path) -> dict:
     t0 = time.monotonic()
     cmd = [sys.executable, "-m", "fuzz.run", "--child", name, "--runs", str(args.runs), "--engine", args.engine,
            "--seed", str(args.seed), "--out", str(out)]
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    scratch = tempfile.mkdtemp(prefix="multisite-fuzz-", dir=os.environ.get("FUZZ_TMP", "/dev/shm"))
+    try:  # the child's files (libFuzzer ends it with exit(): no atexit runs there)
+        with open(log, "w") as f:
+            env = {**os.environ, "FUZZ_TMP": scratch}
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     text = log.read_text(errors="replace")
     done = re.findall(r"Done (\d+) runs in (\d+) second", text)
     runs = int(done[-1][0]) if done else max([int(n) for n in re.findall(r"#(\d+)\s", text)] or [0])
