@@ -328,8 +328,11 @@ class Database:
                 return
             core.closed = True
             try:
-                core.journal.sync()
-                core.store.close()
+                if core.journal.broken is None:
+                    core.journal.sync()
+                    core.store.close()
+                else:  # an fdatasync failed: the store must not commit what the journal may not hold
+                    core.store.abandon()
                 core.journal.close()
                 core.save_info()
             finally:

@@ -167,7 +167,13 @@ class JournalWriter:
                 self.durable_seqno = target
 
     def sync(self) -> None:
-        """Harden everything written so far (any mode). Caller holds the commit lock."""
+        """Harden everything written so far (any mode). Caller holds the commit lock. After a failed
+        fdatasync it raises, as ``harden`` does: Linux reports a failed writeback once, so a second
+        fdatasync may succeed with the pages of the first lost, and the store (committed only behind a
+        hard journal) would go ahead of the journal on disk."""
+        if self.broken is not None:
+            raise JournalError(f"the journal writer of {self.dir} failed earlier ({self.broken}); nothing written "
+                               f"since its last hard point is known to be on disk: reopen the instance")
         if self.durable_seqno < self.written_seqno or self.durability is Durability.NONE:
             with self._fsync_lock:
                 self._fdatasync(self._fd)
