@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -305,3 +306,26 @@ def test_commits_with_nothing_to_harden_still_reach_the_store_file(tmp_path):
     finally:
         lis.close()
         db.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_worker_threads_take_the_processs_cpus_as_they_are_when_started(monkeypatch):
+    """The loop's threads share one CPU (MULTISITE_LISTENER_CPU); a worker thread, started later by
+    the pinned loop, takes the CPUs the process has then (an operator's ``taskset -p`` since the
+    listener started), not a set remembered from the listener's start."""
+    cpus = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("MULTISITE_LISTENER_CPU", str(cpus[0]))
+    seen: list[set[int]] = []
+
+    def run_op(op, args):
+        seen.append(os.sched_getaffinity(0))
+
+    lis = clients.ClientListener("127.0.0.1", 0, run_op, logging.getLogger("test"))
+    try:
+        os.sched_setaffinity(os.getpid(), {cpus[-1]})  # the process narrowed at runtime
+        with socket.create_connection(("127.0.0.1", lis.port)) as s:
+            assert _ask(s, [1, "create_region", {"name": "r"}])[1] is True
+        assert seen == [{cpus[-1]}]
+    finally:
+        os.sched_setaffinity(os.getpid(), set(cpus))
+        lis.close()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -39,7 +38,7 @@ from ..protocol.client import GATHERED, READ_OPS, ClientSession, Gathering, Requ
 from .client_auth import PLAIN_REFUSED, TLS_HANDSHAKE_RECORD, common_name
 from .memtls import MemoryTLS
 from .min_confirm import ListenerMinConfirm
-from .sockets import KEEPALIVE_S, check_keepalive, keepalive, listener_cpu, new_loop, pin_thread
+from .sockets import KEEPALIVE_S, check_keepalive, keepalive, listener_cpu, new_loop, pin_thread, unpin_thread
 from .syncer import Syncer
 
 # Client connections at once; more are closed at accept, with a log line. With authentication
@@ -148,8 +147,8 @@ class ClientListener(ListenerMinConfirm):
         sock = socket.create_server((host, port))  # OSError here, in the caller's thread
         self.port: int = sock.getsockname()[1]
         # workers (a hello's password hash, create_region) may use every CPU: not the loop's pinning
-        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker", initializer=pin_thread,
-                                           initargs=(os.sched_getaffinity(0) if cpu is not None else None,))
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clients-worker",
+                                           initializer=unpin_thread if cpu is not None else None)
         self._loop = new_loop()
         self._server: asyncio.Server | None = None
         started = threading.Event()

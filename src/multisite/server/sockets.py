@@ -81,6 +81,13 @@ def pin_thread(cpus: set[int] | None) -> None:
             pass
 
 
+def unpin_thread() -> None:
+    """Give the calling thread (started by a pinned one, whose CPU it inherits) the CPUs the process has
+    now: the main thread's, which an operator's ``taskset -p`` changes at runtime; a set remembered
+    from earlier would undo that."""
+    pin_thread(os.sched_getaffinity(os.getpid()))
+
+
 def check_keepalive(seconds: object) -> int:
     """``--keepalive``: whole seconds from 1 to 32767 (Linux's TCP_KEEPIDLE range); ConfigError otherwise."""
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 32767:
