@@ -462,6 +462,16 @@ class ContainerServer:
     def partitions(self) -> int:
         return self._partitions
 
+    def _link_ended(self, task: asyncio.Task) -> None:
+        """The link to the catalog (or etcd) ended: by a refusal or a shutdown, or by an error that would
+        leave this container serving a placement it no longer follows; then it stops, saying why."""
+        if task.cancelled() or task.exception() is None:
+            return
+        e = task.exception()
+        self.log.error("container %s: its link to the grid failed (%s: %s); stopping", self.name,
+                       type(e).__name__, e, exc_info=e)
+        self._stop.set()
+
     async def control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await answer_simple(reader, writer, self.status, self._stop)
 
@@ -500,6 +510,7 @@ class ContainerServer:
             link = asyncio.create_task(self.etcd.run())
         else:
             link = asyncio.create_task(self.link())
+        link.add_done_callback(self._link_ended)
         try:
             await self._stop.wait()
         finally:

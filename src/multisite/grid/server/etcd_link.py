@@ -196,6 +196,11 @@ class EtcdLink:
                             self.report_currency_soon()
                     except (CoordinatorUnavailable, CoordinatorError) as e:
                         log.warning("etcd: %s", e.message)
+                    except Exception:  # noqa: BLE001 - never end silently: a dead link leaves this container
+                        # registered (its lease kept by its own thread) on a state it no longer follows
+                        log.exception("container %s: applying the grid's state or reporting failed; trying "
+                                      "again", self.host.name)
+                        await asyncio.sleep(RETRY_S)
                     try:
                         await asyncio.wait_for(self.mirror.changed.wait(), REPORT_INTERVAL_S)
                     except TimeoutError:
