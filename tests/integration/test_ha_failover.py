@@ -125,7 +125,8 @@ def test_with_min_confirm_one_a_lost_primary_loses_no_acknowledged_commit(tmp_pa
         time.sleep(0.5)
         st = json.loads(c.cli("ha", "status", "--cluster", c.cluster, "--etcd", c.etcd, "--json").stdout)
         counting = {r["name"] for r in st["members"] if r["counts_for_min_confirm"]}
-        assert counting == {"B", "C"}, st
+        # the followers of whoever leads: under load a 1 s lease may lapse and the key move before this
+        assert counting == {"A", "B", "C"} - {st["leader"]}, st
         old = c.primary()
         c.lose_host(old)
         new = c.wait_primary(exclude=old, timeout_s=10)

@@ -4,6 +4,9 @@ slowed further. The throttle's clock is a fake one here (its pauses advance it):
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from multisite.pipeline import archive as archive_mod
@@ -12,13 +15,21 @@ from multisite.pipeline.archive import Throttle
 
 @pytest.fixture()
 def clock(monkeypatch):
+    """The throttle's clock and sleep, faked for the test's own thread only: ``archive_mod.time`` is the
+    ``time`` module, and a thread another test left behind in this process (its sleeps of 0.05 s) must
+    neither be counted among the pauses nor stopped from sleeping."""
     now, pauses = [1000.0], []
+    me = threading.get_ident()
+    real_sleep, real_monotonic = time.sleep, time.monotonic
 
     def sleep(s: float) -> None:
+        if threading.get_ident() != me:
+            return real_sleep(s)
         pauses.append(s)
         now[0] += s
 
-    monkeypatch.setattr(archive_mod.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(archive_mod.time, "monotonic",
+                        lambda: now[0] if threading.get_ident() == me else real_monotonic())
     monkeypatch.setattr(archive_mod.time, "sleep", sleep)
     return now, pauses
 
