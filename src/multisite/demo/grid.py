@@ -57,7 +57,7 @@ from ..grid.server.process import catalog_status, start_catalog, start_container
 from .grid_board import PHASE_TIMEOUT_S, REFRESH_S, ActFailed, GridBoard
 from .grid_etcd import scene_etcd
 from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, KEYS, MAP, PARTITIONS, RATE_PER_S,
-                         GridWriter, caught_up, placed, read_shard, reap)
+                         GridWriter, caught_up, placed, promoted_without, read_shard, reap)
 
 # The refused-commit scene's catalog: slow to count a stopped container lost, so that the primary's own
 # link tells it first (a loaded machine once let a 1 s catalog re-place the partition before that).
@@ -205,10 +205,7 @@ def _kill_and_restart(board: GridBoard, procs: GridProcesses, writer: GridWriter
     board.event(f"[bold red]SIGKILL[/] container {victim} (pid {pid}), primary of "
                 f"{', '.join(f'p{i}' for i in held) or 'nothing'}, after {writer.committed:,} acknowledged commits")
 
-    def promoted(s: dict) -> bool:
-        up = {c["name"] for c in s["containers"] if c["up"]}
-        return victim not in up and all(p["primary"] in up and set(p["current"]) == set(p["sync"]) != set()
-                                        for p in s["partitions"])
+    promoted = promoted_without(victim)
 
     board.wait_until(promoted, f"the catalog promoting replicas of {victim}'s primaries")
     st = board.wait_until(lambda _: all(writer.first_ack_after(i, killed) for i in held),

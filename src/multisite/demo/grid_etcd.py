@@ -32,7 +32,7 @@ from ..grid.server.process import catalog_status, start_catalog, start_container
 from ..net import control
 from ..testing.etcd import EtcdCluster
 from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, PARTITIONS, GridWriter, caught_up, placed,
-                         read_shard, reap)
+                         promoted_without, read_shard, reap)
 from .grid_board import ActFailed, GridBoard
 
 CATALOGS = ("k1", "k2")
@@ -212,10 +212,7 @@ def _kill_container(board: GridBoard, procs: EtcdGridProcesses, writer: GridWrit
     board.event(f"[bold red]SIGKILL[/] container {victim} (pid {pid}), primary of "
                 f"{', '.join(f'p{i}' for i in held) or 'nothing'}")
 
-    def promoted(s: dict) -> bool:
-        up = {c["name"] for c in s["containers"] if c["up"]}
-        return victim not in up and all(p["primary"] in up and set(p["current"]) == set(p["sync"]) != set()
-                                        for p in s["partitions"])
+    promoted = promoted_without(victim)
 
     board.wait_until(promoted, f"{(st.get('coordination') or {}).get('leader')} promoting replicas of {victim}'s "
                                f"primaries once its lease ends")

@@ -133,6 +133,16 @@ def placed(st: dict, n_up: int) -> bool:
     return True
 
 
+def promoted_without(victim: str):
+    """A status test: ``victim`` is down and every partition has a live primary with its synchronous
+    replicas current (the replicas of the victim's primaries promoted in their place)."""
+    def promoted(s: dict) -> bool:
+        up = {c["name"] for c in s["containers"] if c["up"]}
+        return victim not in up and all(p["primary"] in up and set(p["current"]) == set(p["sync"]) != set()
+                                        for p in s["partitions"])
+    return promoted
+
+
 def caught_up(st: dict) -> bool:
     """Every shard at its primary's seqno."""
     for p in st["partitions"]:

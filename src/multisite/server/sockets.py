@@ -17,10 +17,10 @@ KEEPALIVE_S = 30  # a client silent this long is probed (TCP keepalive); see kee
 KEEPALIVE_PROBES = 3
 
 
-def new_loop() -> asyncio.AbstractEventLoop:
-    """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
-    asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
-    if os.environ.get("MULTISITE_CLIENT_LOOP", "uvloop") == "uvloop":
+def _loop(variable: str, default: str) -> asyncio.AbstractEventLoop:
+    """A new uvloop loop when the environment ``variable`` (else ``default``) says ``uvloop`` and it is
+    installed; asyncio's own otherwise."""
+    if os.environ.get(variable, default) == "uvloop":
         try:
             import uvloop
         except ImportError:
@@ -28,6 +28,12 @@ def new_loop() -> asyncio.AbstractEventLoop:
         else:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The listener's event loop: uvloop when installed (docs/decisions.md, issue 14: measured against
+    asyncio's own), unless ``MULTISITE_CLIENT_LOOP=asyncio`` asks for the standard one."""
+    return _loop("MULTISITE_CLIENT_LOOP", "uvloop")
 
 
 def server_loop() -> asyncio.AbstractEventLoop:
@@ -37,14 +43,7 @@ def server_loop() -> asyncio.AbstractEventLoop:
     sooner and sends smaller batches, and a secondary pays per batch: with both sessions at the bench's
     priority, streaming 3,000 tx/s, it cost the secondary as much or more per transaction (issue 27,
     docs/decisions.md). Kept as the measured alternative."""
-    if os.environ.get("MULTISITE_SERVER_LOOP", "asyncio") == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    return _loop("MULTISITE_SERVER_LOOP", "asyncio")
 
 
 def listener_cpu() -> int | None:
