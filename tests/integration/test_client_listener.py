@@ -125,6 +125,22 @@ def _gathering_listener(db):
                                   commit_ops=srv._commit_ops)
 
 
+def _traced_group_db(tmp_path, monkeypatch):
+    """A group-mode instance whose every fdatasync is recorded: ``(thread, seqno durable after it)``."""
+    db = multisite.open(multisite.create(tmp_path / "A", name="A", durability="group"))
+    db.create_region("r")
+    journal = db._core.journal
+    hardened: list[tuple[str, int]] = []
+    real = db.harden
+
+    def harden(token):
+        real(token)
+        hardened.append((threading.current_thread().name, journal.durable_seqno))
+
+    monkeypatch.setattr(db, "harden", harden)
+    return db, hardened
+
+
 def test_reads_are_answered_while_a_group_waits_for_its_fdatasync(tmp_path, monkeypatch):
     """The fdatasync runs off the loop: with one held (a slow disk), another connection's read is
     answered at once, a pipelined commit is written meanwhile and a read after it sees it, yet every
@@ -184,18 +200,7 @@ def test_a_lone_connections_commits_are_hardened_on_the_loop_and_answered_only_o
     loop itself (no hand-off to the sync thread and back), and still no commit is answered before
     the fdatasync covering it returned. The first group goes to the sync thread: until one was
     timed, how long an fdatasync takes is unknown."""
-    root = multisite.create(tmp_path / "A", name="A", durability="group")
-    db = multisite.open(root)
-    db.create_region("r")
-    journal = db._core.journal
-    hardened: list[tuple[str, int]] = []  # (thread, seqno durable after it)
-    real = db.harden
-
-    def harden(token):
-        real(token)
-        hardened.append((threading.current_thread().name, journal.durable_seqno))
-
-    monkeypatch.setattr(db, "harden", harden)
+    db, hardened = _traced_group_db(tmp_path, monkeypatch)
     lis = _gathering_listener(db)
     lis.inline_sync_max_s = 60.0  # a shared test machine's disk may take milliseconds: short enough here
     try:
@@ -222,18 +227,7 @@ def test_a_connection_that_committed_lately_keeps_the_fdatasync_off_the_loop(tmp
     other's groups are hardened by the sync thread, so the loop writes the next commit meanwhile
     instead of blocking in the fdatasync it would wait for; once it is quiet, the loop hardens again.
     Either way a commit is answered only after an fdatasync covering it returned."""
-    root = multisite.create(tmp_path / "A", name="A", durability="group")
-    db = multisite.open(root)
-    db.create_region("r")
-    journal = db._core.journal
-    hardened: list[tuple[str, int]] = []  # (thread, seqno durable after it)
-    real = db.harden
-
-    def harden(token):
-        real(token)
-        hardened.append((threading.current_thread().name, journal.durable_seqno))
-
-    monkeypatch.setattr(db, "harden", harden)
+    db, hardened = _traced_group_db(tmp_path, monkeypatch)
     lis = _gathering_listener(db)
     lis.inline_sync_max_s = 60.0
     lis.active_window_s = 60.0  # a loaded test machine: "lately" is the whole test
