@@ -79,27 +79,24 @@ class MultiMasterWorld:
         self.unids.append(unid)
         self.stats.txns += 1
 
-    def step_update(self, i: int, k: int, f: int, v: int) -> None:
+    def _live(self, i: int, k: int):
+        """Replica ``i`` and the ``k``-th known document, if that replica holds it undeleted; else None."""
         db = self.dbs[NAMES[i]]
         if not self.unids:
-            return
+            return None
         unid = self.unids[k % len(self.unids)]
         cur = db.get(unid, include_deleted=True)
-        if cur is None or cur.deleted:
-            return
-        db.update(unid, {FIELDS[f]: v})
-        self.stats.txns += 1
+        return None if cur is None or cur.deleted else (db, unid)
+
+    def step_update(self, i: int, k: int, f: int, v: int) -> None:
+        if (live := self._live(i, k)) is not None:
+            live[0].update(live[1], {FIELDS[f]: v})
+            self.stats.txns += 1
 
     def step_delete(self, i: int, k: int) -> None:
-        db = self.dbs[NAMES[i]]
-        if not self.unids:
-            return
-        unid = self.unids[k % len(self.unids)]
-        cur = db.get(unid, include_deleted=True)
-        if cur is None or cur.deleted:
-            return
-        db.delete(unid)
-        self.stats.txns += 1
+        if (live := self._live(i, k)) is not None:
+            live[0].delete(live[1])
+            self.stats.txns += 1
 
     def step_session(self, i: int, j: int, mode: int, cut_after: int) -> None:
         """A session from replica i to replica j; cut after ``cut_after`` requests (0: never)."""
