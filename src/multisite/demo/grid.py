@@ -57,7 +57,7 @@ from ..grid.server.process import catalog_status, start_catalog, start_container
 from .grid_board import PHASE_TIMEOUT_S, REFRESH_S, ActFailed, GridBoard
 from .grid_etcd import scene_etcd
 from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, KEYS, MAP, PARTITIONS, RATE_PER_S,
-                         GridWriter, caught_up, placed, promoted_without, read_shard, reap)
+                         GridWriter, caught_up, kill, placed, promoted_without, read_shard, reap)
 
 # The refused-commit scene's catalog: slow to count a stopped container lost, so that the primary's own
 # link tells it first (a loaded machine once let a 1 s catalog re-place the partition before that).
@@ -124,11 +124,7 @@ class GridProcesses:
             try:
                 self.stop(name)
             except (MultisiteError, OSError):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    reap(pid)
-                except OSError:
-                    pass
+                kill(pid)
                 self.pids[name] = None
 
     def status(self) -> dict | None:

@@ -32,7 +32,7 @@ from ..grid.server.process import catalog_status, start_catalog, start_container
 from ..net import control
 from ..testing.etcd import EtcdCluster
 from .grid_parts import (CONTAINERS, GRID, GRID_TOML, HEARTBEAT_TIMEOUT_S, PARTITIONS, GridWriter, caught_up, placed,
-                         promoted_without, read_shard, reap)
+                         kill, promoted_without, read_shard, reap)
 from .grid_board import ActFailed, GridBoard
 
 CATALOGS = ("k1", "k2")
@@ -109,11 +109,7 @@ class EtcdGridProcesses:
             if control.is_running(self.dir(name)):
                 stop_process(self.dir(name), "catalog" if name in CATALOGS else "container")
         except (MultisiteError, OSError):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                reap(pid)
-            except OSError:
-                pass
+            kill(pid)
         self.pids[name] = None
 
 

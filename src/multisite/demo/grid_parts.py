@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -119,6 +120,15 @@ class GridWriter:
 
 
 # -- what "settled" means -------------------------------------------------------------------------------
+def kill(pid: int) -> None:
+    """SIGKILL ``pid`` and reap it; a process already gone is left at that."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        reap(pid)
+    except OSError:
+        pass
+
+
 def placed(st: dict, n_up: int) -> bool:
     """Every partition has a primary up, its synchronous replica current and, with three containers
     up, an asynchronous replica; every container up applied the placement."""
