@@ -141,14 +141,16 @@ def test_a_paused_member_is_passed_by_within_the_connect_timeout(cluster):
     import time
 
     from multisite.server.client import CONNECT_TIMEOUT_S
+    from multisite.testing.cluster import pause, thread_states
 
     a, b = cluster.instance("A"), cluster.instance("B")  # two primaries by role; A, listed first, paused
-    os.kill(a.pid, signal.SIGSTOP)
+    pause(a.pid)
     try:
         for client in (multisite.connect, _aconnect_sync):
             t0 = time.monotonic()
             with client(f"127.0.0.1:{a.client_port},127.0.0.1:{b.client_port}") as db:
-                assert db.address == f"127.0.0.1:{b.client_port}"
+                assert db.address == f"127.0.0.1:{b.client_port}", \
+                    f"the paused A answered; its threads' states now {thread_states(a.pid)!r}"
             assert time.monotonic() - t0 < CONNECT_TIMEOUT_S + 3
     finally:
         os.kill(a.pid, signal.SIGCONT)

@@ -106,6 +106,30 @@ def wait_dead(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def thread_states(pid: int) -> str:
+    """The scheduler states of ``pid``'s threads, one letter each (``T`` stopped, ``R``, ``S``, ``D`` ...)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:  # "tid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'
+            states.append(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            pass  # a thread that ended meanwhile
+    return "".join(states)
+
+
+def pause(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and wait until every one of its threads is stopped: ``kill`` returns before a
+    thread busy in the kernel (an fdatasync) reaches the stop, and a test that probes the process
+    must not find one still answering."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while set(thread_states(pid)) - {"T", "t"}:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"pid {pid} not stopped {timeout:g} s after SIGSTOP: thread states "
+                               f"{thread_states(pid)!r}")
+        time.sleep(0.01)
+
+
 class Cluster:
     def __init__(self, base: Path, durability: str = "group", **create_kw: Any):
         self.base = Path(base)
