@@ -279,6 +279,32 @@ def test_reports_fill_in_status():
     assert c1["applied_version"] == 7 and c1["last_heartbeat_age_s"] == 0.0
 
 
+
+def test_a_report_older_than_the_leaders_own_write_still_reaches_its_status():
+    """The leading catalog puts its own state write in its mirror at once (revision W); a container's
+    report written just before it (R < W) comes by the watch after it, and moves no revision. The status
+    must show it: a view cached by the newest revision kept the report before it for as long as the
+    grid stayed quiet (a fresh-clone run waited 30 s on a container "at version 10 of 11")."""
+    import logging
+
+    from multisite.grid.server.etcd_catalog import CoordinatedCatalog
+
+    g = placed()
+    cc = CoordinatedCatalog(POLICY, "cat1", ["http://127.0.0.1:9"], 1.0, logging.getLogger("test"))
+    g.etcd.read(cc.keys, now=1.0)
+    before = next(c for c in cc.view(1.0).status(1.0)["containers"] if c["name"] == "c1")
+    assert before["applied_version"] != 7
+    r = g.etcd.put(g.keys.key("reports/c1"), report_value(7, {0: 12}, {}), lease=g.leases["c1"])
+    state = g.etcd.kv[g.keys.key(STATE)]
+    w = g.etcd.put(g.keys.key(STATE), state[0].decode())  # the leader's write, after the report
+    cc.keys.put(g.keys.key(STATE), state[0], state[1], w, 0, 2.0)  # in its mirror at once
+    assert cc.view(2.0) is not None and cc.keys.revision == w
+    cc.keys.put(g.keys.key("reports/c1"), report_value(7, {0: 12}, {}).encode(), r, r, g.leases["c1"], 2.5)
+    assert cc.keys.revision == w  # the event moved no revision...
+    c1 = next(c for c in cc.view(3.0).status(3.0)["containers"] if c["name"] == "c1")
+    assert c1["applied_version"] == 7  # ...and shows
+
+
 # -- a container's writes and its deadline ---------------------------------------------------------
 
 def test_registration_takes_a_free_name_replaces_its_own_and_refuses_another_containers():

@@ -181,13 +181,17 @@ class Currency:
 
 class GridKeys:
     """Every key under one grid's prefix, as etcd last showed them (``load`` a read, ``put``/``delete``
-    each watch event, in order); ``revision`` is the newest revision seen."""
+    each watch event, in order); ``revision`` is the newest revision seen. ``changes`` counts the
+    changes of the keys: what a view built from them is cached by. The revision cannot be: a leading
+    catalog puts its own writes here at once, ahead of events of lower revisions still on their way
+    (a container's report), which then change the keys without moving the revision."""
 
     def __init__(self, grid: str) -> None:
         self.grid, self.prefix = grid, grid_prefix(grid)
         self.kvs: dict[str, Entry] = {}
         self.revision = 0
         self.loaded_revision = 0  # of the last full read: events up to it are in it already
+        self.changes = 0
 
     def key(self, rel: str) -> str:
         return self.prefix + rel
@@ -203,6 +207,8 @@ class GridKeys:
             self.kvs[rel] = Entry(value, create, mod, lease, seen)
         self.revision = max(self.revision, revision)
         self.loaded_revision = max(self.loaded_revision, revision)
+        if self.kvs != old:  # a read every second: most find nothing new
+            self.changes += 1
 
     def put(self, key: str, value: bytes, create_revision: int, mod_revision: int, lease: int, now: float) -> None:
         rel = key[len(self.prefix):]
@@ -211,12 +217,14 @@ class GridKeys:
             return  # already seen: in a later full read, or our own write applied before its event came
         self.kvs[rel] = Entry(value, create_revision, mod_revision, lease, now)
         self.revision = max(self.revision, mod_revision)
+        self.changes += 1
 
     def delete(self, key: str, revision: int) -> None:
         rel = key[len(self.prefix):]
         old = self.kvs.get(rel)
         if revision > self.loaded_revision and old is not None and old.mod_revision < revision:
             del self.kvs[rel]
+            self.changes += 1
         self.revision = max(self.revision, revision)
 
     # -- reading it -------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class CoordinatedCatalog:
         self.writes = 0  # state transactions that succeeded while this catalog led
         self.failed_writes = 0
         self.terms = 0  # times this catalog took the lead
-        self._cache: tuple[int, Catalog] | None = None
+        self._cache: tuple[int, Catalog] | None = None  # the view, and the mirror's ``changes`` it was built at
         self._pass = asyncio.Lock()  # one pass (decide, write) at a time: the loop's and an operation's
 
     # -- start and run ------------------------------------------------------------------------------
@@ -190,10 +190,10 @@ class CoordinatedCatalog:
     # -- what it answers ----------------------------------------------------------------------------
     def view(self, now: float) -> Catalog:
         """What the leader decided, with the containers' reports (an empty grid before the first state)."""
-        if self._cache is not None and self._cache[0] == self.keys.revision:
+        if self._cache is not None and self._cache[0] == self.keys.changes:
             return self._cache[1]
         cat = self.keys.mirror(now) or Catalog(self.policy, now=now, mirror=True)
-        self._cache = (self.keys.revision, cat)
+        self._cache = (self.keys.changes, cat)
         return cat
 
     def routes(self) -> RouteTable:
