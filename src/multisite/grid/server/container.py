@@ -138,7 +138,8 @@ class ContainerServer:
         self._report_task: asyncio.Task | None = None
         self._partitions = 0
         self._pending: Assignments | None = None
-        self._applier: asyncio.Task | None = None
+        self._applier: asyncio.Task | None = None  # with a catalog: the task applying its Assignments
+        self._link_task: asyncio.Task | None = None  # with etcd: EtcdLink.run, which applies the state itself
         self.loader_maps: dict[str, dict] = {}
 
     # -- assignments ------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ class ContainerServer:
                 "refused": None if self.refused is None else {"code": self.refused.code,
                                                                "message": self.refused.message},
                 "shards": {str(p): sh.status() for p, sh in sorted(self.shards.items())},
-                "applying": _where(self._applier)}
+                "applying": _where(self._applier if self.etcd is None else self._link_task)}
 
     # -- the catalog link -------------------------------------------------------------------------
     async def link(self) -> None:
@@ -510,6 +511,7 @@ class ContainerServer:
             link = asyncio.create_task(self.etcd.run())
         else:
             link = asyncio.create_task(self.link())
+        self._link_task = link
         link.add_done_callback(self._link_ended)
         try:
             await self._stop.wait()
