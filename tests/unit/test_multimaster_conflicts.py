@@ -1,5 +1,6 @@
 """Step 9 a-d under Hypothesis: for any two versions grown from a common ancestor on two replicas,
-both replicas decide the same: same divergence, same winner, same merge, same conflict document."""
+both replicas decide the same: same divergence, same winner, same conflict document; a session never
+merges (issue 28), the field merge is an edit (``merge_conflicts``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from multisite.multimaster.conflicts import Kind, common_seq, descends, reconcile, try_merge, winner
+from multisite.multimaster.conflicts import (Kind, common_seq, conflict_document, descends, merge_conflicts,
+                                             reconcile, winner)
+from multisite.multimaster.conflicts import settle as settle_family
 from multisite.multimaster.document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 
 FIELDS = ["a", "b", "c", "d"]
@@ -75,16 +78,7 @@ def test_divergence_is_symmetric_and_ancestors_are_not_conflicts(lines):
 def test_merge_and_conflict_documents_are_identical_wherever_made(lines):
     _, a, b = lines
     out_a, out_b = reconcile(a, b), reconcile(b, a)
-    if out_a.kind is Kind.MERGED or out_b.kind is Kind.MERGED:
-        assert out_a.kind is out_b.kind is Kind.MERGED
-        assert out_a.write == out_b.write
-        m = out_a.write
-        assert descends(m, a) and descends(m, b)  # both lines are ancestors: no conflict later
-        for f in FIELDS:  # every changed field survives
-            if a.field_seqs[f] > common_seq(a, b):
-                assert m.fields[f] == a.fields[f]
-            if b.field_seqs[f] > common_seq(a, b):
-                assert m.fields[f] == b.fields[f]
+    assert Kind.MERGED not in (out_a.kind, out_b.kind)  # a session never merges, whatever the form
     conflicts = [o.conflict_doc for o in (out_a, out_b) if o.conflict_doc is not None]
     assert len(conflicts) <= 1  # only the side holding the loser makes one
     if conflicts:
@@ -136,13 +130,17 @@ def test_the_winner_is_one_total_order_so_any_session_order_converges(specs):
     assert winner(a, b) == winner(b, a)
 
 
-def test_merge_needs_the_form_setting_and_disjoint_fields():
+def test_merge_conflicts_is_an_edit_that_needs_the_form_setting_and_disjoint_fields():
     base = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", True)
     a = base.next_version(200, "oa", {"a": 1})
     b = base.next_version(300, "ob", {"b": 1})
-    m = try_merge(winner(a, b), a)
-    assert m is not None and m.fields == {"a": 1, "b": 1}
-    overlapping = base.next_version(300, "ob", {"a": 7})
-    assert try_merge(winner(a, overlapping), a) is None
+    cd = conflict_document(a)
+    m = merge_conflicts(b, [cd], 400, "oc")
+    assert m is not None and m.fields == {"a": 1, "b": 1} and m.seq == b.seq + 1 and m.origin == "oc"
+    assert descends(m, b) and descends(m, a)  # the conflict's line is absorbed: an ancestor now
+    assert settle_family(m, [cd]).remove == (cd.unid,)  # so its conflict document goes, leaving no record
+    overlapping = conflict_document(base.next_version(200, "oa", {"b": 7}))
+    assert merge_conflicts(b, [overlapping], 400, "oc") is None
     plain = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", False)
-    assert try_merge(plain.next_version(300, "ob", {"b": 1}), plain.next_version(200, "oa", {"a": 1})) is None
+    assert merge_conflicts(plain.next_version(300, "ob", {"b": 1}),
+                           [conflict_document(plain.next_version(200, "oa", {"a": 1}))], 400, "oc") is None

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from multisite.multimaster import couch
-from multisite.multimaster.conflicts import Kind, reconcile, superseded
+from multisite.multimaster.conflicts import Kind, reconcile, settle
 from multisite.multimaster.document import COUCH_ID_FIELD, REF_FIELD, Doc, first_version
 from multisite.multimaster.ids import Stamp
 
@@ -209,10 +209,16 @@ class Replica:
                 moved = True
         ref = d.fields[REF_FIELD] if d.is_conflict else d.unid
         fam = self.family(ref)
-        for r in superseded(fam.current, fam.conflicts):  # as DocDB.apply_incoming
+        return self.settle(fam) or moved
+
+    def settle(self, fam):
+        """``conflicts.settle`` on a family, as ``DocDB`` runs it with every write: True if anything moved."""
+        st = settle(fam.current, fam.conflicts)
+        for r in st.retire:
             self.write(r)
-            moved = True
-        return moved
+        for u in st.remove:
+            del self.docs[u]
+        return bool(st.retire or st.remove)
 
     def mains(self):
         return [d for d in self.docs.values() if not d.is_conflict]
@@ -264,7 +270,9 @@ def push(model, a):
         p = couch.plan(a.family(unid), sent)
         for d in p.writes:
             a.write(d)
-        moved += len(p.writes)
+        for u in p.removes:
+            a.docs.pop(u, None)
+        moved += len(p.writes) + len(p.removes)
     return moved
 
 
@@ -334,8 +342,7 @@ def test_couchdbs_winner_is_the_seeds_winner_over_random_histories(ops, seed):
             elif kind == "ms_delete" and live:
                 gone = pick(live, o[2]).next_version(clock(r.db_id), r.db_id, deleted=True)
                 r.write(gone)
-                for ret in superseded(gone, r.family(gone.unid).conflicts):  # as DocDB.delete
-                    r.write(ret)
+                r.settle(r.family(gone.unid))  # as DocDB.delete
             elif kind == "ms_resolve":
                 cds = sorted((d for d in r.docs.values() if d.is_conflict and not d.deleted), key=lambda d: d.unid)
                 if cds:
@@ -437,7 +444,7 @@ def test_a_deletion_beaten_by_a_deletion_leaves_a_record_so_the_line_reads_dead(
     assert tree.knows(live2.stamp)  # a client holding live2 sees it end in a tombstone
 
 
-def test_a_conflict_whose_line_goes_on_is_retired_and_a_deleted_document_takes_its_conflicts(tmp_path):
+def test_a_conflict_whose_line_goes_on_is_removed_and_a_deleted_document_takes_its_conflicts(tmp_path):
     from multisite import documents
     db = documents.create(tmp_path / "a", "T", durability="none")
     try:
@@ -454,7 +461,7 @@ def test_a_conflict_whose_line_goes_on_is_retired_and_a_deleted_document_takes_i
         db.apply_incoming([later])
         assert db.get(u) == later
         cds = {d.unid: d for d in db.documents(include_deleted=True) if d.is_conflict}
-        assert cds.pop(c.unid).deleted  # superseded: its line went on
+        assert c.unid not in cds  # its line went on: no losing leaf, no record (conflicts.settle)
         (now,) = cds.values()
         assert now.fields["v"] == "w2" and not now.deleted  # w2 is the loser now
         db.delete(u)

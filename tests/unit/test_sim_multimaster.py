@@ -1,12 +1,13 @@
 """The simulation of multi-master documents on three real DocDB replicas (issue 28): fixed seeds keep
 every invariant (versions never go back, replicas converge, the same replicas converged in two
-session orders end identical), and a winner rule that depends on arrival order is caught."""
+session orders end identical), a winner rule that depends on arrival order is caught, and the seeds
+issue 28 found (1009, 1128, 1085, 1102) keep every invariant since its fix."""
 
 import pytest
 
 from multisite.multimaster import conflicts
 from multisite.testing.sim import FAMILIES, replay_steps, run_seed
-from multisite.testing.sim.core import Violation
+from multisite.testing.sim.families import STEPS_DEFAULT
 
 FAMILY = FAMILIES["multimaster"]
 STEPS = 80
@@ -43,22 +44,24 @@ SEED_1102 = [("create", 2, 52), ("create", 1, 37), ("create", 0, 41), ("create",
              ("session", 0, 1, 0, 0), ("update", 0, 32528, 2, 86)]
 
 
-def test_seed_1009_finds_three_way_field_merges_depending_on_session_order():
-    """Found by this simulation, not fixed (see testing/sim/DESIGN.md): three replicas each hold a
-    version of one document diverged from the same ancestor, on a form with merge on. Met in one order,
-    the highest version beats the two others (fields overlap): two conflict documents; in another, two
-    of them merge first (fields apart) and the merged version, later by its clock, beats the third: one
-    conflict document and another winner."""
-    with pytest.raises(Violation) as e:
-        replay_steps("multimaster", 1009, SEED_1009)
-    assert e.value.invariant == "conflict-winners-independent-of-arrival-order"
+def test_three_lines_merged_or_not_by_session_order_keep_every_invariant():
+    """Seed 1009 (found by this simulation, issue 28): three replicas each hold a version of one
+    document diverged from the same ancestor, on a form with merge on. A session merged two of them
+    when they met first (fields apart) and the merged version beat the third; met by the third first,
+    each lost to it: another winner. Sessions no longer merge (conflicts.py, step 9c)."""
+    replay_steps("multimaster", 1009, SEED_1009)
 
 
-def test_seed_1102_finds_conflict_records_depending_on_session_order():
-    """Found by this simulation, not fixed: one replica holds an ancestor of the winner when a third
-    line meets it; met in that order it keeps its version as a conflict document, retired (deleted) once
-    the winner arrives; met the other way, no such record is ever made. Readers see the same documents;
-    the deleted conflict documents (CouchDB's deleted leaves) differ."""
-    with pytest.raises(Violation) as e:
-        replay_steps("multimaster", 1102, SEED_1102)
-    assert e.value.invariant == "conflict-records-independent-of-arrival-order"
+def test_the_winners_ancestor_meeting_a_third_line_first_leaves_no_record():
+    """Seed 1102 (found by this simulation, issue 28): a replica holding an ancestor of the winner met
+    a third line first and kept its version as a conflict document, deleted when the winner came; met
+    the other way, no such record was made. A conflict document that stands for no losing leaf is now
+    removed with no trace (conflicts.settle)."""
+    replay_steps("multimaster", 1102, SEED_1102)
+
+
+@pytest.mark.parametrize("seed", [1009, 1128, 1085, 1102])
+def test_seeds_found_by_issue_28_keep_every_invariant(seed):
+    """The whole seeds (1009 and 1128: merge on; 1085 and 1102: merge off), at the family's step count."""
+    r = run_seed(FAMILY, seed, STEPS_DEFAULT["multimaster"], shrink_failures=False)
+    assert r.ok, r.report()

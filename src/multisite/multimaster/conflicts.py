@@ -14,16 +14,23 @@ arrives from another replica; it returns what to write. The parts:
   deletion wins unless the update is newer, whatever the sequence numbers) is not transitive, and with
   three replicas the outcome then depended on the order sessions met the versions (they never
   converged). The update that loses to a deletion is dropped, as in Domino.
-- **Merge** (9c): if the winner's form has merge on and neither is a deletion, find the last version
-  both lines share (the common ancestor ``c``); the fields each side changed are those with a field
-  sequence number above ``c``. If the sets do not overlap, the result is one merged version made
-  deterministically from the two (sequence number winner+1, time max+1, an origin derived from both),
-  so two servers merging the same pair make the identical document.
-- **Conflict document** (9d): otherwise the server holding the loser keeps the winner and writes a
-  conflict document: the loser's fields plus ``$Conflict`` and ``$Ref`` (the UNID), with a UNID and
-  an OID derived from the losing version only (and the loser's line), so it is identical wherever it
-  is made. A conflict document whose version the document or another conflict document later
-  descends from is deleted (``superseded``): its losing line went on elsewhere.
+- **Merge** (9c) is not made by a session (issue 28): a pairwise field merge is not associative over
+  three lines (X and Y merge when they meet first; met by a third line Z first, each loses to it on
+  its own), and any merge made on what one replica knows can be split so by a line it has not seen.
+  Whatever the order sessions meet the lines, a replica ends with the same winner and conflict
+  documents only if reconcile never makes a version of its own from two. A form with merge on gets
+  its field merge as an edit instead: ``merge_conflicts`` (``DocDB.merge_conflicts``) makes, on one
+  replica, the next version of the document with the changes of its live conflict documents that
+  touch other fields, absorbing them (``Doc.merged``): a user's edit, replicated like any other.
+- **Conflict document** (9d): the server holding the loser keeps the winner and writes a conflict
+  document: the loser's fields plus ``$Conflict`` and ``$Ref`` (the UNID), with a UNID and an OID
+  derived from the losing version only (and the loser's line), so it is identical wherever it is made.
+- **Leaves only** (``settle``): a conflict document stands for a losing *leaf* of the union of the
+  lines. One that turns out not to be one (its version, or for a retirement the version it retired,
+  is an ancestor of the document or of another conflict document: a conflict found at version 2 of a
+  line and again at 3, a loser that later won, the ancestor of the winner that met a third line
+  first) is removed with no trace: a record of it would exist or not by the order sessions met the
+  lines. A live conflict document of a deleted document is retired (a deletion made from it only).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ class Kind(str, Enum):
     OLDER = "older"  # the current version descends from the incoming one
     KEPT = "kept"  # diverged, the current version won: nothing changes here (the other side holds the loser)
     CONFLICT = "conflict"  # diverged, the current version lost: winner written, conflict document made
-    MERGED = "merged"  # diverged, merged field by field
+    MERGED = "merged"  # not made by reconcile since issue 28 (see Merge above); kept in the reports' shape
 
 
 @dataclass(frozen=True)
@@ -90,29 +97,33 @@ def changed_fields(d: Doc, since: int) -> set[str]:
     return {f for f, s in d.field_seqs.items() if s > since}
 
 
-def try_merge(w: Doc, l: Doc) -> Doc | None:  # noqa: E741 - w/l: winner/loser
-    """The merged version of winner ``w`` and loser ``l`` if the form allows it and their changes since
-    the common ancestor touch different fields; None otherwise."""
-    if not w.merge or w.deleted or l.deleted or w.is_conflict or l.is_conflict:
+def merge_conflicts(current: Doc, conflicts: Iterable[Doc], time_us: int, origin: str) -> Doc | None:
+    """The field merge of the seed's step 9c, as an edit: the next version of ``current`` (made at
+    ``time_us`` by ``origin``) with the changes of each live conflict document of it whose fields since
+    their last common version touch none that ``current`` (or a conflict merged before it, best first)
+    changed; it absorbs their lines (``Doc.merged``), so they are ancestors of it and ``settle`` removes
+    their conflict documents. None if the form's merge is off, the document is deleted or a conflict
+    document, or no conflict document merges. Not called by ``reconcile``: a merge made by a session
+    depends on which lines met first (see the module's note); made by one replica as an edit, it is
+    history like any other edit, and replicates as one."""
+    if not current.merge or current.deleted or current.is_conflict:
         return None
-    c = common_seq(w, l)
-    if c == 0:
+    fields: dict = {}
+    absorbed: list[Stamp] = []
+    for c in sorted((c for c in conflicts if not c.deleted and c.is_conflict), key=_rank, reverse=True):
+        k = common_seq(current, c)
+        if k == 0:
+            continue
+        mine = changed_fields(current, k) | set(fields)
+        theirs = changed_fields(c, k) - {CONFLICT_FIELD, REF_FIELD}
+        if mine & theirs:
+            continue
+        fields.update((f, c.fields[f]) for f in theirs if f in c.fields)
+        absorbed += [Stamp(*c.stamp_at(j)) for j in range(k + 1, c.seq + 1)] + list(c.merged)
+    if not absorbed:
         return None
-    cw, cl = changed_fields(w, c), changed_fields(l, c)
-    if cw & cl:
-        return None
-    seq = w.seq + 1
-    fields = dict(w.fields)
-    fs = dict(w.field_seqs)
-    for f in cl:
-        if f in l.fields:
-            fields[f] = l.fields[f]
-        fs[f] = seq
-    h = hashlib.sha256(f"merge|{w.unid}|{tuple(w.stamp)}|{tuple(l.stamp)}".encode()).hexdigest()[:16]
-    absorbed = tuple(Stamp(*l.stamp_at(k)) for k in range(c + 1, l.seq + 1))  # the loser's line after divergence
-    merged = tuple(dict.fromkeys(w.merged + l.merged + absorbed))  # ordered, no repeats
-    return Doc(w.unid, w.form, fields, seq, max(w.time_us, l.time_us) + 1, "m" + h[1:],
-               w.revisions + ((w.time_us, w.origin),), fs, False, True, merged)
+    m = current.next_version(time_us, origin, fields)
+    return replace(m, merged=tuple(dict.fromkeys(current.merged + tuple(absorbed))))
 
 
 def conflict_document(loser: Doc) -> Doc:
@@ -127,22 +138,66 @@ def conflict_document(loser: Doc) -> Doc:
 
 
 def retired(c: Doc) -> Doc:
-    """Conflict document ``c`` deleted because its version is no longer a losing leaf (``superseded``):
-    the next version, a deletion made from ``c`` only, so the same wherever it is made."""
-    h = hashlib.sha256(f"superseded|{c.unid}|{tuple(c.stamp)}".encode()).hexdigest()[:15]
-    return replace(c.next_version(c.time_us, "d" + h, deleted=True), merge=c.merge)
+    """Conflict document ``c`` deleted with its deleted document, or the record of an update a deletion
+    beat: the next version, a deletion made from ``c`` only (its origin derived from ``c``'s stamp, so
+    the same wherever it is made and ``retirement_of`` knows it)."""
+    return replace(c.next_version(c.time_us, _retired_origin(c.unid, tuple(c.stamp)), deleted=True), merge=c.merge)
 
 
-def superseded(current: Doc | None, conflicts: Iterable[Doc]) -> list[Doc]:
-    """The deletions (``retired``) of the live conflict documents of one document that no longer lose to
-    it: its version the document, or another conflict document, descends from (that losing line went on
-    there: a conflict found at version 2 of a line and again at its version 3, a loser that later won, a
-    line that was deleted), or the document is deleted (it takes its conflicts with it; CouchDB would
-    otherwise make a conflict the winner)."""
+def _retired_origin(unid: str, s: tuple | None) -> str:
+    return "d" + hashlib.sha256(f"superseded|{unid}|{tuple(s) if s else None}".encode()).hexdigest()[:15]
+
+
+def retirement_of(c: Doc) -> tuple | None:
+    """The version a retirement (a deletion ``retired`` made) retired, as ``(seq, time_us, origin)``;
+    None if ``c`` is not one (its origin is derived from its parent, so this is a test of the stamp)."""
+    if not c.deleted or c.seq < 2:
+        return None
+    parent = c.stamp_at(c.seq - 1)
+    return parent if c.origin == _retired_origin(c.unid, parent) else None
+
+
+def not_a_leaf(c: Doc, current: Doc | None, conflicts: Iterable[Doc]) -> bool:
+    """True if conflict document ``c`` stands for no losing leaf: the version it was made for (for a
+    retirement, the version retired) is an ancestor of ``current`` or of another conflict document."""
+    s = retirement_of(c) or c.stamp_at(c.seq)
+    return (current is not None and knows(current, s)) or any(o.unid != c.unid and knows(o, s) for o in conflicts)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What ``settle`` says to do with a document's conflict documents."""
+
+    retire: tuple[Doc, ...] = ()  # deletions to write (``retired``)
+    remove: tuple[str, ...] = ()  # UNIDs of conflict documents to remove with no trace
+
+
+def settle(current: Doc | None, conflicts: Iterable[Doc]) -> Settled:
+    """The conflict documents of one document brought in line with it (run with every write that
+    touches the family): those that stand for no losing leaf (``not_a_leaf``) are removed with no
+    trace, so the records a family holds are a function of the union of its lines and not of the
+    order the lines met (issue 28: a record made for the winner's ancestor that met a third line
+    first, and retired when the winner came, existed only in that order). A live conflict document is
+    retired (``retired``) if the document is deleted (it takes them with it: CouchDB would otherwise
+    make a conflict the winner of a deleted document), or if a deletion that lost ranks above it
+    (``deletion_record``): Domino drops an update a deletion beats, and that update met the deletion
+    first on some replica and not on another (seed 1128), so whether it was dropped must not depend on
+    which it met first."""
     conflicts = list(conflicts)
+    remove = [c.unid for c in conflicts if not_a_leaf(c, current, conflicts)]
+    kept = [c for c in conflicts if c.unid not in remove]
     gone = current is not None and current.deleted
-    return [retired(c) for c in conflicts if not c.deleted and (gone or (current is not None and knows(current, c.stamp))
-                                                               or any(o is not c and knows(o, c.stamp) for o in conflicts))]
+    top_deletion = max((_rank(c) for c in kept if deletion_record(c)), default=None)
+    retire = [retired(c) for c in kept if not c.deleted
+              and (gone or (top_deletion is not None and top_deletion > _rank(c)))]
+    return Settled(tuple(retire), tuple(remove))
+
+
+def deletion_record(c: Doc) -> bool:
+    """True if conflict document ``c`` is the record of a deletion of its document that lost (its own
+    stamp names it: ``conflict_document`` of that deletion), not a retirement or a deleted conflict."""
+    ref = c.fields.get(REF_FIELD)
+    return c.deleted and isinstance(ref, str) and c.unid == conflict_unid(ref, c.stamp)
 
 
 def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
@@ -157,10 +212,7 @@ def reconcile(current: Doc | None, incoming: Doc) -> Outcome:
         return Outcome(Kind.OLDER)
     w = winner(current, incoming)
     loser = incoming if w is current else current
-    merged = try_merge(w, loser)
-    if merged is not None:
-        return Outcome(Kind.MERGED, merged)
-    if w is current:
+    if w is current:  # (no merge here: see the module's note on step 9c)
         return Outcome(Kind.KEPT)
     # This replica holds the loser: it takes the winner and keeps the loser as a conflict document,
     # unless a deletion is involved (a deleted loser has nothing to keep; Domino drops an update that
@@ -175,7 +227,7 @@ def dropped_record(loser: Doc, w: Doc) -> Doc | None:
     conflict document, deleted; an update a deletion beat: its conflict document, retired at once). Its
     line is the dropped line, ended by a deletion, so the line reads dead wherever it went (a CouchDB
     client holding it gets a tombstone under it: ``couch.py``) and a conflict document found later for a
-    version of it is ``superseded``. None when nothing is dropped (two live versions: a conflict)."""
+    version of it is not a leaf (``settle``). None when nothing is dropped (two live versions: a conflict)."""
     if loser.deleted:
         return conflict_document(loser)
     if w.deleted:

@@ -30,8 +30,8 @@ the client's replica would keep, and a client cannot, kept here: a version that 
 conflict document, or the deleted record of a dropped version (``conflicts.dropped_record``: a
 deletion that lost, an update a deletion beat: so the client's leaf gets a tombstone); a deletion that
 descends from a conflict document deletes that one (how a conflict is resolved in CouchDB); a conflict
-document whose version the document (or another conflict) now descends from is deleted
-(``conflicts.superseded``). A tombstone on a branch already dead changes nothing.
+document whose version the document (or another conflict) now descends from is removed
+(``conflicts.settle``: it stands for no losing leaf). A tombstone on a branch already dead changes nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from .conflicts import (
     dropped_record,
     knows,
     reconcile,
-    superseded,
+    settle,
 )
 from .couch_atts import ATT_PREFIX, has_stubs, incoming, render, resolve
 from .couch_errors import CouchError, bad_request
@@ -422,6 +422,7 @@ class Plan:
     fam: Family
     writes: list[Doc] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)  # per revision: a Kind value, or "known", "ignored"
+    removes: list[str] = field(default_factory=list)  # stored conflict documents to remove (``settle``)
 
 
 def _deletion_of(c: Doc, v: Doc) -> Doc:
@@ -500,8 +501,16 @@ def _add_conflict(p: Plan, cd: Doc) -> None:
 
 
 def _supersede(p: Plan) -> None:
-    for d in superseded(p.fam.current, p.fam.conflicts):
+    """Bring the family's conflict documents in line with its document (``conflicts.settle``): retire
+    those a deletion takes, remove those that stand for no losing leaf (stored ones with no trace)."""
+    st = settle(p.fam.current, p.fam.conflicts)
+    for d in st.retire:
         _write(p, d)
+    if st.remove:
+        gone = set(st.remove)
+        p.fam = replace(p.fam, conflicts=tuple(c for c in p.fam.conflicts if c.unid not in gone))
+        p.writes = [w for w in p.writes if w.unid not in gone]
+        p.removes += [u for u in st.remove if u not in p.removes]
 
 
 def new_edit(fam: Family, body: dict, doc_id: str, now_us: int, origin: str) -> Doc:

@@ -87,10 +87,11 @@ def write_docs_sync(db: DocDB, docs: list, new_edits: bool) -> list[dict]:
         except CouchError as e:
             results[k] = {"id": d.get("_id") if isinstance(d, dict) else None, "error": e.error, "reason": e.reason}
 
-    def decide(fams: dict, now: Callable[[], int]) -> tuple[list, None]:
-        writes = []
+    def decide(fams: dict, now: Callable[[], int]) -> tuple[list, None, list]:
+        writes, removes = [], []
         for u, items in groups.items():
             cur, cds = fams[u]
+            stored = {c.unid for c in cds}
             fam = Family(u, None if cur is not None and cur.is_conflict else cur, tuple(cds))
             for k, item in items:
                 try:
@@ -101,9 +102,11 @@ def write_docs_sync(db: DocDB, docs: list, new_edits: bool) -> list[dict]:
                                   "reason": e.reason}
                     continue
                 fam = p.fam
-                writes.extend(p.writes)
+                writes = [w for w in writes if w.unid not in p.removes] + p.writes
+                removes = [r for r in removes if r not in {w.unid for w in p.writes}]
+                removes += [r for r in p.removes if r in stored and r not in removes]
                 results[k] = {"ok": True, "id": couch.couch_id(v), "rev": couch.doc_rev(v)}
-        return writes, None
+        return writes, None, removes
 
     db.transact(list(groups), decide)
     return results

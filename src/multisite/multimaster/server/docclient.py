@@ -119,6 +119,11 @@ class RemoteDocDB:
     def delete(self, unid: str) -> Doc:
         return Doc.from_value(self._call("doc.delete", unid=unid, full=True))
 
+    def merge_conflicts(self, unid: str) -> Doc | None:
+        """``DocDB.merge_conflicts`` on the served database: the merged version, or None."""
+        v = self._call("doc.merge_conflicts", unid=unid, full=True)
+        return None if v is None else Doc.from_value(v)
+
     def get(self, unid: str, *, include_deleted: bool = False) -> Doc | None:
         v = self._call("doc.get", unid=unid, include_deleted=include_deleted, full=True)
         return None if v is None else Doc.from_value(v)

@@ -26,7 +26,8 @@ Each write (a document, a batch received from a peer with its bookmark) is one e
 the bookmark is stored in the same transaction as the documents it covers, so after a crash it is
 never ahead of what was applied. ``docdb.json`` beside the instance repeats the identity, so that
 ``--replica-of DIR`` works while a server holds the database open. A received version that makes a
-conflict document redundant (``conflicts.superseded``) deletes it in the same transaction. The CouchDB
+conflict document stand for no losing leaf removes it in the same transaction, and a deleted document
+retires its live ones (``conflicts.settle``). The CouchDB
 endpoints (``couch_http.py``) read a document with its conflict documents (``families``), write
 through ``transact`` (their decisions are ``couch.plan``'s), keep their ``_local`` checkpoints in
 ``meta`` (``("couch_local", id)``, not replicated) and wait for changes with ``add_listener``.
@@ -48,10 +49,10 @@ import msgspec
 from ... import engine
 from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, InstanceLocked, MalformedDocument,
                        MultisiteError, NotADocumentDatabase)
-from ...journal.records import SET
+from ...journal.records import KILL, SET
 from ...keys import encode_key
 from ...values import encode_value
-from ..conflicts import Kind, Outcome, descends, reconcile, superseded
+from ..conflicts import Kind, Outcome, descends, merge_conflicts, reconcile, settle
 from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
 from .docdb_couch import CouchStore
@@ -280,9 +281,28 @@ class DocDB(CouchStore):
             if cur.deleted:
                 return cur
             d = cur.next_version(self._now(), self.db_id, deleted=True)
-            conflicts = self.families([unid])[unid][1]
-            self._write([(d, c)] + [(r, None) for r in superseded(d, conflicts)])  # and its conflict documents
+            st = settle(d, self.families([unid])[unid][1])  # it takes its conflict documents with it
+            self._write([(d, c)] + [(r, None) for r in st.retire], self._removal_ops(st.remove))
+            self._forget(st.remove)
             return d
+
+    def merge_conflicts(self, unid: str) -> Doc | None:
+        """The seed's field merge (step 9c) of document ``unid`` with its live conflict documents, as an
+        edit made here (``conflicts.merge_conflicts``): the next version takes the changes of each one
+        whose fields are apart from its own, and those conflict documents go (they are its ancestors
+        now). None, and nothing written, if none merges (the form's merge off, fields that overlap)."""
+        with self._lock:
+            cur, c = self._current(check_unid(unid))
+            if cur is None:
+                raise DocumentNotFound(f"no document {unid} in {self.title}")
+            conflicts = self.families([unid])[unid][1]
+            m = merge_conflicts(cur, conflicts, self._now(), self.db_id)
+            if m is None:
+                return None
+            st = settle(m, conflicts)
+            self._write([(m, c)] + [(r, None) for r in st.retire], self._removal_ops(st.remove))
+            self._forget(st.remove)
+            return m
 
     def _write(self, docs: list[tuple[Doc, int | None]], extra: list | None = None, *, checked: bool = False) -> None:
         """Write new versions and ``extra`` ops, atomically: one op per document and one per change block.
@@ -317,6 +337,18 @@ class DocDB(CouchStore):
             self._ref_of[unid] = ref
         for fn in self._listeners:
             fn(n)
+
+    def _removal_ops(self, unids: Iterable[str]) -> list:
+        """The ops that remove stored documents ``unids`` with no trace (and their ``refs`` entries); their
+        change entries then read as absent. ``_forget`` them once committed."""
+        ops = [(KILL, "docs", (u,), None) for u in unids]
+        return ops + [(KILL, REFS, (self._ref_of[u], u), None) for u in unids if u in self._ref_of]
+
+    def _forget(self, unids: Iterable[str]) -> None:
+        for u in unids:
+            ref = self._ref_of.pop(u, None)
+            if ref is not None:
+                self._refs.get(ref, set()).discard(u)
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
         """Call ``fn(changeno)`` after every write (in the writing thread: it must not block)."""
@@ -400,14 +432,20 @@ class DocDB(CouchStore):
         return {u: (Doc.trusted(rows[u][1]) if u in rows else None,
                     [Doc.trusted(rows[c][1]) for c in cds[u] if c in rows]) for u in unids}
 
-    def transact(self, unids: Iterable[str], decide: Callable[[dict, Callable[[], int]], tuple[list[Doc], Any]]) -> Any:
+    def transact(self, unids: Iterable[str], decide: Callable[[dict, Callable[[], int]], tuple]) -> Any:
         """Read the ``families`` of ``unids``, let ``decide(families, now)`` say which versions to write (and
-        what to answer), and write them in one transaction, nothing else writing in between. ``now()``
-        is this database's clock (µs, increasing)."""
+        what to answer; a third item, if any: the UNIDs of stored conflict documents to remove), and do
+        it in one transaction, nothing else writing in between. ``now()`` is this database's clock (µs,
+        increasing)."""
         with self._lock:
-            writes, answer = decide(self.families(unids), self._now)
+            writes, answer, *rest = decide(self.families(unids), self._now)
+            removes = list(rest[0]) if rest else []
             if writes:
-                self._write([(d, None) for d in writes], checked=True)
+                self._write([(d, None) for d in writes], self._removal_ops(removes), checked=True)
+            elif removes:
+                self.db.commit_updates(self._removal_ops(removes))
+                self._epoch += 1
+            self._forget(removes)
             return answer
 
     def _rows(self, unids: list[str]) -> dict[str, list]:
@@ -507,22 +545,26 @@ class DocDB(CouchStore):
                     old = Doc.trusted(exist[cd.unid][1]) if cd.unid in exist else None
                     if old is None or (old.stamp != cd.stamp and descends(cd, old)):  # (a record retires it)
                         pending[cd.unid] = (cd, None)
-            self._retire_superseded(pending)
+            removes = self._settle(pending)
             writes = list(pending.values())
-            extra = []
+            extra = self._removal_ops(removes)
             if peer_db_id is not None and bookmark is not None:
                 old = self.bookmark(peer_db_id, "in")
                 extra.append((SET, "history", (peer_db_id, "in"), encode_value(max(old, bookmark))))
             if writes or extra:
                 self._write(writes, extra, checked=True)
+            self._forget(removes)
             if hint is not None:  # still current: add what this call wrote
                 hint.update((u, d) for u, (d, _) in pending.items())
+                hint.update((u, None) for u in removes)
                 known.epoch = self._epoch
         return counts
 
-    def _retire_superseded(self, pending: dict[str, tuple[Doc, int | None]]) -> None:
-        """Add to ``pending`` the deletions of the conflict documents it makes redundant (``superseded``):
-        only documents that have conflict documents are read again."""
+    def _settle(self, pending: dict[str, tuple[Doc, int | None]]) -> list[str]:
+        """Bring the conflict documents of each family ``pending`` touches in line with it (``settle``):
+        retirements are added to ``pending``; conflict documents that stand for no losing leaf are taken
+        out of it, and those stored are returned, to remove. Only families that have conflict documents
+        are read again."""
         affected: dict[str, set[str]] = {}
         for u, (d, _) in pending.items():
             ref = d.fields.get(REF_FIELD) if CONFLICT_FIELD in d.fields else u
@@ -532,7 +574,7 @@ class DocDB(CouchStore):
                     affected[ref].add(u)
         affected = {r: cs for r, cs in affected.items() if cs}
         if not affected:
-            return
+            return []
         need = [u for r, cs in affected.items() for u in (r, *cs) if u not in pending]
         rows = self._rows(need)
 
@@ -541,11 +583,18 @@ class DocDB(CouchStore):
                 return pending[u][0]
             return Doc.trusted(rows[u][1]) if u in rows else None
 
+        removes = []
         for ref, cs in affected.items():
             cur = doc(ref)
-            for r in superseded(None if cur is not None and cur.is_conflict else cur,
-                                [c for c in map(doc, sorted(cs)) if c is not None]):
+            st = settle(None if cur is not None and cur.is_conflict else cur,
+                        [c for c in map(doc, sorted(cs)) if c is not None])
+            for r in st.retire:
                 pending[r.unid] = (r, None)
+            for u in st.remove:
+                pending.pop(u, None)
+                if u in rows or u in self._ref_of:
+                    removes.append(u)
+        return removes
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

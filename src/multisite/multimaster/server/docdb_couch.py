@@ -1,7 +1,8 @@
 """What the CouchDB endpoints keep in a document database beyond its documents, and the one write
 they make that no replica makes: ``_local`` documents (replication checkpoints, in ``meta`` under
 ``("couch_local", id)``, not replicated), the count of documents ``GET /{db}`` shows, and ``purge``
-(stored versions removed with no trace: ``couch_purge.plan_purge`` decides which). A mixin of
+(the stored versions a client names, removed with no trace as ``conflicts.settle``'s removals are:
+``couch_purge.plan_purge`` decides which). A mixin of
 ``DocDB``: it works on the database's own engine instance, lock and conflict index."""
 
 from __future__ import annotations
@@ -9,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...journal.records import KILL
 from ..document import CONFLICT_FIELD
-
-REFS = "refs"  # as docdb.REFS: (document, conflict document) pairs
 
 
 class CouchStore:
@@ -51,15 +49,11 @@ class CouchStore:
         transaction; the plan. Removed versions leave no stub: their change entries read as absent."""
         with self._lock:
             plan = decide(self.families([unid])[unid])
-            kills = [(KILL, "docs", (u,), None) for u in plan.removes]
-            kills += [(KILL, REFS, (self._ref_of[u], u), None) for u in plan.removes if u in self._ref_of]
+            kills = self._removal_ops(plan.removes)
             if plan.writes:
                 self._write([(d, None) for d in plan.writes], kills, checked=True)
             elif kills:
                 self.db.commit_updates(kills)
                 self._epoch += 1
-            for u in plan.removes:
-                ref = self._ref_of.pop(u, None)
-                if ref is not None:
-                    self._refs.get(ref, set()).discard(u)
+            self._forget(plan.removes)
             return plan

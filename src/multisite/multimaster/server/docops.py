@@ -49,6 +49,7 @@ OPS: dict[str, Callable[[DocDB, dict], Any]] = {
     "doc.update": lambda db, a: _doc(db.update(a["unid"], a["fields"]), a),
     "doc.update_many": lambda db, a: [_doc(d, a) for d in db.update_many([(u, f) for u, f in a["changes"]])],
     "doc.delete": lambda db, a: _doc(db.delete(a["unid"]), a),
+    "doc.merge_conflicts": lambda db, a: _doc(db.merge_conflicts(a["unid"]), a),
     "doc.get": lambda db, a: _doc(db.get(a["unid"], include_deleted=a.get("include_deleted", True)), a),
     "doc.list": _list,
     "doc.count": lambda db, a: db.count(),
