@@ -462,3 +462,28 @@ def test_a_receiver_silent_longer_than_the_timeout_is_lost():
     assert w.lost(105.1)
     w.answered(104.0)
     assert not w.lost(109.0) and w.lost(109.5) and w.silent_s(109.5) == 5.5
+
+
+# -- receiver: a read's batches applied on its loop, or by the Update Process's thread ---------------
+
+def test_inline_apply_waits_for_a_measured_apply_and_a_ready_update_process():
+    from multisite.replication.session import InlineApply
+
+    p = InlineApply(max_s=0.005, max_frames=256)
+    assert not p.ok(4, update_ready=True)  # no apply measured yet: the thread's first
+    p.took(0.001)
+    assert p.ok(4, update_ready=True)
+    assert not p.ok(4, update_ready=False)  # stopped, holding for room, or retrying a failed batch
+    assert not p.ok(0, update_ready=True)  # nothing waits
+
+
+def test_inline_apply_leaves_catch_up_reads_and_slow_applies_to_the_thread():
+    from multisite.replication.session import InlineApply
+
+    p = InlineApply(max_s=0.005, max_frames=256, weight=0.5)
+    p.took(0.001)
+    assert p.ok(256, update_ready=True) and not p.ok(257, update_ready=True)
+    p.took(0.011)  # a slow fdatasync: the estimate 0.006 is past the bound
+    assert abs(p.ewma_s - 0.006) < 1e-12 and not p.ok(4, update_ready=True)
+    p.took(0.002)  # short again (applies on the thread keep measuring): back on the loop
+    assert p.ok(4, update_ready=True)

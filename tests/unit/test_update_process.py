@@ -126,3 +126,55 @@ def test_put_back_returns_frames_to_the_front_unless_the_pool_was_cleared():
     pool.clear(0)
     pool.put_back(gen, items)  # stale: the restarted stream brings them again
     assert len(pool) == 0 and pool.bytes == 0
+
+
+# -- applies on the receiver's loop (apply_here) beside the thread's ------------------------------------
+# The thread is woken only by wake() here (idle_wait_s an hour): what apply_here sees is deterministic.
+
+def test_apply_here_applies_in_order_once_measured_and_not_while_stopped(up):
+    """The first batch goes to the thread (no apply measured yet); then a streamed read's batches put
+    without waking the thread are applied by apply_here, in order, exactly once; a stopped Update
+    Process applies nothing, here either, and the thread takes them once started."""
+    up.idle_wait_s = 3600
+    assert up.apply_here() is None  # not running
+    up.start()
+    up.pool.put(FrameRun.of([rec_frame(1), rec_frame(2)]), wake=False)
+    assert up.apply_here() is None  # no apply measured yet
+    up.pool.wake()
+    until(lambda: up.status()["applied"] == 2, "2 applied by the thread")
+    up.pool.put(FrameRun.of([rec_frame(2), rec_frame(3)]), wake=False)  # 2 again (a resend), then 3
+    up.pool.put(FrameRun.of([rec_frame(4)]), wake=False)
+    assert up.apply_here() == 2
+    assert up.db.seqno == 4 and len(up.pool) == 0 and up.status()["applied_here"] == 2
+    assert [k for k, _ in up.db.items("acct")] == [("k", s) for s in range(1, 5)]
+    up.stop()
+    up.pool.put(FrameRun.of([rec_frame(5)]), wake=False)
+    assert up.apply_here() is None and up.db.seqno == 4
+    up.start()
+    up.pool.wake()
+    until(lambda: up.db.seqno == 5, "seqno 5 by the thread")
+
+
+def test_apply_here_leaves_a_catch_up_backlog_and_a_failed_batch_to_the_thread(up):
+    gaps = []
+    up.on_gap = lambda: gaps.append(up.db.seqno)
+    up.idle_wait_s = 3600
+    up.place.max_frames = 2
+    up.start()
+    up.pool.put(FrameRun.of([rec_frame(1)]))
+    until(lambda: up.status()["applied"] == 1, "1 applied by the thread")
+    up.pool.put(FrameRun.of([rec_frame(2), rec_frame(3), rec_frame(4)]), wake=False)
+    assert up.apply_here() is None and up.db.seqno == 1  # a backlog: the thread's
+    up.pool.wake()
+    until(lambda: up.db.seqno == 4, "seqno 4 by the thread")
+    # A gap found on the loop: the batch goes back to the pool, and the thread, applying it again, finds
+    # the gap and asks for the restart, as it always did.
+    up.pool.put(FrameRun.of([rec_frame(6)]), wake=False)
+    assert up.apply_here() is None and up.db.seqno == 4
+    assert any("receiver's loop failed at seqno 5" in line for line in up.lines), up.lines
+    assert up.apply_here() is None  # handed back: the thread's until it took it
+    up.pool.wake()
+    until(lambda: gaps, "the gap callback from the thread")
+    assert gaps == [4] and len(up.pool) == 0
+    up.pool.put(FrameRun.of([rec_frame(5)]), wake=False)  # the restarted stream: on the loop again
+    assert up.apply_here() == 1 and up.db.seqno == 5

@@ -106,18 +106,36 @@ class ReceivePool:
         self.received_seqno = 0
         self._cond = threading.Condition()
         self.generation = 0  # bumped by clear(): batches taken before it must not be applied
-        self.apply_lock = threading.Lock()  # held by the Update Process while it applies a batch
-        self.on_drained = None  # called (from the Update Process thread) when bytes fall below low
+        # Held while a batch is taken and applied (by the Update Process's thread, or on the receiver's
+        # loop, ``UpdateProcess.apply_here``): batches are taken and applied in order, one applier at a time.
+        self.apply_lock = threading.Lock()
+        self.on_drained = None  # called (by whoever took, under apply_lock) when bytes fall below low
 
-    def put(self, run: FrameRun) -> bool:
-        """Add a received batch; True if the pool is now above its high-water mark (send XOFF)."""
+    def put(self, run: FrameRun, wake: bool = True) -> bool:
+        """Add a received batch; True if the pool is now above its high-water mark (send XOFF). With
+        ``wake`` False the Update Process is not woken for it: the receiver then either applies it on
+        its own loop or calls ``wake`` (no thread wake-up per batch when it applies them itself)."""
         with self._cond:
             self._q.append(run)
             self.bytes += len(run.data)
             self.frames += len(run)
             self.received_seqno = run.last_seqno
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
             return self.bytes > self.high_bytes
+
+    def wake(self) -> None:
+        """Wake the Update Process if it waits (for batches put with ``wake`` False)."""
+        with self._cond:
+            self._cond.notify()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a batch; whether one is there (it may be taken by the time the
+        caller holds ``apply_lock``: ``take`` under that lock is the one that counts)."""
+        with self._cond:
+            if not self._q:
+                self._cond.wait(timeout)
+            return bool(self._q)
 
     def take(self, max_frames: int, timeout: float) -> tuple[int, list[FrameRun]]:
         """Whole batches holding up to about ``max_frames`` frames (at least one batch; waiting up
@@ -158,7 +176,7 @@ class ReceivePool:
             self.generation += 1
 
     def quiesce(self) -> None:
-        """Wait for the Update Process to finish the batch it is applying (call after clear)."""
+        """Wait for the batch being applied to be finished (call after clear)."""
         with self.apply_lock:
             pass
 

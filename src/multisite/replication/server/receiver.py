@@ -10,6 +10,10 @@ Theory of operation (GT.M seed 001, "Receiver Server"):
 - Received batches (checked whole by the protocol) go into the receive pool; above
   ``receive_pool_high_bytes`` the receiver sends XOFF, and XON once the Update Process has drained
   the pool below ``receive_pool_low_bytes``.
+- Once a read's batches are in the pool, the receiver applies them itself, on its loop, when the
+  Update Process is idle and applies are short (``session.InlineApply``; a streamed read holds a few
+  transactions), and wakes the Update Process's thread otherwise (catch-up, a slow disk): the same
+  apply either way, one journal write and fdatasync before the confirmation.
 - Every heartbeat is answered with the last seqno the Update Process applied.
 - With an in-filter (``--filter``) each checked batch goes through the filter before it goes into
   the receive pool, and the Update Process journals the filtered transactions. A filter failure
@@ -361,10 +365,14 @@ class ReceiverServer:
         if agreed is None:
             return
         progress = self._begin_streaming(conn, reader, writer, peer, *agreed)
+        held = False  # batches put in the pool since the last hand-over (_hand_over)
         try:
             while True:
                 # Every event already in the protocol's buffer first: one large read holds many batches.
                 ev = conn.next_event()
+                if held and not isinstance(ev, TxnBatch):
+                    held = False
+                    self._hand_over()
                 if ev is NEED_DATA:
                     if self._restart.is_set():
                         raise ConnectionLost(f"{self._restart_why}; restarting the connection")
@@ -381,11 +389,18 @@ class ReceiverServer:
                 if isinstance(ev, TxnBatch):  # checked whole by the connection: kept as it came
                     run = ev.run()
                     if self.filter is not None:
+                        if held:  # what came before goes on while the filter runs
+                            held = False
+                            self._hand_over()
                         run = await self._filtered(run, conn, writer, peer.name)
                         if run is None:
                             return
                     self.received_records += len(run)
-                    if self._flow.xoff(self.pool.put(run)):
+                    held = True
+                    # Past what the loop would apply (a catch-up's read), the thread starts on it now.
+                    if self._flow.xoff(self.pool.put(run, wake=len(self.pool) >= self.update.place.max_frames)):
+                        held = False
+                        self.pool.wake()
                         self.xoffs += 1
                         self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
                                       self.cfg.receive_pool_high_bytes)
@@ -400,6 +415,7 @@ class ReceiverServer:
                     return
         finally:
             self._reading = self._read_since = None
+            self.pool.wake()  # whatever this session put in the pool: the Update Process applies it
             progress.cancel()
             if self.filter is not None:  # the next connection restarts the stream: a new filter process
                 self.filter.kill()
@@ -509,6 +525,18 @@ class ReceiverServer:
         self._restart.set()
         if self._reading is not None:  # wake the session's read: it ends the connection
             self._reading.set_exception(ConnectionLost(f"{why}; restarting the connection"))
+
+    def _hand_over(self) -> None:
+        """After the batches of one read went into the pool (the Update Process not woken for them):
+        applied here, on the loop, when ``InlineApply`` allows it (the Update Process idle, recent
+        applies short, a streamed read's few transactions), and confirmed at once; else the Update
+        Process's thread is woken for them. Either way one journal write and one fdatasync for all
+        the read brought; applied on the loop, no thread wake-up to the Update Process and back."""
+        applied = self.update.apply_here()
+        if applied is None:
+            self.pool.wake()
+        elif applied:
+            self._after_update()
 
     def _after_update(self) -> None:
         self._maybe_xon()

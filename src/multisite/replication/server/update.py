@@ -8,6 +8,14 @@ the secondary's own journal pool, so that it can feed a further secondary (SI re
 its stream with ``apply_records``). Its restart point is always the instance's own seqno, so restarts of any process
 neither skip nor repeat a transaction.
 
+Streaming, most batches are not applied on this thread: the receiver puts a read's few transactions
+in the pool without waking it and, while the thread is idle and applies are short
+(``session.InlineApply``), has them applied on its own event loop (``apply_here``): the same apply,
+journal write and fdatasync before the confirmation, without a wake-up of this thread and one of the
+loop back per batch (issue 27). Both take and apply under the pool's ``apply_lock``, so batches are
+applied in order whoever applies them; a catch-up's large reads, a slow disk, and any batch that
+failed on the loop are this thread's.
+
 A batch that fails is never dropped: a gap hands the stream back to the receiver (restart from
 this instance's seqno); a full disk keeps the batch and tries again, with a growing pause, until
 there is room; anything else stops the Update Process visibly with the batch back in the pool.
@@ -22,6 +30,7 @@ import time
 from ...engine import Database
 from ...errors import JournalGap, StorageFull
 from ...journal.records import FRAME_HEADER_SIZE, FrameRun, decode_payload
+from ..session import InlineApply
 from .pools import ReceivePool
 
 # Frames (whole received batches) applied with one journal write and one fsync. Larger catches up
@@ -30,6 +39,7 @@ from .pools import ReceivePool
 # caught up 10% slower, 65,536 10% faster, bench/catchup.py).
 UPDATE_BATCH_FRAMES = 32768
 SI_APPLY_RECORDS = 512  # SI re-frames under the commit lock the supplementary's own commits share
+UPDATE_IDLE_WAIT_S = 0.2  # the thread's wait for a batch before it looks at its stats again
 STORAGE_RETRY_MIN_S = 0.25  # a full disk: first pause before applying again, doubled up to
 STORAGE_RETRY_MAX_S = 5.0
 
@@ -47,6 +57,12 @@ class UpdateProcess:
         self.on_gap = None  # called when the stream has a gap: the receiver must restart the connection
         self.on_applied = None  # called after each applied batch: the receiver confirms it to the source
         self.si_stream: int | None = None  # SI: apply under this stream with local seqnos
+        self.idle_wait_s = UPDATE_IDLE_WAIT_S
+        self.place = InlineApply()  # where a streamed batch is applied: the receiver's loop or this thread
+        self.applied_here = 0  # transactions applied on the receiver's loop (apply_here), of ``applied``
+        self._handed_back = False  # apply_here failed on the batch now waiting: the thread's to apply
+        self._full_since: float | None = None  # when the disk was found full (None: applying normally)
+        self._pause = STORAGE_RETRY_MIN_S
 
     @property
     def running(self) -> bool:
@@ -66,62 +82,110 @@ class UpdateProcess:
         if not self.running:
             return
         self._stop.set()
+        self.pool.wake()
         assert self._thread is not None
         self._thread.join(timeout)
         self.log.info("update process stopped at seqno %d (%d applied since start)", self.db.seqno, self.applied)
 
     def _run(self) -> None:
         last_log, last_applied = time.monotonic(), 0
-        full_since: float | None = None  # when the disk was found full (None: applying normally)
-        pause = STORAGE_RETRY_MIN_S
         while not self._stop.is_set():
-            gen, items = self.pool.take(UPDATE_BATCH_FRAMES, timeout=0.2)
-            if items:
-                at = self.db.seqno
-                try:
-                    with self.pool.apply_lock:
-                        if gen != self.pool.generation:
-                            continue  # the receiver restarted the stream; these will come again
-                        self._apply(items)
-                        self.applied += self.db.seqno - at
-                    if self.on_applied:
-                        self.on_applied()
-                    if full_since is not None:
-                        self.log.info("update process: room again after %.1f s; applying from seqno %d",
-                                      time.monotonic() - full_since, at + 1)
-                        full_since, pause, self.error = None, STORAGE_RETRY_MIN_S, None
-                except JournalGap as e:
-                    self.error = str(e)
-                    self.log.error("update process: %s; asking the receiver to restart from seqno %d",
-                                   e, self.db.seqno + 1)
-                    self.pool.clear(self.db.seqno)
-                    if self.on_gap:
-                        self.on_gap()
-                except StorageFull as e:
-                    # Nothing of the batch was applied (the engine undid it). Keep it and try again:
-                    # restarting the stream would only fetch the same records again, every time.
-                    # Meanwhile the receive pool fills and the receiver sends XOFF.
-                    self.pool.put_back(gen, items)
-                    self.error = str(e)
-                    if full_since is None:
-                        full_since = time.monotonic()
-                        self.log.error("update process: %s; holding the received records from seqno %d and "
-                                       "trying again until there is room", e, at + 1)
-                    self._stop.wait(pause)
-                    pause = min(pause * 2, STORAGE_RETRY_MAX_S)
-                except Exception as e:  # a record this instance cannot apply: stop, but visibly
-                    self.pool.put_back(gen, items)  # `update start` takes them again
-                    self.error = f"{type(e).__name__}: {e}"
-                    self.log.exception("update process stopped at seqno %d: cannot apply received records (%s); "
-                                       "fix the cause, then `multisite update start`", self.db.seqno, self.error)
-                    return
+            if self.pool.wait(self.idle_wait_s) and not self._take_and_apply():
+                return
             now = time.monotonic()
             if now - last_log >= self.stats_interval_s:
                 n = self.applied - last_applied
                 self.log.info("stats: applied %d transactions in %.1f s (%.0f/s), seqno %d (started at %d), "
-                              "receive pool backlog %d", n, now - last_log, n / (now - last_log), self.db.seqno,
-                              self.start_seqno, len(self.pool))
+                              "receive pool backlog %d; %d applied on the receiver's loop since start",
+                              n, now - last_log, n / (now - last_log), self.db.seqno, self.start_seqno,
+                              len(self.pool), self.applied_here)
                 last_log, last_applied = now, self.applied
+
+    def _take_and_apply(self) -> bool:
+        """The thread's turn: take what waits and apply it; False once the Update Process must stop.
+        Taken, applied and (on a failure) put back under ``apply_lock``, so that an apply on the
+        receiver's loop (``apply_here``) never overtakes a batch taken here."""
+        with self.pool.apply_lock:
+            gen, items = self.pool.take(UPDATE_BATCH_FRAMES, timeout=0)
+            if not items:
+                return True  # applied on the receiver's loop meanwhile
+            self._handed_back = False
+            at = self.db.seqno
+            try:
+                t0 = time.perf_counter()
+                self._apply(items)
+                self.place.took(time.perf_counter() - t0)
+                self.applied += self.db.seqno - at
+            except JournalGap as e:
+                self.error = str(e)
+                self.log.error("update process: %s; asking the receiver to restart from seqno %d",
+                               e, self.db.seqno + 1)
+                self.pool.clear(self.db.seqno)
+                failed: BaseException | None = e
+            except StorageFull as e:
+                # Nothing of the batch was applied (the engine undid it). Keep it and try again:
+                # restarting the stream would only fetch the same records again, every time.
+                # Meanwhile the receive pool fills and the receiver sends XOFF.
+                self.pool.put_back(gen, items)
+                self.error = str(e)
+                if self._full_since is None:
+                    self._full_since = time.monotonic()
+                    self.log.error("update process: %s; holding the received records from seqno %d and "
+                                   "trying again until there is room", e, at + 1)
+                failed = e
+            except Exception as e:  # a record this instance cannot apply: stop, but visibly
+                self.pool.put_back(gen, items)  # `update start` takes them again
+                self.error = f"{type(e).__name__}: {e}"
+                self.log.exception("update process stopped at seqno %d: cannot apply received records (%s); "
+                                   "fix the cause, then `multisite update start`", self.db.seqno, self.error)
+                return False
+            else:
+                failed = None
+        if isinstance(failed, JournalGap):
+            if self.on_gap:
+                self.on_gap()
+        elif isinstance(failed, StorageFull):
+            self._stop.wait(self._pause)
+            self._pause = min(self._pause * 2, STORAGE_RETRY_MAX_S)
+        else:
+            if self.on_applied:
+                self.on_applied()
+            if self._full_since is not None:
+                self.log.info("update process: room again after %.1f s; applying from seqno %d",
+                              time.monotonic() - self._full_since, at + 1)
+                self._full_since, self._pause, self.error = None, STORAGE_RETRY_MIN_S, None
+        return True
+
+    def apply_here(self) -> int | None:
+        """On the receiver's loop, after it put a read's batches in the pool without waking the thread:
+        apply what waits here and now when ``InlineApply`` says so and the thread is idle (no thread
+        wake-up to it and back, issue 27); the transactions applied (0: the thread had taken them). None:
+        wake the thread instead. A failure here puts the batch back for the thread, which applies it
+        again and handles the error as its own (a gap, a full disk, a record it cannot apply)."""
+        ready = self.running and not self._stop.is_set() and self._full_since is None and not self._handed_back
+        if not self.place.ok(len(self.pool), ready) or not self.pool.apply_lock.acquire(blocking=False):
+            return None
+        try:
+            gen, items = self.pool.take(UPDATE_BATCH_FRAMES, timeout=0)
+            if not items:
+                return 0
+            at = self.db.seqno
+            try:
+                t0 = time.perf_counter()
+                self._apply(items)
+                self.place.took(time.perf_counter() - t0)
+            except Exception as e:  # noqa: BLE001 - the thread applies it again and reports it
+                self.pool.put_back(gen, items)
+                self._handed_back = True
+                self.log.warning("applying on the receiver's loop failed at seqno %d (%s: %s); the update "
+                                 "process takes the batch", at + 1, type(e).__name__, e)
+                return None
+            n = self.db.seqno - at
+            self.applied += n
+            self.applied_here += n
+            return n
+        finally:
+            self.pool.apply_lock.release()
 
     def _apply(self, runs: list[FrameRun]) -> None:
         """BC keeps the primary's frames; SI re-frames each transaction under its stream."""
@@ -135,4 +199,4 @@ class UpdateProcess:
     def status(self) -> dict:
         return {"state": "running" if self.running else "stopped", "applied": self.applied,
                 "seqno": self.db.seqno, "start_seqno": self.start_seqno, "backlog": len(self.pool),
-                "error": self.error}
+                "error": self.error, "applied_here": self.applied_here}
