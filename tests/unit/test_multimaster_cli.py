@@ -92,3 +92,23 @@ def test_a_refused_direction_exits_3_naming_it(tmp_path):
     assert json.loads(run("db", "replicate", a, b, "--mode", "pull-only", "--json").output)["refused_ways"] == []
     res = run("db", "replicate", b, a, "--mode", "pull-only", ok=False)  # b's own ACL: it takes nothing from a reader
     assert res.exit_code == 3 and "pull from a refused for P (a is a reader of P here" in res.output
+
+
+def test_doc_merge_merges_a_conflict_on_fields_apart_and_the_merge_replicates(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    run("db", "create", a, "--title", "P", "--durability", "none")
+    run("db", "create", b, "--title", "P", "--replica-of", a, "--durability", "none")
+    run("db", "form", a, "Person", "--merge")
+    unid = run("doc", "create", a, "Person", '{"name": "Ada", "city": "Boston", "phone": "1"}').output.strip()
+    run("db", "replicate", a, b)
+    run("doc", "update", a, unid, '{"phone": "2"}')
+    run("doc", "update", b, unid, '{"city": "Cambridge"}')
+    rep = json.loads(run("db", "replicate", a, b, "--json").output)
+    assert rep["totals"]["conflicts"] == 1 and rep["totals"]["merged"] == 0  # a session never merges
+    merged = json.loads(run("doc", "merge", a, unid).output)
+    assert merged["fields"] == {"name": "Ada", "city": "Cambridge", "phone": "2"}
+    assert not any(d["conflict"] for d in json.loads(run("doc", "list", a, "--json").output))
+    run("db", "replicate", a, b)
+    on_b = json.loads(run("doc", "list", b, "--json").output)
+    assert [d["fields"] for d in on_b] == [merged["fields"]]  # the conflict document went on B too
+    assert json.loads(run("doc", "merge", a, unid).output) is None  # nothing left to merge

@@ -207,6 +207,24 @@ def doc_delete(dir: str, unid: str, on: str | None) -> None:
         print_json(d.delete(unid).public())
 
 
+@doc.command("merge")
+@click.argument("dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("unid")
+@on_option
+def doc_merge(dir: str, unid: str, on: str | None) -> None:
+    """Merge a document's conflict documents into it, field by field (the form must merge conflicts:
+    db form DIR NAME --merge): a new version takes each conflict's changes to fields its own changes
+    did not touch, and those conflict documents go. Sessions never merge (the result would depend on
+    the order replicas meet); this is an edit, replicated as one. Prints the new version, or null
+    when nothing merges.
+
+    Example: multisite doc merge /data/a 0006...
+    """
+    with _database(dir, on) as d:
+        m = d.merge_conflicts(unid)
+        print_json(None if m is None else m.public())
+
+
 @doc.command("get")
 @click.argument("dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("unid")
