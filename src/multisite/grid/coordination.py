@@ -192,21 +192,32 @@ class GridKeys:
         self.revision = 0
         self.loaded_revision = 0  # of the last full read: events up to it are in it already
         self.changes = 0
+        self._deleted: dict[str, int] = {}  # rel -> revision of a delete newer than the last full read
 
     def key(self, rel: str) -> str:
         return self.prefix + rel
 
     def load(self, kvs: Iterable[tuple[str, bytes, int, int, int]], revision: int, now: float) -> None:
-        """A full read: ``(key, value, create_revision, mod_revision, lease)`` per key, at ``revision``."""
+        """A full read: ``(key, value, create_revision, mod_revision, lease)`` per key, at ``revision``.
+
+        The read runs beside the watch (and a leader's own writes): it may have been answered before
+        events already applied here. What changed after ``revision`` stays as those events left it (a
+        key written since keeps its newer entry, a key deleted since stays deleted); the rest is as read."""
         old = self.kvs
         self.kvs = {}
         for key, value, create, mod, lease in kvs:
             rel = key[len(self.prefix):]
             was = old.get(rel)
+            if self._deleted.get(rel, 0) > revision or (was is not None and was.mod_revision > mod):
+                continue  # deleted or written again after the read was answered
             seen = was.seen_at if was is not None and was.mod_revision == mod else now
             self.kvs[rel] = Entry(value, create, mod, lease, seen)
+        for rel, was in old.items():
+            if rel not in self.kvs and was.mod_revision > revision and self._deleted.get(rel, 0) < was.mod_revision:
+                self.kvs[rel] = was  # written after the read was answered
         self.revision = max(self.revision, revision)
         self.loaded_revision = max(self.loaded_revision, revision)
+        self._deleted = {rel: r for rel, r in self._deleted.items() if r > self.loaded_revision}
         if self.kvs != old:  # a read every second: most find nothing new
             self.changes += 1
 
@@ -222,6 +233,8 @@ class GridKeys:
     def delete(self, key: str, revision: int) -> None:
         rel = key[len(self.prefix):]
         old = self.kvs.get(rel)
+        if revision > self.loaded_revision:
+            self._deleted[rel] = max(self._deleted.get(rel, 0), revision)
         if revision > self.loaded_revision and old is not None and old.mod_revision < revision:
             del self.kvs[rel]
             self.changes += 1
