@@ -84,6 +84,10 @@ class LeaseKeeper:
                         self.failures += 1
                         log.debug("%s: lease renewal failed: %s", self.what, e)
                         ttl = None
+                    except Exception:  # noqa: BLE001 - a dead keeper lets the lease lapse with nobody told
+                        self.failures += 1
+                        log.exception("%s: lease renewal failed", self.what)
+                        ttl = None
                     if lease == self.lease and ttl is not None:
                         if ttl <= 0:
                             self.ended.set()
@@ -152,6 +156,9 @@ class Mirror:
                         log.warning("etcd: %s", e.message)
                     self.error = e.message
                     await asyncio.sleep(RETRY_S)
+                except Exception as e:  # noqa: BLE001 - never end silently: its owner would follow a frozen copy
+                    self._failed(e)
+                    await asyncio.sleep(RETRY_S)
         finally:
             resync.cancel()
 
@@ -162,3 +169,10 @@ class Mirror:
                 await self.refresh()
             except (CoordinatorUnavailable, CoordinatorError) as e:
                 self.error = e.message
+            except Exception as e:  # noqa: BLE001 - as in run(): the read every second must go on
+                self._failed(e)
+
+    def _failed(self, e: Exception) -> None:
+        self.error = f"{type(e).__name__}: {e}"
+        log.error("the mirror of %s failed (%s); reading again", self.keys.prefix + self.sub, self.error,
+                  exc_info=e)
