@@ -91,7 +91,7 @@ def test_replicas_converge_and_lose_no_update(tmp_path_factory, n, ops, seed):
         final = {d.unid: d for d in dbs[0].documents(include_deleted=True)}
         kept = {}  # unid -> versions kept in conflict documents
         for d in final.values():
-            if d.is_conflict and not d.deleted:  # (a deleted one records a deletion that lost, or a superseded one)
+            if d.is_conflict and not d.deleted:  # (a deleted one records a dropped version)
                 loser = seen.get((d.fields[REF_FIELD], d.time_us, d.origin))
                 assert loser is not None, f"conflict document {d.unid} names no version that existed"
                 kept.setdefault(loser.unid, []).append(loser)

@@ -356,7 +356,7 @@ class Tree:
             if c.deleted:
                 if parent is not None and ((cur is not None and knows(cur, parent))
                                            or any(knows(o, parent) for o in live)):
-                    continue  # a superseded conflict's deletion: its branch goes on elsewhere
+                    continue  # a retirement whose branch goes on elsewhere (settle removes those)
                 leaves.append(Leaf(c.seq, rev_hash(c.time_us, c.origin), True, None, c))
             elif cur is None or cur.deleted:
                 leaves.append(self._made_up(fam.unid, tuple(c.stamp), _line(c)[1:]))

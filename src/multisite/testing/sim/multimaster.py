@@ -16,7 +16,7 @@ Invariants:
 - ``conflict-winners-independent-of-arrival-order`` (at the end): the replicas as they stand, copied
   twice and converged by sessions in two different orders, end with the same documents and live
   conflict documents; ``conflict-records-independent-of-arrival-order``: and the same deleted
-  conflict documents (the records of dropped or superseded losers).
+  conflict documents (the records of dropped losers).
 """
 
 from __future__ import annotations
