@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from itertools import permutations
 
+from hypothesis import given, settings, strategies as st
+
 from multisite.multimaster.conflicts import (
     conflict_document,
     descends,
@@ -130,3 +132,38 @@ def test_an_update_beaten_by_a_deletion_that_lost_itself_is_dropped_in_every_ord
     assert {u: (c.deleted, c.stamp_at(c.seq - 1 if c.origin != d.origin else c.seq)) for u, c in end.items()
             if u != UNID} == {conflict_document(x).unid: (True, tuple(x.stamp)),
                               conflict_document(d).unid: (True, tuple(d.stamp))}
+
+
+# An edit: (field changes, or None for a deletion; clock step in µs)
+_edit = st.tuples(st.one_of(st.none(), st.dictionaries(st.sampled_from("abc"), st.integers(0, 3), min_size=1)),
+                  st.integers(0, 3))
+
+
+def _grow(doc: Doc, edits, origin: str) -> Doc:
+    for fields, step in edits:
+        if doc.deleted:
+            break
+        t = doc.time_us + step
+        doc = doc.next_version(t, origin, deleted=True) if fields is None else doc.next_version(t, origin, fields)
+    return doc
+
+
+@st.composite
+def _three_lines(draw):
+    """Three versions of one document: each grown from the base or from an earlier one of them (so a
+    line may be another's ancestor), by edits on its own replica."""
+    base = first_version(UNID, "memo", {"a": 0, "b": 0, "c": 0}, 100, "o0", draw(st.booleans()))
+    lines: list[Doc] = []
+    for k in range(3):
+        start = draw(st.sampled_from([base, *lines]))
+        lines.append(_grow(start, draw(st.lists(_edit, min_size=1, max_size=3)), f"o{k + 1}"))
+    return lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(_three_lines())
+def test_any_three_lines_end_alike_in_every_order(lines):
+    """The invariant itself, on any three lines from one base: every meeting order of three replicas
+    ends with the same document and conflict documents, live and deleted."""
+    ends = converge_in_every_order(lines)
+    assert all(_state(e) == _state(ends[0]) for e in ends)
