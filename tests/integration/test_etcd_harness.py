@@ -161,3 +161,30 @@ def test_unreachable_urls_are_named_and_malformed_ones_refused():
         run(anext(c.watch_prefix("k/")))
     with pytest.raises(ConfigError, match="expected http://HOST:PORT"):
         EtcdClient("127.0.0.1:2379")
+
+
+def test_a_watch_opened_while_the_first_member_is_paused_starts_on_another(tmp_path):
+    """A paused member accepts the connection and never answers: the watch's opening request waited for
+    its answer without a deadline, and ``async with watch_prefix(...)`` never returned. Once open, the
+    stream waits for events as long as it stays quiet (the opening's deadline is lifted)."""
+    with EtcdCluster(tmp_path) as etcd:
+        health = run(EtcdClient(etcd.endpoints).health())
+        lead = next(h.leader_id for h in health if h.healthy)
+        paused = next(i for i, h in enumerate(health) if h.member_id != lead)  # no election follows
+        urls = etcd.client_urls
+        c = EtcdClient([urls[paused]] + [u for i, u in enumerate(urls) if i != paused])  # tried first
+        run(c.put("w/a", "1"))
+        etcd.pause(paused)
+        try:
+            async def watch():
+                t0 = time.monotonic()
+                async with c.watch_prefix("w/") as events:
+                    took = time.monotonic() - t0
+                    await asyncio.sleep(2 * c.timeout_s + 0.5)
+                    await asyncio.to_thread(lambda: asyncio.run(EtcdClient(events.url).put("w/b", "2")))
+                    return events.url, took, (await asyncio.wait_for(anext(events), 5)).kv.key
+            url, took, key = run(asyncio.wait_for(watch(), 3 * c.timeout_s + 5))
+            assert url != urls[paused] and key == "w/b"
+            assert took < 2 * c.timeout_s + 1, took
+        finally:
+            etcd.resume(paused)

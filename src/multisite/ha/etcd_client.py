@@ -18,8 +18,9 @@ Watches (``watch_prefix``) are one streaming request each, read by a thread of i
 ``Grpc-Metadata-hasleader: true``: etcd then ends the stream when that member loses its leader, so a
 member cut off from the others does not keep a watch silently. A stream that ends raises
 ``CoordinatorUnavailable`` carrying the last revision seen: read again, and watch from the next one. A
-*paused* member (SIGSTOP) sends nothing at all, so a watch on it stays silent: a caller that must notice
-pairs the watch with its own lease keepalives or a timeout of its own.
+*paused* member (SIGSTOP) sends nothing at all: opening a watch on one times out like any call (the
+next member is tried), but a watch opened before the pause stays silent: a caller that must notice pairs
+the watch with its own lease keepalives or reads of its own.
 """
 
 from __future__ import annotations
@@ -442,7 +443,14 @@ class Watch:
                 self._stop.set()
 
         threading.Thread(target=self._read, args=(deliver,), name=f"etcd-watch {self.prefix}", daemon=True).start()
-        self.url = await created
+        # Each member has its deadline in the thread; this one is the whole opening's, should a member
+        # hold the thread past them (it is left to end by itself; what it reads then is dropped).
+        try:
+            self.url = await asyncio.wait_for(created, len(self._client.urls) * 2 * self._client.timeout_s + 1)
+        except TimeoutError:
+            self.close()
+            raise CoordinatorUnavailable(f"no etcd member opened a watch on {self.prefix!r} in time: check that etcd "
+                                         f"runs at {','.join(self._client.urls)}", urls=self._client.urls) from None
 
     def close(self) -> None:
         """End the stream (the reading thread ends with it); the iterator then stops."""
@@ -470,6 +478,10 @@ class Watch:
             except Exception as e:  # noqa: BLE001 - this member cannot watch: try the next one
                 errors.append(f"{c.urls[k]}: {_summary(e)}")
                 continue
+            if self._stop.is_set():  # the caller gave up meanwhile
+                _shutdown(resp)
+                return
+            _no_read_timeout(resp)  # opened: from now on a quiet stream is a quiet grid, not a failure
             if not self.start_revision:  # from now: nothing up to the revision it was created at is due
                 self._seen_revision = created_at_revision
             deliver("created", c.urls[k])
@@ -484,8 +496,10 @@ class Watch:
 
         body = {"create_request": {"key": _b64(self.prefix), "start_revision": self.start_revision,
                                    "range_end": base64.b64encode(_prefix_end(self.prefix)).decode()}}
+        # the read timeout bounds the wait for the answer and its "created" (a paused member accepts the
+        # connection and says nothing); it is lifted once the watch is open
         resp = client.session.post(client.get_url("/watch"), json=body, stream=True,
-                                   timeout=(self._client.timeout_s, None),
+                                   timeout=(self._client.timeout_s, self._client.timeout_s),
                                    headers={"Grpc-Metadata-hasleader": "true"})
         if resp.status_code != 200:
             resp.close()
@@ -540,6 +554,13 @@ def _stream_error(msg: dict[str, Any]) -> str:
         compacted = result.get("compact_revision")
         return f"canceled: {result.get('cancel_reason') or ''}" + (f" compacted at {compacted}" if compacted else "")
     return ""
+
+
+def _no_read_timeout(resp: Any) -> None:
+    """Let an opened watch stream wait for its next event as long as the grid stays quiet."""
+    sock = getattr(getattr(resp.raw, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(None)
 
 
 def _shutdown(resp: Any) -> None:
