@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 
 import pytest
@@ -188,3 +189,36 @@ def test_a_watch_opened_while_the_first_member_is_paused_starts_on_another(tmp_p
             assert took < 2 * c.timeout_s + 1, took
         finally:
             etcd.resume(paused)
+
+
+def test_calls_do_not_wait_behind_work_in_the_event_loops_default_executor(etcd_cluster):
+    """A grid container hardens its commits and reads its journal in the loop's default executor; an
+    etcd call queued behind them (a currency report a commit waits for) waited as long as the disk."""
+    c = EtcdClient(etcd_cluster.endpoints)
+    release = threading.Event()
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        blockers = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]  # more than its threads
+        try:
+            t0 = time.monotonic()
+            await asyncio.wait_for(c.put("busy/x", "1"), 5)
+            return time.monotonic() - t0
+        finally:
+            release.set()
+            await asyncio.gather(*blockers)
+    assert run(go()) < 5
+
+
+def test_a_call_that_outlives_its_deadline_is_unavailable(monkeypatch):
+    """Whatever holds a call's thread past every member's timeouts, its await ends at the deadline."""
+    c = EtcdClient("http://127.0.0.1:9", timeout_s=0.05)
+    release = threading.Event()
+    monkeypatch.setattr(c, "_call", lambda fn, idempotent=True: release.wait(10))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(CoordinatorUnavailable, match="did not answer within"):
+            run(c.get("k"))
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < c.call_deadline_s + 1.5

@@ -2,8 +2,11 @@
 
 Why: the HA managers and the grid catalogs coordinate through etcd; their decisions are sans-IO, their
 processes asyncio. etcd3gw (``docs/decisions.md``) speaks etcd's v3 JSON gateway with blocking
-``requests`` calls, so each call here runs in a thread (``asyncio.to_thread``); what comes back is turned
-into ``KeyValue``s (the gateway sends keys and values in base64 and revisions as strings).
+``requests`` calls, so each call here runs in a thread; what comes back is turned into ``KeyValue``s (the
+gateway sends keys and values in base64 and revisions as strings). The threads are the client's own
+(``ETCD_THREADS``), not the event loop's default executor: a grid container's fsyncs and journal reads
+run there, and coordination must not wait behind a slow disk. Every call has a deadline
+(``call_deadline_s``: each member's timeouts and a margin), so no await on etcd can last for ever.
 
 Which member: the one that answered last, then each other one in turn. A read, a put, a delete, a
 keepalive or a revoke goes to the next member after any transport failure: doing it twice changes
@@ -30,6 +33,7 @@ import base64
 import json
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
@@ -37,6 +41,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 
 ETCD_CALL_TIMEOUT_S = 1.0  # one HTTP call to one member (connect, then each read)
+ETCD_THREADS = 4  # a client's calls in flight at once (a container: its mirror, report and currency reports)
 HEALTH_KEY = "health"  # what health() reads linearizably, as etcd's own /health does
 
 
@@ -244,6 +249,12 @@ class EtcdClient:
                                         api_path="/v3/")
                          for p in map(urlsplit, self.urls)]
         self._current = 0
+        self._threads = ThreadPoolExecutor(max_workers=ETCD_THREADS, thread_name_prefix="etcd")
+
+    @property
+    def call_deadline_s(self) -> float:
+        """The longest one call may take: every member's connect and read timeouts, and a margin."""
+        return len(self.urls) * 2 * self.timeout_s + 1.0
 
     @property
     def current_url(self) -> str:
@@ -277,7 +288,19 @@ class EtcdClient:
                                      urls=self.urls)
 
     async def _run(self, fn: Callable[[Any], Any], idempotent: bool = True) -> Any:
-        return await asyncio.to_thread(self._call, fn, idempotent)
+        return await self._in_thread(self._call, fn, idempotent)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the client's threads, within ``call_deadline_s`` (CoordinatorUnavailable past it:
+        a write's outcome is then unknown; the thread is left to end by itself)."""
+        fut = asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+        done, _ = await asyncio.wait({fut}, timeout=self.call_deadline_s)
+        if not done:
+            fut.cancel()
+            raise CoordinatorUnavailable(f"etcd did not answer within {self.call_deadline_s:g} s (members "
+                                         f"{','.join(self.urls)}); a write's outcome is unknown: read the keys back",
+                                         urls=self.urls)
+        return fut.result()
 
     async def _post(self, path: str, body: dict[str, Any], idempotent: bool = True) -> dict[str, Any]:
         """One gateway call (``/kv/range``, ``/kv/txn``...) through etcd3gw's session and error mapping."""
@@ -366,8 +389,13 @@ class EtcdClient:
 
     async def health(self) -> list[MemberHealth]:
         """Each member, asked on its own and at once: its status and whether it serves a linearizable read."""
-        return list(await asyncio.gather(*(asyncio.to_thread(self._member_health, i)
-                                           for i in range(len(self.urls)))))
+        return list(await asyncio.gather(*(self._health_of(i) for i in range(len(self.urls)))))
+
+    async def _health_of(self, i: int) -> MemberHealth:
+        try:
+            return await self._in_thread(self._member_health, i)
+        except CoordinatorUnavailable:
+            return MemberHealth(self.urls[i], False, error="no answer in time")
 
     def _member_health(self, i: int) -> MemberHealth:
         c, url = self._clients[i], self.urls[i]
