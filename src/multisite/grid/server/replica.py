@@ -115,6 +115,11 @@ class ReplicaShard:
                         delay, self.retry_s = self.retry_s, min(RECONNECT_S, self.retry_s * 2)
                     else:
                         self.retry_s = 0.01
+                except Exception as e:  # noqa: BLE001 - never end silently: the shard would stop following,
+                    # its seqno frozen, while its container goes on reporting it
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    log.exception("partition %d: %s replica: following primary %s failed; subscribing again",
+                                  self.partition, self.role, self.view.primary)
                 finally:
                     self.connected = False
             await asyncio.sleep(delay)
