@@ -18,6 +18,7 @@ import asyncio
 import json
 import queue
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,7 @@ from .loader_runner import buffer_frames
 from .security import open_connection
 from .shard import RECONNECT_S, frame_digests, log, read_into, reopen
 
+COPY_POLL_S = 0.5  # how often a thread installing a checkpoint copy looks whether the copy was given up
 SHARD_STATE = "grid-shard.json"  # a checkpoint-installed replica's seqno and digest (its tail before any frame)
 
 
@@ -56,6 +58,27 @@ def restore_interrupted_swap(path: Path) -> None:
         staging.rename(path)
     elif old.exists():
         old.rename(path)
+
+
+class CopyAbandoned(Exception):
+    """The checkpoint copy was given up (the replica stopped, its link broke) before its end."""
+
+
+def copy_batches(q: queue.Queue, abandoned: threading.Event):
+    """The rows of a checkpoint copy for the thread that installs them, until its end (None). A copy
+    given up ends them too (``CopyAbandoned``, its instance never swapped in): the end may never be put
+    when the replica's task is cancelled again while it offers it, and a thread waiting on ``q`` for
+    ever is a thread of the loop's default executor lost for good."""
+    while True:
+        try:
+            item = q.get(timeout=COPY_POLL_S)
+        except queue.Empty:
+            if abandoned.is_set():
+                raise CopyAbandoned("the checkpoint copy was given up") from None
+            continue
+        if item is None:
+            return
+        yield item
 
 
 async def _offer(q: queue.Queue, item, consumer: asyncio.Future) -> None:
@@ -207,9 +230,10 @@ class ReplicaShard:
         staging = staging_dir(self.path)
         await loop.run_in_executor(None, shutil.rmtree, staging, True)
         q: queue.Queue = queue.Queue(maxsize=16)
+        abandoned = threading.Event()
         fut = loop.run_in_executor(None, lambda: install_state(
             staging, name, group=group, durability=durability, seqno=ck.seqno, regions=dict(ck.regions),
-            batches=iter(q.get, None)))
+            batches=copy_batches(q, abandoned)))
         try:
             while True:
                 msg = await read_into(reader, wire)
@@ -219,6 +243,10 @@ class ReplicaShard:
                     break
                 else:
                     raise RemoteProtocolError(f"{type(msg).__name__ if msg else 'the end'} in a checkpoint copy")
+        except BaseException:
+            abandoned.set()  # at once: the offer below may be cut short by another cancel
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # its CopyAbandoned is expected
+            raise
         finally:
             await _offer(q, None, fut)
         keys = await fut
