@@ -61,5 +61,5 @@ def test_the_mirror_reads_on_after_errors_no_client_names(monkeypatch):
         return m
 
     m = asyncio.run(go())
-    assert etcd.reads > 5
+    assert etcd.reads >= 3  # a failed read, a good one, and a good one after the change
     assert m.error is None or "a garbled answer" in m.error or "an event without a kv" in m.error
