@@ -68,6 +68,12 @@ def note(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
+def applied_here(root: Path) -> int:
+    """Transactions S's receiver applied on its own loop (issue 27; 0 for a tree without it)."""
+    rcv = control.call(root, "status").get("receiver") or {}
+    return (rcv.get("update_process") or {}).get("applied_here", 0)
+
+
 def start_s(root: Path, tree: Path, profile: Path | None) -> int:
     """S's server from ``tree`` (optionally under ``profiled_server.py``); its pid."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -131,7 +137,8 @@ def lag_of(tree: Path, args, work: Path) -> dict:
     with tree_env(tree):
         r = lag_run(work, 0, args.seconds)
     return {k: r[k] for k in ("achieved_s", "lag_p50_ms", "lag_p99_ms", "samples", "tx_per_batch", "s_cpu_us_per_tx",
-                              "bounded")} | {"load": os.getloadavg()[0]}
+                              "bounded")} | {"load": os.getloadavg()[0],
+                                             "s_cpu_us_per_batch": r["s_cpu_us_per_tx"] * r["tx_per_batch"]}
 
 
 def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
@@ -178,18 +185,23 @@ def one(mode: str, tree: Path, args, work: Path, profile: Path | None) -> dict:
             def during(end: float) -> None:
                 box["cpu0"], box["s0"], box["st0"] = cpu_seconds(s_pid), seqno(s_root), \
                     control.call(p_root, "source.status", secondary="S")
+                box["here0"] = applied_here(s_root)
                 time.sleep(max(0.0, end - time.perf_counter()))
-                box["cpu1"], box["s1"] = cpu_seconds(s_pid), seqno(s_root)
+                box["cpu1"], box["s1"], box["here1"] = cpu_seconds(s_pid), seqno(s_root), applied_here(s_root)
 
             got, dt, _ = threads_commit(lambda: multisite.connect(p_addr), LAG_THREADS, args.seconds,
                                         pace_s=LAG_THREADS / args.rate, during=during)
             cpu0, cpu1, applied = box["cpu0"], box["cpu1"], box["s1"] - box["s0"]
             st1 = control.call(p_root, "source.status", secondary="S")
             st = {k: st1[k] - box["st0"][k] for k in ("sent_records", "sent_batches")}
+            st["here"] = box["here1"] - box["here0"]
         per_tx = 1e6 / max(1, applied)
         user, sys_ = (cpu1[0] - cpu0[0]) * per_tx, (cpu1[1] - cpu0[1]) * per_tx
+        tx_per_batch = st["sent_records"] / max(1, st["sent_batches"])
         return {"cpu_us_per_tx": user + sys_, "user_us_per_tx": user, "sys_us_per_tx": sys_, "applied": applied,
-                "applied_s": applied / dt, "tx_per_batch": st["sent_records"] / max(1, st["sent_batches"])}
+                "applied_s": applied / dt, "tx_per_batch": tx_per_batch,
+                "cpu_us_per_batch": (user + sys_) * tx_per_batch,
+                "applied_here": st.get("here", 0) / max(1, applied)}
     finally:
         for root in reversed(started):
             try:
@@ -257,9 +269,13 @@ def describe(mode: str, x: dict) -> str:
     if mode == "lag":
         return (f"lag p50 {x['lag_p50_ms']:.2f} ms, p99 {x['lag_p99_ms']:.2f} ms at {x['achieved_s']:,.0f} tx/s "
                 f"({x['samples']:.0f} samples, {x['tx_per_batch']:.1f} tx/batch), S CPU {x['s_cpu_us_per_tx']:.1f} "
-                f"us/tx (load {x['load']:.1f})")
+                f"us/tx, {x['s_cpu_us_per_batch']:.0f} us/batch (load {x['load']:.1f})")
+    # Per batch as well: S's work is mostly per batch, and how many transactions a batch holds moves
+    # with the load (3-6 here), so us/tx moves with it for the same code.
     return (f"S CPU {x['cpu_us_per_tx']:7.1f} us/tx (user {x['user_us_per_tx']:.0f}, sys {x['sys_us_per_tx']:.0f}), "
-            f"{x['applied_s']:,.0f} tx/s applied, {x['tx_per_batch']:.1f} tx/batch")
+            f"{x['cpu_us_per_batch']:.0f} us/batch, {x['applied_s']:,.0f} tx/s applied, "
+            f"{x['tx_per_batch']:.1f} tx/batch"
+            + (f", {x['applied_here']:.0%} applied on the receiver's loop" if x.get("applied_here") else ""))
 
 
 NOTES_BEGIN, NOTES_END = "<!-- secondary notes: begin -->", "<!-- secondary notes: end -->"
