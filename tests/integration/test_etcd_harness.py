@@ -222,3 +222,23 @@ def test_a_call_that_outlives_its_deadline_is_unavailable(monkeypatch):
     finally:
         release.set()
     assert time.monotonic() - t0 < c.call_deadline_s + 1.5
+
+
+def test_health_checks_in_flight_do_not_hold_up_calls(etcd_cluster, monkeypatch):
+    """A catalog answers each status with every member's health; asked in a loop while a member is slow,
+    those checks must not take the threads its own coordination calls (the leader's writes) run in."""
+    c = EtcdClient(etcd_cluster.endpoints)
+    release = threading.Event()
+    monkeypatch.setattr(c, "_member_health", lambda i: release.wait(30))  # a paused member, say
+
+    async def go():
+        checks = [asyncio.create_task(c.health()) for _ in range(10)]
+        await asyncio.sleep(0.2)
+        try:
+            t0 = time.monotonic()
+            await asyncio.wait_for(c.put("busy/h", "1"), 5)
+            return time.monotonic() - t0
+        finally:
+            release.set()
+            await asyncio.gather(*checks)
+    assert run(go()) < 5

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 
 ETCD_CALL_TIMEOUT_S = 1.0  # one HTTP call to one member (connect, then each read)
-ETCD_THREADS = 4  # a client's calls in flight at once (a container: its mirror, report and currency reports)
+ETCD_THREADS = 8  # a client's calls in flight at once (a container: its mirror, report, a currency report per primary)
 HEALTH_KEY = "health"  # what health() reads linearizably, as etcd's own /health does
 
 
@@ -250,6 +250,9 @@ class EtcdClient:
                          for p in map(urlsplit, self.urls)]
         self._current = 0
         self._threads = ThreadPoolExecutor(max_workers=ETCD_THREADS, thread_name_prefix="etcd")
+        # health() has threads of its own: a catalog asked its status in a loop (the members' health in
+        # each answer) must not hold up its own coordination calls
+        self._health_threads = ThreadPoolExecutor(max_workers=len(self.urls), thread_name_prefix="etcd-health")
 
     @property
     def call_deadline_s(self) -> float:
@@ -290,10 +293,10 @@ class EtcdClient:
     async def _run(self, fn: Callable[[Any], Any], idempotent: bool = True) -> Any:
         return await self._in_thread(self._call, fn, idempotent)
 
-    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any, pool: ThreadPoolExecutor | None = None) -> Any:
         """``fn(*args)`` in the client's threads, within ``call_deadline_s`` (CoordinatorUnavailable past it:
         a write's outcome is then unknown; the thread is left to end by itself)."""
-        fut = asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+        fut = asyncio.get_running_loop().run_in_executor(pool or self._threads, fn, *args)
         done, _ = await asyncio.wait({fut}, timeout=self.call_deadline_s)
         if not done:
             fut.cancel()
@@ -393,7 +396,7 @@ class EtcdClient:
 
     async def _health_of(self, i: int) -> MemberHealth:
         try:
-            return await self._in_thread(self._member_health, i)
+            return await self._in_thread(self._member_health, i, pool=self._health_threads)
         except CoordinatorUnavailable:
             return MemberHealth(self.urls[i], False, error="no answer in time")
 
