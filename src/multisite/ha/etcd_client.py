@@ -475,13 +475,19 @@ class Watch:
 
         threading.Thread(target=self._read, args=(deliver,), name=f"etcd-watch {self.prefix}", daemon=True).start()
         # Each member has its deadline in the thread; this one is the whole opening's, should a member
-        # hold the thread past them (it is left to end by itself; what it reads then is dropped).
+        # hold the thread past them (it is left to end by itself; what it reads then is dropped). Not
+        # asyncio.wait_for: it swallows a cancel that lands as "created" arrives (Python 3.11), and the
+        # task that opened the watch then goes on after its cancel.
         try:
-            self.url = await asyncio.wait_for(created, len(self._client.urls) * 2 * self._client.timeout_s + 1)
-        except TimeoutError:
+            done, _ = await asyncio.wait({created}, timeout=len(self._client.urls) * 2 * self._client.timeout_s + 1)
+        except BaseException:
+            self.close()
+            raise
+        if not done:
             self.close()
             raise CoordinatorUnavailable(f"no etcd member opened a watch on {self.prefix!r} in time: check that etcd "
-                                         f"runs at {','.join(self._client.urls)}", urls=self._client.urls) from None
+                                         f"runs at {','.join(self._client.urls)}", urls=self._client.urls)
+        self.url = created.result()
 
     def close(self) -> None:
         """End the stream (the reading thread ends with it); the iterator then stops."""
