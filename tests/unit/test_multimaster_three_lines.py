@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from itertools import permutations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from multisite.multimaster.conflicts import (
     conflict_document,
     descends,
+    merge_conflicts,
     reconcile,
     settle,
     winner,
@@ -148,15 +150,19 @@ def _grow(doc: Doc, edits, origin: str) -> Doc:
     return doc
 
 
+_update = st.tuples(st.dictionaries(st.sampled_from("abc"), st.integers(0, 3), min_size=1, max_size=1),
+                    st.integers(0, 3))
+
+
 @st.composite
-def _three_lines(draw):
+def _three_lines(draw, merge=st.booleans(), edit=_edit):
     """Three versions of one document: each grown from the base or from an earlier one of them (so a
     line may be another's ancestor), by edits on its own replica."""
-    base = first_version(UNID, "memo", {"a": 0, "b": 0, "c": 0}, 100, "o0", draw(st.booleans()))
+    base = first_version(UNID, "memo", {"a": 0, "b": 0, "c": 0}, 100, "o0", draw(merge))
     lines: list[Doc] = []
     for k in range(3):
         start = draw(st.sampled_from([base, *lines]))
-        lines.append(_grow(start, draw(st.lists(_edit, min_size=1, max_size=3)), f"o{k + 1}"))
+        lines.append(_grow(start, draw(st.lists(edit, min_size=1, max_size=3)), f"o{k + 1}"))
     return lines
 
 
@@ -167,3 +173,28 @@ def test_any_three_lines_end_alike_in_every_order(lines):
     ends with the same document and conflict documents, live and deleted."""
     ends = converge_in_every_order(lines)
     assert all(_state(e) == _state(ends[0]) for e in ends)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_three_lines(st.just(True), _update), st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1,
+                                                   max_size=4), st.integers(0, 2))
+def test_a_merge_made_as_an_edit_replicates_like_any_edit(lines, meetings, who):
+    """``merge_conflicts`` on one replica after some meetings: a new version of the document that
+    absorbs the conflicts it merged. Then every replica converges to the same document and conflict
+    documents, and no conflict document is left for a line the document absorbed."""
+    reps = [{d.unid: d} for d in lines]
+    for i, j in meetings:
+        if i != j:
+            meet(reps, i, j)
+    rep = reps[who]
+    cur = rep.get(UNID)
+    if cur is not None and not cur.deleted:
+        m = merge_conflicts(cur, [d for u, d in rep.items() if u != UNID], cur.time_us + 1000, "om")
+        if m is not None:
+            reps[who] = receive(rep, m)
+    for _ in range(4):
+        for i, j in ((0, 1), (0, 2), (1, 2)):
+            meet(reps, i, j)
+    assert reps[0] == reps[1] == reps[2]
+    doc = reps[0][UNID]
+    assert not any(descends(doc, c) for u, c in reps[0].items() if u != UNID and not c.deleted)
