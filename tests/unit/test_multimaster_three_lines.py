@@ -150,12 +150,13 @@ def _grow(doc: Doc, edits, origin: str) -> Doc:
     return doc
 
 
+_either = st.booleans()
 _update = st.tuples(st.dictionaries(st.sampled_from("abc"), st.integers(0, 3), min_size=1, max_size=1),
                     st.integers(0, 3))
 
 
 @st.composite
-def _three_lines(draw, merge=st.booleans(), edit=_edit):
+def _three_lines(draw, merge=_either, edit=_edit):
     """Three versions of one document: each grown from the base or from an earlier one of them (so a
     line may be another's ancestor), by edits on its own replica."""
     base = first_version(UNID, "memo", {"a": 0, "b": 0, "c": 0}, 100, "o0", draw(merge))
