@@ -435,13 +435,19 @@ class InstanceServer(ServerMinConfirm):
     async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None,
                            fetch_tls_ca: str | None = None) -> dict:
         loop = asyncio.get_running_loop()
-        if self.receiver is not None:
+        receiving = self.receiver is not None
+        if receiving:
+            # The receiver applies streamed batches on this loop: not while the resync holds the commit
+            # lock (the loop would wait for it); the Update Process's thread takes them meanwhile.
+            self.update.loop_applies = False
             self.receive_pool.clear(self.db.seqno)
-            await loop.run_in_executor(None, self.receive_pool.quiesce)
         try:
+            if receiving:
+                await loop.run_in_executor(None, self.receive_pool.quiesce)
             primary = await loop.run_in_executor(None, fetch_hello, fetchresync, fetch_tls_ca) if fetchresync else None
             rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
         finally:
+            self.update.loop_applies = True
             if self.receiver is not None:
                 # The receive pool was emptied: what it held must be sent again, rolled back or not
                 # (a no-op rollback left the connection up, and the frames it had delivered were lost).

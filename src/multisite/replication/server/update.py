@@ -61,6 +61,9 @@ class UpdateProcess:
         self.place = InlineApply()  # where a streamed batch is applied: the receiver's loop or this thread
         self.applied_here = 0  # transactions applied on the receiver's loop (apply_here), of ``applied``
         self._handed_back = False  # apply_here failed on the batch now waiting: the thread's to apply
+        # False while something holds the commit lock for long (a rollback): the receiver's loop must
+        # not wait for it, so apply_here leaves the batches to the thread.
+        self.loop_applies = True
         self._full_since: float | None = None  # when the disk was found full (None: applying normally)
         self._pause = STORAGE_RETRY_MIN_S
 
@@ -162,7 +165,8 @@ class UpdateProcess:
         wake-up to it and back, issue 27); the transactions applied (0: the thread had taken them). None:
         wake the thread instead. A failure here puts the batch back for the thread, which applies it
         again and handles the error as its own (a gap, a full disk, a record it cannot apply)."""
-        ready = self.running and not self._stop.is_set() and self._full_since is None and not self._handed_back
+        ready = (self.loop_applies and self.running and not self._stop.is_set() and self._full_since is None
+                 and not self._handed_back)
         if not self.place.ok(len(self.pool), ready) or not self.pool.apply_lock.acquire(blocking=False):
             return None
         try:
