@@ -78,10 +78,11 @@ postgres:
 demo: setup
 	$(BIN)/multisite demo
 
-# Test files on 2 workers (pytest-xdist; a file's tests stay on one worker, with its module fixtures):
-# most of the suite waits on processes, sockets and JVMs, so two files at a time halve its wall time.
+# Test files on 3 workers (pytest-xdist; a file's tests stay on one worker, with its module fixtures):
+# most of the suite waits on processes, sockets and JVMs (about 1.2 of 2 CPUs busy with 2 workers), so a
+# third file at a time keeps CI under 20 minutes (docs/decisions.md, "make test on workers").
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests/faults tests/spark tests/integration tests/unit
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --durations=25 tests/faults tests/spark tests/integration tests/unit
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
