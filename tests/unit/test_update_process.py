@@ -181,3 +181,37 @@ def test_apply_here_leaves_a_catch_up_backlog_and_a_failed_batch_to_the_thread(u
     assert gaps == [4] and len(up.pool) == 0
     up.pool.put(FrameRun.of([rec_frame(5)]), wake=False)  # the restarted stream: on the loop again
     assert up.apply_here() == 1 and up.db.seqno == 5
+
+
+def test_a_failed_fdatasync_on_the_loop_stops_the_update_process_as_on_the_thread(tmp_path, monkeypatch):
+    """Group durability: the loop's apply journals the batch (the seqno moves), then its fdatasync
+    fails. The thread, applying the batch again, found it applied and took that for a success: the
+    Update Process went on running with no error over a journal writer that can harden nothing. It
+    must stop visibly with the failure, as it does when the fdatasync fails on its own thread."""
+    db = multisite.open(multisite.create(tmp_path / "B", "B", durability="group"))
+    log = logging.getLogger(f"test-update-eio-{id(db)}")
+    log.propagate = False
+    h = ListHandler()
+    log.addHandler(h)
+    up = UpdateProcess(db, ReceivePool(10**6, 10**5), log, stats_interval_s=3600)
+    up.idle_wait_s = 3600
+    up.place.max_s = 60.0  # a loaded machine's fdatasync: the loop applies anyway
+    try:
+        up.start()
+        up.pool.put(FrameRun.of([rec_frame(1)]))
+        until(lambda: up.status()["applied"] == 1, "1 applied by the thread")
+        up.pool.put(FrameRun.of([rec_frame(2)]), wake=False)
+
+        def eio(fd):
+            raise OSError(5, "Input/output error")
+        with monkeypatch.context() as m:
+            m.setattr("os.fdatasync", eio)
+            assert up.apply_here() is None  # failed here: handed to the thread
+        up.pool.wake()
+        until(lambda: not up.running, "the update process to stop")
+        st = up.status()
+        assert st["state"] == "stopped" and "fdatasync" in st["error"], st
+        assert any(line.startswith("ERROR") and "cannot apply received records" in line for line in h.lines), h.lines
+    finally:
+        up.stop()
+        db.close()

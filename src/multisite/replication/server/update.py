@@ -61,6 +61,9 @@ class UpdateProcess:
         self.place = InlineApply()  # where a streamed batch is applied: the receiver's loop or this thread
         self.applied_here = 0  # transactions applied on the receiver's loop (apply_here), of ``applied``
         self._handed_back = False  # apply_here failed on the batch now waiting: the thread's to apply
+        # (generation, seqno before, error) of that failure: the thread handles it as its own instead of
+        # applying again (a failure after the journal write, an fdatasync, left the batch applied)
+        self._failed_here: tuple[int, int, Exception] | None = None
         # False while something holds the commit lock for long (a rollback): the receiver's loop must
         # not wait for it, so apply_here leaves the batches to the thread.
         self.loop_applies = True
@@ -114,7 +117,11 @@ class UpdateProcess:
                 return True  # applied on the receiver's loop meanwhile
             self._handed_back = False
             at = self.db.seqno
+            failed_here, self._failed_here = self._failed_here, None
             try:
+                if failed_here is not None and failed_here[0] == gen:
+                    at = failed_here[1]
+                    raise failed_here[2]
                 t0 = time.perf_counter()
                 self._apply(items)
                 self.place.took(time.perf_counter() - t0)
@@ -163,8 +170,10 @@ class UpdateProcess:
         """On the receiver's loop, after it put a read's batches in the pool without waking the thread:
         apply what waits here and now when ``InlineApply`` says so and the thread is idle (no thread
         wake-up to it and back, issue 27); the transactions applied (0: the thread had taken them). None:
-        wake the thread instead. A failure here puts the batch back for the thread, which applies it
-        again and handles the error as its own (a gap, a full disk, a record it cannot apply)."""
+        wake the thread instead. A failure here puts the batch back for the thread, which handles the
+        error as its own (a gap, a full disk, a record it cannot apply, a failed fdatasync) without
+        applying the batch first: one that failed after its journal write is applied already, and
+        applying it again would find nothing to do and pass for a success."""
         ready = (self.loop_applies and self.running and not self._stop.is_set() and self._full_since is None
                  and not self._handed_back)
         if not self.place.ok(len(self.pool), ready) or not self.pool.apply_lock.acquire(blocking=False):
@@ -178,9 +187,10 @@ class UpdateProcess:
                 t0 = time.perf_counter()
                 self._apply(items)
                 self.place.took(time.perf_counter() - t0)
-            except Exception as e:  # noqa: BLE001 - the thread applies it again and reports it
+            except Exception as e:  # noqa: BLE001 - the thread takes the batch and handles this error
                 self.pool.put_back(gen, items)
                 self._handed_back = True
+                self._failed_here = (gen, at, e)
                 self.log.warning("applying on the receiver's loop failed at seqno %d (%s: %s); the update "
                                  "process takes the batch", at + 1, type(e).__name__, e)
                 return None
