@@ -79,6 +79,7 @@ class UpdateProcess:
             return
         self._stop.clear()
         self.error = None
+        self._failed_here = None  # `update start` after a fix: the batch is applied again, not failed again
         self.started_at, self.start_seqno = time.time(), self.db.seqno
         self._thread = threading.Thread(target=self._run, name="update-process", daemon=True)
         self._thread.start()
