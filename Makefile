@@ -80,9 +80,10 @@ demo: setup
 
 # Test files on 3 workers (pytest-xdist; a file's tests stay on one worker, with its module fixtures):
 # most of the suite waits on processes, sockets and JVMs (about 1.2 of 2 CPUs busy with 2 workers), so a
-# third file at a time keeps CI under 20 minutes (docs/decisions.md, "make test on workers").
+# third file at a time keeps CI under 20 minutes; files in collection order, the slowest first
+# (tests/conftest.py's SLOW_FIRST), not xdist's default by number of tests (docs/decisions.md).
 test: setup
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile --durations=25 tests/faults tests/spark tests/integration tests/unit
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25 tests/faults tests/spark tests/integration tests/unit
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit

@@ -13,6 +13,31 @@ from multisite.testing.grid import GridCluster
 from multisite.testing.postgres import PostgresServer, pg_bindir
 
 
+# The files a fresh-clone `make test` measured slowest, longest first (issue 29). xdist's loadfile hands
+# out files in collection order (the Makefile turns its by-test-count reorder off), so these start
+# first and the short files fill in around them; listed last, three single-test files of about 3
+# minutes each ran side by side at the end while nothing else was left. Order only: nothing is skipped.
+SLOW_FIRST = (
+    "tests/integration/test_demo.py",
+    "tests/spark/test_cluster.py",
+    "tests/spark/test_quiet_start.py",
+    "tests/faults/test_grid_loader_kills.py",
+    "tests/spark/test_export_rollback_cases.py",
+    "tests/spark/test_source.py",
+    "tests/faults/test_ha_rounds.py",
+    "tests/faults/test_grid_etcd_rounds.py",
+    "tests/faults/test_failover_random.py",
+    "tests/faults/test_delivery_faults.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """Move the tests of ``SLOW_FIRST``'s files to the front, in its order (a stable sort: the rest, and
+    each file's own tests, keep their order)."""
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
