@@ -15,6 +15,7 @@ import multisite
 from multisite.journal.reader import iter_frames
 from multisite.journal.records import FrameRun
 from multisite.replication.server.receiver import ReceiverServer
+from multisite.testing.checks import held_fdatasync
 
 
 @pytest.fixture
@@ -33,27 +34,18 @@ def test_ha_review_a_receiver_confirms_only_what_its_journal_hardened(primary, t
     db = multisite.open(root)
     try:
         db.update_info(lambda i: setattr(i, "role", "secondary"))
-        journal = db._core.journal
-        in_sync, release = threading.Event(), threading.Event()
-        real = journal._fdatasync
-
-        def slow_disk(fd: int) -> None:  # the fdatasync of the batch takes a while, as on a real disk
-            in_sync.set()
-            release.wait(10)
-            real(fd)
-
-        journal._fdatasync = slow_disk
         rec = ReceiverServer.__new__(ReceiverServer)  # what its answers read: the instance, the SI stream
         rec.db, rec.update = db, SimpleNamespace(si_stream=None)
         frames = list(iter_frames(primary / "journal", whole=True))
-        t = threading.Thread(target=db.apply_frames, args=([FrameRun.of(frames)],))
-        t.start()
-        try:
-            assert in_sync.wait(10)
-            confirmed_meanwhile = rec._applied_seqno()
-        finally:
-            release.set()
-            t.join()
+        with held_fdatasync(db._core.journal) as (in_sync, release):  # the batch's fdatasync takes a while
+            t = threading.Thread(target=db.apply_frames, args=([FrameRun.of(frames)],))
+            t.start()
+            try:
+                assert in_sync.wait(10)
+                confirmed_meanwhile = rec._applied_seqno()
+            finally:
+                release.set()
+                t.join()
         assert confirmed_meanwhile == 0  # nothing of the batch is hard yet
         assert rec._applied_seqno() == 11
     finally:

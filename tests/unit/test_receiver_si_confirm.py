@@ -22,6 +22,7 @@ from multisite.journal.records import SET, FrameRun, Record, Update, encode_reco
 from multisite.replication.server.pools import ReceivePool
 from multisite.replication.server.receiver import ReceiverServer
 from multisite.replication.server.update import UpdateProcess
+from multisite.testing.checks import held_fdatasync
 
 STREAM = 1
 
@@ -59,26 +60,17 @@ def test_no_confirmation_while_the_fdatasync_of_an_si_apply_runs(supplementary):
     db.apply_records([source_record(s) for s in (1, 2, 3)], si_stream=STREAM)
     rec = answers_of(db, SimpleNamespace(si_stream=STREAM))
     assert rec._applied_seqno() == 3
-    journal = db._core.journal
-    in_sync, release = threading.Event(), threading.Event()
-    real = journal._fdatasync
-
-    def slow_disk(fd: int) -> None:  # the fdatasync of the batch takes a while, as on a real disk
-        in_sync.set()
-        release.wait(10)
-        real(fd)
-
-    journal._fdatasync = slow_disk
-    t = threading.Thread(target=db.apply_records, args=([source_record(s) for s in (4, 5, 6)],),
-                         kwargs={"si_stream": STREAM})
-    t.start()
-    try:
-        assert in_sync.wait(10)
-        assert db.stream_seqno(STREAM) == 6  # applied, journaled, not hard
-        confirmed_meanwhile = rec._applied_seqno()
-    finally:
-        release.set()
-        t.join()
+    with held_fdatasync(db._core.journal) as (in_sync, release):  # the batch's fdatasync takes a while
+        t = threading.Thread(target=db.apply_records, args=([source_record(s) for s in (4, 5, 6)],),
+                             kwargs={"si_stream": STREAM})
+        t.start()
+        try:
+            assert in_sync.wait(10)
+            assert db.stream_seqno(STREAM) == 6  # applied, journaled, not hard
+            confirmed_meanwhile = rec._applied_seqno()
+        finally:
+            release.set()
+            t.join()
     assert confirmed_meanwhile == 3
     assert rec._applied_seqno() == 6
 

@@ -7,9 +7,12 @@ slower and a real failure says what was wrong.
 
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from .. import engine as database
 from ..journal.reader import iter_frames, iter_records
@@ -95,3 +98,24 @@ def log_text(root: Path, filename: str) -> str:
     """A component's log (``server.log``, ``receiver.log``, ``source-NAME.log``, ``update.log``)."""
     p = Path(root) / "log" / filename
     return p.read_text(errors="replace") if p.exists() else ""
+
+
+@contextmanager
+def held_fdatasync(journal: Any) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Hold ``journal``'s fdatasyncs, as a slow disk does: yields ``(in_sync, release)``; ``in_sync`` is
+    set once one has begun, and each waits (up to 10 s) for ``release``, set on leaving the block.
+    For tests of what may be said while a batch is written but not yet hard."""
+    in_sync, release = threading.Event(), threading.Event()
+    real = journal._fdatasync
+
+    def slow_disk(fd: int) -> None:
+        in_sync.set()
+        release.wait(10)
+        real(fd)
+
+    journal._fdatasync = slow_disk
+    try:
+        yield in_sync, release
+    finally:
+        release.set()
+        journal._fdatasync = real
