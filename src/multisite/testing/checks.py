@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from .. import engine as database
