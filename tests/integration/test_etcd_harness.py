@@ -11,7 +11,8 @@ import time
 import pytest
 
 from multisite.errors import ConfigError, CoordinatorError, CoordinatorUnavailable
-from multisite.ha.etcd_client import Delete, EtcdClient, Put, absent, created_at, modified_at, value_is
+from multisite.ha.etcd_client import EtcdClient
+from multisite.ha.etcd_values import Delete, Put, absent, created_at, modified_at, value_is
 from multisite.testing.etcd import EtcdCluster, free_port
 
 LEASE_TTL_S = 1

@@ -1,11 +1,12 @@
-"""Opening an etcd watch (ha/etcd_client.py ``Watch``) without the network: the reading thread is replaced,
+"""Opening an etcd watch (ha/etcd_watch.py ``Watch``) without the network: the reading thread is replaced,
 so that the moment etcd's "created" arrives can be chosen."""
 
 from __future__ import annotations
 
 import asyncio
 
-from multisite.ha.etcd_client import EtcdClient, Watch
+from multisite.ha.etcd_client import EtcdClient
+from multisite.ha.etcd_watch import Watch
 
 
 def test_a_watch_cancelled_as_its_created_arrives_is_cancelled(monkeypatch):

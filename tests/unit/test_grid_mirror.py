@@ -10,7 +10,7 @@ import asyncio
 from multisite.grid.coordination import GridKeys
 from multisite.grid.server import coordinator
 from multisite.grid.server.coordinator import Mirror
-from multisite.ha.etcd_client import KeyValue, PrefixRead
+from multisite.ha.etcd_values import KeyValue, PrefixRead
 
 
 class Flaky:

@@ -21,7 +21,8 @@ import json
 from ..errors import ConfigError, CoordinatorUnavailable
 from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Leader, Member, View,
                      cluster_prefix)
-from .etcd_client import ETCD_CALL_TIMEOUT_S, EtcdClient, Put, absent, parse_urls, value_is
+from .etcd_client import ETCD_CALL_TIMEOUT_S, EtcdClient, parse_urls
+from .etcd_values import Put, absent, value_is
 
 TERM_KEY = "term"
 

@@ -17,7 +17,7 @@ member answers, ``CoordinatorUnavailable`` names every URL. A member that answer
 malformed request) raises ``CoordinatorError`` naming that member; revoking a lease that already ended is no
 error.
 
-Watches (``watch_prefix``) are one streaming request each, read by a thread of its own, sent with
+Watches (``watch_prefix``, ``etcd_watch``) are one streaming request each, read by a thread of its own, sent with
 ``Grpc-Metadata-hasleader: true``: etcd then ends the stream when that member loses its leader, so a
 member cut off from the others does not keep a watch silently. A stream that ends raises
 ``CoordinatorUnavailable`` carrying the last revision seen: read again, and watch from the next one. A
@@ -30,168 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import socket
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, CoordinatorError, CoordinatorUnavailable
+from .etcd_values import (Compare, Delete, KeyValue, Lease, MemberHealth, PrefixRead, Put, TxnResult, _b64,
+                          _compare_json, _kv, _op_json, _prefix_end, _revision, _summary, absent, modified_at)
+from .etcd_watch import Watch
 
 ETCD_CALL_TIMEOUT_S = 1.0  # one HTTP call to one member (connect, then each read)
 ETCD_THREADS = 8  # a client's calls in flight at once (a container: its mirror, report, a currency report per primary)
 HEALTH_KEY = "health"  # what health() reads linearizably, as etcd's own /health does
-
-
-# -- values --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KeyValue:
-    """One key as etcd holds it; ``create_revision`` and ``mod_revision`` are what transactions compare."""
-
-    key: str
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-    lease: int
-
-
-@dataclass(frozen=True)
-class PrefixRead:
-    """The keys under a prefix and the store's revision they were read at (watch from ``revision + 1``)."""
-
-    kvs: list[KeyValue]
-    revision: int
-
-
-@dataclass(frozen=True)
-class Compare:
-    """One condition of a transaction: ``target`` (CREATE, MOD, VERSION, VALUE) of ``key`` ``result`` ``value``."""
-
-    key: str
-    target: str
-    value: int | bytes
-    result: str = "EQUAL"  # EQUAL, NOT_EQUAL, GREATER, LESS
-
-
-@dataclass(frozen=True)
-class Put:
-    """A put inside a transaction (``lease`` 0: none)."""
-
-    key: str
-    value: str | bytes
-    lease: int = 0
-
-
-@dataclass(frozen=True)
-class Delete:
-    """A delete inside a transaction: one key, or every key under it when ``prefix``."""
-
-    key: str
-    prefix: bool = False
-
-
-@dataclass(frozen=True)
-class TxnResult:
-    """Whether the compares held (the success ops ran) and the store's revision after the transaction."""
-
-    succeeded: bool
-    revision: int
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A granted lease: its id and the TTL etcd gave it (etcd may raise a TTL below its minimum)."""
-
-    id: int
-    ttl_s: int
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """A change under a watched prefix: ``kind`` is "put" or "delete" (a delete's value is empty)."""
-
-    kind: str
-    kv: KeyValue
-
-
-@dataclass(frozen=True)
-class MemberHealth:
-    """One member as ``health()`` found it: ``healthy`` when it served a linearizable read in time."""
-
-    url: str
-    healthy: bool
-    member_id: int = 0
-    leader_id: int = 0
-    raft_term: int = 0
-    error: str = ""
-
-
-def absent(key: str) -> Compare:
-    """The key does not exist (its create revision is 0): the condition of "create if absent"."""
-    return Compare(key, "CREATE", 0)
-
-
-def created_at(key: str, revision: int) -> Compare:
-    """The key is the one created at ``revision`` (not deleted and created again since)."""
-    return Compare(key, "CREATE", revision)
-
-
-def modified_at(key: str, revision: int) -> Compare:
-    """The key was last written at ``revision``: nobody wrote it since it was read."""
-    return Compare(key, "MOD", revision)
-
-
-def value_is(key: str, value: str | bytes) -> Compare:
-    """The key holds exactly ``value``."""
-    return Compare(key, "VALUE", _bytes(value))
-
-
-# -- encoding for the JSON gateway ----------------------------------------------------------------------
-def _bytes(s: str | bytes) -> bytes:
-    return s.encode() if isinstance(s, str) else s
-
-
-def _b64(s: str | bytes) -> str:
-    return base64.b64encode(_bytes(s)).decode()
-
-
-def _prefix_end(prefix: str | bytes) -> bytes:
-    """The first key after every key starting with ``prefix`` (etcd's range_end for a prefix)."""
-    b = bytearray(_bytes(prefix))
-    while b and b[-1] == 0xFF:
-        b.pop()
-    if not b:
-        return b"\0"  # every key
-    b[-1] += 1
-    return bytes(b)
-
-
-def _kv(d: dict[str, Any]) -> KeyValue:
-    return KeyValue(base64.b64decode(d["key"]).decode(), base64.b64decode(d.get("value", "")),
-                    int(d.get("create_revision", 0)), int(d.get("mod_revision", 0)),
-                    int(d.get("version", 0)), int(d.get("lease", 0)))
-
-
-def _revision(res: dict[str, Any]) -> int:
-    return int(res.get("header", {}).get("revision", 0))
-
-
-def _compare_json(c: Compare) -> dict[str, Any]:
-    field = {"CREATE": "create_revision", "MOD": "mod_revision", "VERSION": "version", "VALUE": "value"}[c.target]
-    value = _b64(c.value) if c.target == "VALUE" else int(c.value)
-    return {"key": _b64(c.key), "target": c.target, "result": c.result, field: value}
-
-
-def _op_json(op: Put | Delete) -> dict[str, Any]:
-    if isinstance(op, Put):
-        return {"request_put": {"key": _b64(op.key), "value": _b64(op.value), "lease": op.lease}}
-    body = {"key": _b64(op.key)}
-    if op.prefix:
-        body["range_end"] = base64.b64encode(_prefix_end(op.key)).decode()
-    return {"request_delete_range": body}
 
 
 def parse_urls(urls: str | Iterable[str]) -> list[str]:
@@ -220,21 +70,6 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 
     return (requests.RequestException, ex.ConnectionFailedError, ex.ConnectionTimeoutError,
             ex.InternalServerError)
-
-
-_REASONS = (("read timed out", "no answer in time"), ("connection refused", "connection refused"),
-            ("connecttimeout", "connect timeout"), ("connect timeout", "connect timeout"),
-            ("remotedisconnected", "connection closed"), ("connection aborted", "connection closed"))
-
-
-def _summary(e: Exception) -> str:
-    """A failure in a few words: what requests says at length, or what etcd answered."""
-    detail = f"{getattr(e, 'detail_text', '') or ''} {e}".strip()
-    low = detail.lower()
-    for needle, reason in _REASONS:
-        if needle in low:
-            return reason
-    return f"{type(e).__name__}: {detail[:160]}" if detail else type(e).__name__
 
 
 class EtcdClient:
@@ -381,13 +216,17 @@ class EtcdClient:
                 raise
 
     # -- watches and health ----------------------------------------------------------------------------
-    def watch_prefix(self, prefix: str, start_revision: int = 0) -> "Watch":
+    def watch_prefix(self, prefix: str, start_revision: int = 0) -> Watch:
         """The changes under ``prefix`` from ``start_revision`` (0: from now), as an async iterator.
 
             read = await client.read_prefix("p/")
             async with client.watch_prefix("p/", read.revision + 1) as events:
                 async for ev in events: ...
         """
+        from .etcd_watch import (
+            Watch,  # the watch's module builds on this one's values and helpers
+        )
+
         return Watch(self, prefix, start_revision)
 
     async def health(self) -> list[MemberHealth]:
@@ -413,199 +252,3 @@ class EtcdClient:
         except Exception as e:  # noqa: BLE001
             return MemberHealth(url, False, **ids, error=_summary(e))
         return MemberHealth(url, True, **ids)
-
-
-class Watch:
-    """One watch stream (``EtcdClient.watch_prefix``): an async iterator of ``WatchEvent``s.
-
-    ``async with`` (or the first ``__anext__``) opens the stream on the first member that accepts it
-    and waits until etcd confirmed it: a change made after that is seen. ``close()`` ends it.
-    """
-
-    def __init__(self, client: EtcdClient, prefix: str, start_revision: int = 0):
-        self._client, self.prefix, self.start_revision = client, prefix, start_revision
-        self.last_revision = start_revision - 1 if start_revision else 0  # of the events handed out
-        self._seen_revision = self.last_revision  # of the events the thread read (ahead of the queue)
-        self._queue: asyncio.Queue[tuple[str, Any]] | None = None
-        self._stop = threading.Event()
-        self._response: Any = None
-        self.url: str | None = None
-
-    async def __aenter__(self) -> "Watch":
-        await self._open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    def __aiter__(self) -> "Watch":
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        if self._queue is None:
-            await self._open()
-        kind, item = await self._queue.get()
-        if kind == "event":
-            self.last_revision = max(self.last_revision, item.kv.mod_revision)
-            return item
-        if kind == "closed":
-            raise StopAsyncIteration
-        raise item
-
-    async def _open(self) -> None:
-        """Start the reading thread and wait for etcd's "created" (or the error of every member)."""
-        loop = asyncio.get_running_loop()
-        self._queue = asyncio.Queue()
-        created = loop.create_future()
-
-        def deliver(kind: str, item: Any) -> None:
-            def put() -> None:
-                if kind == "created":
-                    if not created.done():
-                        created.set_result(item)
-                    return
-                if not created.done():
-                    created.set_exception(item if isinstance(item, Exception) else RuntimeError(kind))
-                else:
-                    self._queue.put_nowait((kind, item))
-            try:
-                loop.call_soon_threadsafe(put)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                self._stop.set()
-
-        threading.Thread(target=self._read, args=(deliver,), name=f"etcd-watch {self.prefix}", daemon=True).start()
-        # Each member has its deadline in the thread; this one is the whole opening's, should a member
-        # hold the thread past them (it is left to end by itself; what it reads then is dropped). Not
-        # asyncio.wait_for: it swallows a cancel that lands as "created" arrives (Python 3.11), and the
-        # task that opened the watch then goes on after its cancel.
-        try:
-            done, _ = await asyncio.wait({created}, timeout=len(self._client.urls) * 2 * self._client.timeout_s + 1)
-        except BaseException:
-            self.close()
-            raise
-        if not done:
-            self.close()
-            raise CoordinatorUnavailable(f"no etcd member opened a watch on {self.prefix!r} in time: check that etcd "
-                                         f"runs at {','.join(self._client.urls)}", urls=self._client.urls)
-        self.url = created.result()
-
-    def close(self) -> None:
-        """End the stream (the reading thread ends with it); the iterator then stops."""
-        self._stop.set()
-        resp, self._response = self._response, None
-        if resp is not None:
-            _shutdown(resp)
-        if self._queue is not None:
-            self._queue.put_nowait(("closed", None))
-
-    # -- the reading thread ----------------------------------------------------------------------------
-    def _read(self, deliver: Callable[[str, Any], None]) -> None:
-        """Open the stream on a member, then hand every event to the loop; any end is reported."""
-        c = self._client
-        errors: list[str] = []
-        for i in range(len(c.urls)):
-            k = (c._current + i) % len(c.urls)
-            if self._stop.is_set():
-                return
-            try:
-                resp = self._request(c._clients[k])
-                self._response = resp
-                lines = _lines(resp)
-                created_at_revision = _check_created(next(lines))
-            except Exception as e:  # noqa: BLE001 - this member cannot watch: try the next one
-                errors.append(f"{c.urls[k]}: {_summary(e)}")
-                continue
-            if self._stop.is_set():  # the caller gave up meanwhile
-                _shutdown(resp)
-                return
-            _no_read_timeout(resp)  # opened: from now on a quiet stream is a quiet grid, not a failure
-            if not self.start_revision:  # from now: nothing up to the revision it was created at is due
-                self._seen_revision = created_at_revision
-            deliver("created", c.urls[k])
-            self._stream(lines, c.urls[k], deliver)
-            return
-        deliver("error", CoordinatorUnavailable(
-            f"no etcd member accepted a watch on {self.prefix!r} ({'; '.join(errors)}): check that etcd runs at "
-            f"{','.join(c.urls)}", urls=c.urls))
-
-    def _request(self, client: Any) -> Any:
-        import requests
-
-        body = {"create_request": {"key": _b64(self.prefix), "start_revision": self.start_revision,
-                                   "range_end": base64.b64encode(_prefix_end(self.prefix)).decode()}}
-        # the read timeout bounds the wait for the answer and its "created" (a paused member accepts the
-        # connection and says nothing); it is lifted once the watch is open
-        resp = client.session.post(client.get_url("/watch"), json=body, stream=True,
-                                   timeout=(self._client.timeout_s, self._client.timeout_s),
-                                   headers={"Grpc-Metadata-hasleader": "true"})
-        if resp.status_code != 200:
-            resp.close()
-            raise requests.HTTPError(f"HTTP {resp.status_code}: {resp.text[:120]}")
-        return resp
-
-    def _stream(self, lines: Any, url: str, deliver: Callable[[str, Any], None]) -> None:
-        reason = "the stream ended"
-        try:
-            for msg in lines:
-                reason = _stream_error(msg)
-                if reason:
-                    break
-                for ev in msg.get("result", {}).get("events") or []:
-                    kv = _kv(ev["kv"])
-                    self._seen_revision = max(self._seen_revision, kv.mod_revision)
-                    deliver("event", WatchEvent("delete" if ev.get("type") == "DELETE" else "put", kv))
-                reason = "the stream ended"
-        except Exception as e:  # noqa: BLE001 - a lost connection ends the watch like any other end
-            reason = _summary(e)
-        if not self._stop.is_set():
-            deliver("error", CoordinatorUnavailable(
-                f"the watch on {self.prefix!r} at {url} ended ({reason}): read again and watch from revision "
-                f"{self._seen_revision + 1}", url=url, next_revision=self._seen_revision + 1))
-
-
-def _lines(resp: Any) -> Any:
-    """The stream's JSON messages (the gateway ends each with a newline)."""
-    buf = b""
-    for chunk in resp.iter_content(chunk_size=None):
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield json.loads(line)
-
-
-def _check_created(msg: dict[str, Any]) -> int:
-    """The revision a new watch starts after; CoordinatorError if etcd did not create it."""
-    err = _stream_error(msg)
-    if err or not msg.get("result", {}).get("created"):
-        raise CoordinatorError(f"etcd did not create the watch: {err or msg}")
-    return _revision(msg["result"])
-
-
-def _stream_error(msg: dict[str, Any]) -> str:
-    """Why the stream ends ("" while it goes on): an error (no leader) or a cancel (compaction)."""
-    if "error" in msg:
-        return str(msg["error"].get("message", msg["error"]))
-    result = msg.get("result", {})
-    if result.get("canceled"):
-        compacted = result.get("compact_revision")
-        return f"canceled: {result.get('cancel_reason') or ''}" + (f" compacted at {compacted}" if compacted else "")
-    return ""
-
-
-def _no_read_timeout(resp: Any) -> None:
-    """Let an opened watch stream wait for its next event as long as the grid stays quiet."""
-    sock = getattr(getattr(resp.raw, "connection", None), "sock", None)
-    if sock is not None:
-        sock.settimeout(None)
-
-
-def _shutdown(resp: Any) -> None:
-    """Wake the thread blocked reading ``resp``: shut its socket down, then close the response."""
-    try:
-        s = socket.fromfd(resp.raw.fileno(), socket.AF_INET, socket.SOCK_STREAM)
-        s.shutdown(socket.SHUT_RDWR)
-        s.close()
-    except (OSError, ValueError, AttributeError):
-        pass
-    resp.close()

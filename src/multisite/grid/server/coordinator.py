@@ -22,7 +22,8 @@ import threading
 import time
 
 from ...errors import CoordinatorError, CoordinatorUnavailable
-from ...ha.etcd_client import Compare, EtcdClient, Put, TxnResult
+from ...ha.etcd_client import EtcdClient
+from ...ha.etcd_values import Compare, Put, TxnResult
 from ..coordination import GridKeys, Write, commit_deadline, renew_every_s
 
 KEEPALIVE_TIMEOUT_S = 0.4  # one keepalive call to one member: a paused member is passed over within the margin

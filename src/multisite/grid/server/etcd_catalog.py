@@ -22,7 +22,8 @@ import logging
 import time
 
 from ...errors import ConfigError, CoordinatorError, CoordinatorUnavailable, MultisiteError
-from ...ha.etcd_client import EtcdClient, Put, absent
+from ...ha.etcd_client import EtcdClient
+from ...ha.etcd_values import Put, absent
 from ..catalog import Catalog
 from ..coordination import CATALOGS, LEADER, GridKeys, Leader, check_state
 from ..policy import GridPolicy

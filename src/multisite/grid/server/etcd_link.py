@@ -36,7 +36,8 @@ import time
 import msgspec
 
 from ...errors import ConfigError, CoordinatorError, CoordinatorUnavailable, MultisiteError
-from ...ha.etcd_client import Compare, EtcdClient, Put
+from ...ha.etcd_client import EtcdClient
+from ...ha.etcd_values import Compare, Put
 from ..catalog import Catalog
 from ..coordination import (CATALOGS, CONTAINERS, CURRENCY, EPOCHS, REPORT_INTERVAL_S, REPORTS,
                             SEQNO_REPORT_INTERVAL_S, STATE, ContainerRecord, Entry, GridKeys, Write, currency_write,
