@@ -144,3 +144,20 @@ def test_merge_conflicts_is_an_edit_that_needs_the_form_setting_and_disjoint_fie
     plain = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", False)
     assert merge_conflicts(plain.next_version(300, "ob", {"b": 1}),
                            [conflict_document(plain.next_version(200, "oa", {"a": 1}))], 400, "oc") is None
+
+
+def test_merge_conflicts_takes_in_a_field_removal_made_on_the_conflicts_line():
+    """A CouchDB client's edit can take a field out (``couch.new_edit`` records its change in
+    ``field_seqs``); merged, that removal is the conflict's change, and its conflict document goes:
+    the merge that kept the field lost the losing edit with the only copy of it."""
+    base = first_version(UNID, "F", {"a": 0, "b": 0}, 100, "o0", True)
+    won = base.next_version(300, "ob", {"a": 1})
+    took_b_out = replace(base.next_version(200, "oa", {}), fields={"a": 0}, field_seqs={"a": 1, "b": 2})
+    cd = conflict_document(took_b_out)
+    m = merge_conflicts(won, [cd], 400, "oc")
+    assert m is not None and m.fields == {"a": 1} and m.field_seqs["b"] == m.seq
+    assert settle_family(m, [cd]).remove == (cd.unid,)
+    # a second conflict that changed the field the first one removed overlaps it and stays
+    b_edit = conflict_document(base.next_version(150, "od", {"b": 5}))
+    m2 = merge_conflicts(won, [cd, b_edit], 400, "oc")
+    assert m2 is not None and m2.fields == {"a": 1} and settle_family(m2, [cd, b_edit]).remove == (cd.unid,)

@@ -109,20 +109,25 @@ def merge_conflicts(current: Doc, conflicts: Iterable[Doc], time_us: int, origin
     if not current.merge or current.deleted or current.is_conflict:
         return None
     fields: dict = {}
+    removed: set[str] = set()  # fields a conflict's line took out (a CouchDB client's edit can)
     absorbed: list[Stamp] = []
     for c in sorted((c for c in conflicts if not c.deleted and c.is_conflict), key=_rank, reverse=True):
         k = common_seq(current, c)
         if k == 0:
             continue
-        mine = changed_fields(current, k) | set(fields)
+        mine = changed_fields(current, k) | set(fields) | removed
         theirs = changed_fields(c, k) - {CONFLICT_FIELD, REF_FIELD}
         if mine & theirs:
             continue
         fields.update((f, c.fields[f]) for f in theirs if f in c.fields)
+        removed |= {f for f in theirs if f not in c.fields}
         absorbed += [Stamp(*c.stamp_at(j)) for j in range(k + 1, c.seq + 1)] + list(c.merged)
     if not absorbed:
         return None
     m = current.next_version(time_us, origin, fields)
+    if removed:  # the change that removal was goes into the merge too, as ``couch.new_edit`` records one
+        m = replace(m, fields={f: v for f, v in m.fields.items() if f not in removed},
+                    field_seqs={**m.field_seqs, **{f: m.seq for f in removed}})
     return replace(m, merged=tuple(dict.fromkeys(current.merged + tuple(absorbed))))
 
 
