@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from multisite.replication.server.receiver import _Doorbell
+from multisite.replication.server.receiver_io import Doorbell
 
 
 def test_many_rings_while_pending_are_one_run():
     loop = asyncio.new_event_loop()
     try:
         runs = []
-        bell = _Doorbell(loop, lambda: runs.append(1))
+        bell = Doorbell(loop, lambda: runs.append(1))
         for _ in range(1000):
             bell.ring()
         loop.run_until_complete(asyncio.sleep(0))
@@ -31,7 +31,7 @@ def test_the_run_after_the_last_ring_sees_what_was_done_before_it():
     loop = asyncio.new_event_loop()
     try:
         state = {"done": 0, "seen": 0}
-        bell = _Doorbell(loop, lambda: state.__setitem__("seen", state["done"]))
+        bell = Doorbell(loop, lambda: state.__setitem__("seen", state["done"]))
 
         def update_process() -> None:
             for i in range(1, 5001):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from multisite.replication.server.receiver import READ_BUFFER_BYTES, _PausedAtConnect
+from multisite.replication.server.receiver_io import READ_BUFFER_BYTES, PausedAtConnect
 
 
 def test_reads_reuse_one_buffer_and_deliver_exactly_the_bytes_received():
     loop = asyncio.new_event_loop()
     try:
         reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
-        proto = _PausedAtConnect(reader, loop=loop)
+        proto = PausedAtConnect(reader, loop=loop)
         assert isinstance(proto, asyncio.BufferedProtocol)  # the transport then reads with recv_into
         first = proto.get_buffer(-1)
         assert len(first) == READ_BUFFER_BYTES

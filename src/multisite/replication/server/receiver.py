@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import threading
 import time
 from dataclasses import dataclass
 
@@ -42,6 +41,7 @@ from ..filters import FilterSpec
 from .pools import ReceivePool
 from ..session import (Accept, ConfirmPacer, ContinueStream, FlowControl, Position, ReceiverHandshake, RollBack,
                        adopted_history, busy, idle_for)
+from .receiver_io import Doorbell, PausedAtConnect
 from .update import UpdateProcess
 from .filter_process import Filter
 from .source import read_event
@@ -53,58 +53,7 @@ from ...net.tls import TLSConfig
 # catch-up's batches are up to max_batch_bytes, 1 MiB, each).
 READER_LIMIT_BYTES = 1024 * 1024
 RECEIVE_CHUNK_BYTES = 1024 * 1024
-READ_BUFFER_BYTES = 256 * 1024  # the transport's reads (the size asyncio reads with), into one buffer
 CONFIRM_COALESCE_S = 0.002  # applies closer than this to the last confirmation: one answer for all, this after it
-
-
-class _Doorbell:
-    """Runs ``fn`` on ``loop`` soon after ``ring()`` from any thread. Rings while a run is pending are
-    that one run (``fn`` sees everything done before them: the flag is cleared before it runs), so a
-    busy Update Process wakes the event loop once per wake, not with a pipe write per batch."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, fn):
-        self._loop, self._fn = loop, fn
-        self._pending = False
-        self._lock = threading.Lock()
-
-    def ring(self) -> None:
-        with self._lock:
-            if self._pending:
-                return
-            self._pending = True
-        self._loop.call_soon_threadsafe(self._run)
-
-    def _run(self) -> None:
-        with self._lock:
-            self._pending = False
-        self._fn()
-
-
-class _PausedAtConnect(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
-    """Reads nothing until ``_handle`` resumes it or starts TLS: otherwise the peer's TLS ClientHello
-    can reach the plain stream first and ``start_tls`` waits for it forever.
-
-    Buffered: the transport receives into one buffer of READ_BUFFER_BYTES kept for the connection
-    (``recv_into``), and the stream takes only the bytes that came. A plain protocol gets a new
-    bytes object of the transport's read size (256 KiB) for every read, allocated with mmap and
-    given back with munmap even when a few hundred bytes or nothing came: 20 µs a read, measured,
-    about as much as checking the batch it holds."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self._rview: memoryview | None = None
-
-    def connection_made(self, transport) -> None:
-        transport.pause_reading()
-        super().connection_made(transport)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._rview is None:
-            self._rview = memoryview(bytearray(READ_BUFFER_BYTES))
-        return self._rview
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._rview[:nbytes])  # the stream copies them into its own buffer
 
 
 @dataclass
@@ -170,14 +119,14 @@ class ReceiverServer:
         # TLS starts inside _handle, not in start_server: there a failed handshake would only reach
         # asyncio's debug log, and a peer without a valid certificate must be refused *and logged*.
         self._srv = await self._loop.create_server(
-            lambda: _PausedAtConnect(asyncio.StreamReader(limit=READER_LIMIT_BYTES), self._handle),
+            lambda: PausedAtConnect(asyncio.StreamReader(limit=READER_LIMIT_BYTES), self._handle),
             self.cfg.host, self.cfg.port)
         self.port = self._srv.sockets[0].getsockname()[1]
         # The Update Process applied a batch (confirm it; maybe below low-water after an XOFF: XON) or,
         # with an XOFF out, took from the pool: one coalescing doorbell, so a busy stream costs the loop
         # one wakeup per wake, and a take without an XOFF out none (a pipe write each before). A take
         # that races the XOFF is covered by the apply that follows it.
-        bell = _Doorbell(self._loop, self._after_update)
+        bell = Doorbell(self._loop, self._after_update)
         self.pool.on_drained = lambda: self._flow.xoff_sent and bell.ring()
         self.update.on_gap = lambda: self._loop.call_soon_threadsafe(self._request_restart,
                                                                      "the update process found a gap")
@@ -399,12 +348,7 @@ class ReceiverServer:
                     # Past what the loop would apply (a catch-up's read), the thread starts on it now.
                     if self._flow.xoff(self.pool.put(run, wake=len(self.pool) >= self.update.place.max_frames)):
                         held = False
-                        self.pool.wake()
-                        self.xoffs += 1
-                        self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
-                                      self.cfg.receive_pool_high_bytes)
-                        writer.write(conn.send(Xoff(self.pool.received_seqno)))
-                        await writer.drain()
+                        await self._xoff(conn, writer)
                 elif isinstance(ev, Heartbeat):
                     writer.write(conn.send(HeartbeatAck(ev.seq, ev.sent_at, self._applied_seqno(),
                                                            self.pool.received_seqno)))
@@ -418,6 +362,16 @@ class ReceiverServer:
             progress.cancel()
             if self.filter is not None:  # the next connection restarts the stream: a new filter process
                 self.filter.kill()
+
+    async def _xoff(self, conn: Connection, writer: asyncio.StreamWriter) -> None:
+        """The receive pool is past its high-water mark: the Update Process's thread takes what is in
+        it, and the source is told to pause (XOFF) until the pool drains below its low-water mark."""
+        self.pool.wake()
+        self.xoffs += 1
+        self.log.info("receive pool at %d bytes (high-water %d): XOFF", self.pool.bytes,
+                      self.cfg.receive_pool_high_bytes)
+        writer.write(conn.send(Xoff(self.pool.received_seqno)))
+        await writer.drain()
 
     def _begin_streaming(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          peer: Hello, stream: int | None, start: Start) -> asyncio.Task:
