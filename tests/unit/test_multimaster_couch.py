@@ -470,6 +470,42 @@ def test_a_conflict_whose_line_goes_on_is_removed_and_a_deleted_document_takes_i
         db.close()
 
 
+def test_a_retirement_a_client_pulled_and_settle_removed_is_known_not_taken_back_as_a_deletion(tmp_path):
+    """A client pulls a retirement while it is a leaf (the document deleted, its conflict retired); the
+    losing line goes on and wins, so settle removes the retirement. The client still holds it: the
+    server must know it (``_revs_diff``, ``new_edits=false``), or the client pushes it back and it is
+    stored as the record of a deletion that lost, under a new UNID, on this server only (one that
+    ranks above a live conflict retires it)."""
+    from multisite import documents
+    from multisite.multimaster.server.couch_docs import revs_diff_sync, write_docs_sync
+    db = documents.create(tmp_path / "a", "T", durability="none")
+    try:
+        u = db.create("F", {"v": 0})
+        base = db.get(u)
+        w = base.next_version(base.time_us + 10, "bbbbbbbbbbbbbbbb", {"v": "w"}).next_version(
+            base.time_us + 11, "bbbbbbbbbbbbbbbb", {"v": "w2"})
+        loser = db.update(u, {"v": "l"})
+        assert db.apply_incoming([w])["conflict"] == 1
+        db.delete(u)  # it takes its conflict with it: a retirement
+        cur, cds = db.families([u])[u]
+        (r,) = cds
+        tree = couch.Tree(couch.Family(u, cur, tuple(cds)))
+        (lf,) = [lf for lf in tree.leaves if lf.doc is r]  # the client pulls it as a deleted leaf
+        body = lf.json(couch.couch_id(cur), revs=True)
+        later = loser
+        for k in range(3):  # the losing line goes on and wins over the deletion
+            later = later.next_version(base.time_us + 20 + k, "cccccccccccccccc", {"v": f"l{k}"})
+        db.apply_incoming([later])
+        assert db.get(u) == later and r.unid not in {d.unid for d in db.documents(include_deleted=True)}
+        before = sorted(d.unid for d in db.documents(include_deleted=True))
+        asked = {body["_id"]: [body["_rev"]]}
+        assert revs_diff_sync(db, asked, {i: [couch.parse_rev(x) for x in v] for i, v in asked.items()}) == {}
+        assert write_docs_sync(db, [body], new_edits=False) == [{"ok": True, "id": body["_id"], "rev": body["_rev"]}]
+        assert sorted(d.unid for d in db.documents(include_deleted=True)) == before  # no record made of it
+    finally:
+        db.close()
+
+
 # -- _purge (couch_purge.plan_purge) ---------------------------------------------------------------
 def test_purge_plans_remove_leaves_and_put_the_best_conflict_in_the_winners_place():
     from multisite.multimaster import couch_purge

@@ -162,6 +162,25 @@ def retirement_of(c: Doc) -> tuple | None:
     return parent if c.origin == _retired_origin(c.unid, parent) else None
 
 
+def knows_retirement(unid: str, st: tuple, docs: Iterable[Doc | None]) -> bool:
+    """True if ``st`` (``(seq, time_us, origin)``) is the retirement (``retired``) of a version that one
+    of ``docs`` (a family of document ``unid``) holds on its line or among its merged versions: the
+    record ``settle`` removes once the version it retired is not a leaf. A CouchDB client that pulled it
+    while it was one still holds it; the family must know it, or the client pushes it back as a
+    deletion that lost (``couch.plan``), a record of its own that this family never had."""
+    seq, t, origin = st
+    if seq < 2:
+        return False
+    for d in docs:
+        if d is None:
+            continue
+        ps = [d.stamp_at(seq - 1)] + [m for m in d.merged if m[0] == seq - 1]
+        for p in ps:
+            if p is not None and p[1] == t and origin == _retired_origin(conflict_unid(unid, Stamp(*p)), tuple(p)):
+                return True
+    return False
+
+
 def not_a_leaf(c: Doc, current: Doc | None, conflicts: Iterable[Doc]) -> bool:
     """True if conflict document ``c`` stands for no losing leaf: the version it was made for (for a
     retirement, the version retired) is an ancestor of ``current`` or of another conflict document."""

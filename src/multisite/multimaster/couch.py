@@ -51,6 +51,7 @@ from .conflicts import (
     descends,
     dropped_record,
     knows,
+    knows_retirement,
     reconcile,
     settle,
 )
@@ -398,7 +399,9 @@ class Tree:
         fam = self.fam
         if fam.current is not None and knows(fam.current, st):
             return True
-        return any(knows(c, st) for c in fam.conflicts) or st in self.made_up
+        if any(knows(c, st) for c in fam.conflicts) or st in self.made_up:
+            return True
+        return knows_retirement(fam.unid, st, (fam.current, *fam.conflicts))  # a record settle removed
 
     def leaf(self, rev: str) -> Leaf | None:
         return next((lf for lf in self.leaves if lf.rev == rev), None)
