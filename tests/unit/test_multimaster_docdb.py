@@ -217,3 +217,21 @@ def test_a_replica_restored_from_a_backup_has_its_new_writes_replicated(tmp_path
     assert all(b.get(u) is not None for u in new)
     a.close()
     b.close()
+
+
+def test_merge_conflicts_follows_the_forms_setting_here_as_an_edit_does(pair):
+    """``db form F --merge`` after the document was made: the merge is an edit made here, so it takes
+    the form's setting here (as ``update`` does), not the flag the document was created with."""
+    a, b = pair
+    u = a.create("F", {"x": 0, "y": 0})
+    run_local(a, b, "pull-push")
+    a.update(u, {"x": 1})
+    b.update(u, {"y": 1})
+    run_local(a, b, "pull-push")
+    assert a.merge_conflicts(u) is None  # the form does not merge here
+    a.define_form("F", merge=True)
+    m = a.merge_conflicts(u)
+    assert m is not None and m.fields == {"x": 1, "y": 1} and m.merge
+    assert not [d for d in a.documents(include_deleted=True) if d.is_conflict]
+    with pytest.raises(DocumentNotFound):
+        a.merge_conflicts("00" * 16)

@@ -36,7 +36,7 @@ through ``transact`` (their decisions are ``couch.plan``'s), keep their ``_local
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import secrets
 import threading
 import time
@@ -296,7 +296,8 @@ class DocDB(CouchStore):
             if cur is None:
                 raise DocumentNotFound(f"no document {unid} in {self.title}")
             conflicts = self.families([unid])[unid][1]
-            m = merge_conflicts(cur, conflicts, self._now(), self.db_id)
+            here = replace(cur, merge=self._merge_on(cur.form, cur.merge))  # an edit: the form's setting here
+            m = merge_conflicts(here, conflicts, self._now(), self.db_id)
             if m is None:
                 return None
             st = settle(m, conflicts)
