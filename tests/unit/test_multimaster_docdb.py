@@ -235,3 +235,11 @@ def test_merge_conflicts_follows_the_forms_setting_here_as_an_edit_does(pair):
     assert not [d for d in a.documents(include_deleted=True) if d.is_conflict]
     with pytest.raises(DocumentNotFound):
         a.merge_conflicts("00" * 16)
+
+
+def test_merge_conflicts_of_a_deleted_document_is_refused_as_an_update_is(pair):
+    a, _ = pair
+    u = a.create("F", {"x": 0})
+    a.delete(u)
+    with pytest.raises(DocumentDeleted):  # not a silent null from 'doc merge'
+        a.merge_conflicts(u)

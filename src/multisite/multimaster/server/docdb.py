@@ -295,6 +295,8 @@ class DocDB(CouchStore):
             cur, c = self._current(check_unid(unid))
             if cur is None:
                 raise DocumentNotFound(f"no document {unid} in {self.title}")
+            if cur.deleted:  # as update: its conflict documents went with it (retired)
+                raise DocumentDeleted(f"document {unid} in {self.title} was deleted; nothing to merge into")
             conflicts = self.families([unid])[unid][1]
             here = replace(cur, merge=self._merge_on(cur.form, cur.merge))  # an edit: the form's setting here
             m = merge_conflicts(here, conflicts, self._now(), self.db_id)
