@@ -524,3 +524,19 @@ def test_purge_plans_remove_leaves_and_put_the_best_conflict_in_the_winners_plac
     assert p.writes == [] and sorted(p.removes) == sorted([fam.unid] + [c.unid for c in fam.conflicts])
     with pytest.raises(couch.CouchError, match="at most 100 documents"):
         couch_purge.check_request({str(i): [] for i in range(101)})
+
+
+def test_the_retirement_of_a_conflict_edited_before_it_was_retired_is_known_once_removed():
+    """``knows_retirement`` for a conflict document a client edited and that was then retired: its UNID
+    comes from the first losing version, an ancestor of the version retired."""
+    from dataclasses import replace
+
+    from multisite.multimaster.conflicts import conflict_document, retired
+    base = first_version("00" * 8 + "11" * 8, "F", {"v": 0}, 100, "o0", False)
+    c = conflict_document(base.next_version(150, "ol", {"v": "l"}))
+    edited = c.next_version(160, "oe", {"v": "l2"})  # an edit of the conflict document
+    r = retired(edited)  # then its document was deleted
+    went_on = replace(edited, unid=base.unid, fields={"v": "l3"}).next_version(170, "ol", {"v": "l3"})
+    tree = couch.Tree(couch.Family(base.unid, went_on, ()))  # the edited line went on and won: r removed
+    assert tree.knows(r.stamp)
+    assert not couch.Tree(couch.Family(base.unid, base.next_version(150, "ol", {"v": "l"}), ())).knows(r.stamp)

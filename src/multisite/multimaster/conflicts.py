@@ -174,9 +174,13 @@ def knows_retirement(unid: str, st: tuple, docs: Iterable[Doc | None]) -> bool:
     for d in docs:
         if d is None:
             continue
-        ps = [d.stamp_at(seq - 1)] + [m for m in d.merged if m[0] == seq - 1]
-        for p in ps:
-            if p is not None and p[1] == t and origin == _retired_origin(conflict_unid(unid, Stamp(*p)), tuple(p)):
+        p = d.stamp_at(seq - 1)
+        if p is not None and p[1] == t:  # the conflict document it retired was made for p or, edited, for an ancestor
+            line = (d.stamp_at(j) for j in range(seq - 1, 0, -1))
+            if any(a is not None and origin == _retired_origin(conflict_unid(unid, Stamp(*a)), tuple(p)) for a in line):
+                return True
+        for m in d.merged:
+            if m[0] == seq - 1 and m[1] == t and origin == _retired_origin(conflict_unid(unid, m), tuple(m)):
                 return True
     return False
 
