@@ -36,11 +36,10 @@ through ``transact`` (their decisions are ``couch.plan``'s), keep their ``_local
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 import secrets
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -52,10 +51,11 @@ from ...errors import (ConfigError, DocumentDeleted, DocumentNotFound, InstanceL
 from ...journal.records import KILL, SET
 from ...keys import encode_key
 from ...values import encode_value
-from ..conflicts import Kind, Outcome, descends, merge_conflicts, reconcile, settle
+from ..conflicts import Kind, merge_conflicts, settle
 from ..document import CONFLICT_FIELD, REF_FIELD, Doc, first_version
 from ..ids import Stamp, check_unid, new_id, new_unid
 from .docdb_couch import CouchStore
+from .docdb_incoming import IncomingStore, Snapshot
 from .docdb_files import IDENTITY_FILE, held_by_server, read_identity, write_identity
 
 REGIONS = ("meta", "docs", "changes", "history")
@@ -121,13 +121,7 @@ def open(path: str | os.PathLike, **kwargs: Any) -> "DocDB":  # noqa: A001 - the
     return DocDB(path, **kwargs)
 
 
-@dataclass
-class Snapshot:
-    epoch: int
-    docs: dict[str, Doc | None]
-
-
-class DocDB(CouchStore):
+class DocDB(CouchStore, IncomingStore):
     """An open document database. Thread-safe; one per process (the instance lock)."""
 
     def __init__(self, path: str | os.PathLike, *, clock: Clock | None = None, rand: Rand | None = None,
@@ -507,97 +501,6 @@ class DocDB(CouchStore):
         ``known``, they save reading them again if nothing else was written since."""
         with self._lock:
             return Snapshot(self._epoch, self.current_many(unids))
-
-    def apply_incoming(self, docs: list[Doc], *, peer_db_id: str | None = None, bookmark: int | None = None,
-                       known: "Snapshot | None" = None, echo: set | None = None) -> Counter:
-        """Reconcile versions received from a replica (seed step 9) and write the outcome and, in the same
-        transaction, the ``in`` bookmark for ``peer_db_id``; counts per outcome kind. ``known`` (from
-        ``current_at``) is used if no write came in between, and is brought up to date with this one's.
-        ``echo`` collects ``(unid, stamp)`` of the received versions written as they came: the peer holds
-        them, so a push back to it in the same session need not offer them."""
-        counts: Counter = Counter()
-        with self._lock:
-            writes: list[tuple[Doc, int | None]] = []
-            pending: dict[str, tuple[Doc, int | None]] = {}  # a batch may hold a document twice
-            hint = known.docs if known is not None and known.epoch == self._epoch else None
-            unknown = [d.unid for d in docs if hint is None or d.unid not in hint]
-            have = {u: Doc.trusted(v[1]) for u, v in self._rows(unknown).items()}  # one batch read
-            conflicts: list[Doc] = []
-            for inc in docs:
-                if inc.unid in pending:
-                    cur = pending[inc.unid][0]
-                elif hint is not None and inc.unid in hint:
-                    cur = hint[inc.unid]
-                else:
-                    cur = have.get(inc.unid)
-                out: Outcome = reconcile(cur, inc)
-                counts[out.kind.value] += 1
-                if out.write is not None:
-                    pending[inc.unid] = (out.write, None)
-                    if echo is not None and out.write is inc:
-                        echo.add((inc.unid, inc.stamp))
-                if out.conflict_doc is not None:
-                    conflicts.append(out.conflict_doc)
-                if out.record is not None:
-                    conflicts.append(out.record)
-            if conflicts:  # a conflict document made here may exist already (found before, or replicated)
-                exist = self._rows([cd.unid for cd in conflicts if cd.unid not in pending])
-                for cd in conflicts:
-                    if cd.unid in pending:
-                        continue
-                    old = Doc.trusted(exist[cd.unid][1]) if cd.unid in exist else None
-                    if old is None or (old.stamp != cd.stamp and descends(cd, old)):  # (a record retires it)
-                        pending[cd.unid] = (cd, None)
-            removes = self._settle(pending)
-            writes = list(pending.values())
-            extra = self._removal_ops(removes)
-            if peer_db_id is not None and bookmark is not None:
-                old = self.bookmark(peer_db_id, "in")
-                extra.append((SET, "history", (peer_db_id, "in"), encode_value(max(old, bookmark))))
-            if writes or extra:
-                self._write(writes, extra, checked=True)
-            self._forget(removes)
-            if hint is not None:  # still current: add what this call wrote
-                hint.update((u, d) for u, (d, _) in pending.items())
-                hint.update((u, None) for u in removes)
-                known.epoch = self._epoch
-        return counts
-
-    def _settle(self, pending: dict[str, tuple[Doc, int | None]]) -> list[str]:
-        """Bring the conflict documents of each family ``pending`` touches in line with it (``settle``):
-        retirements are added to ``pending``; conflict documents that stand for no losing leaf are taken
-        out of it, and those stored are returned, to remove. Only families that have conflict documents
-        are read again."""
-        affected: dict[str, set[str]] = {}
-        for u, (d, _) in pending.items():
-            ref = d.fields.get(REF_FIELD) if CONFLICT_FIELD in d.fields else u
-            if isinstance(ref, str):
-                affected.setdefault(ref, set(self._refs.get(ref, ())))
-                if ref != u:
-                    affected[ref].add(u)
-        affected = {r: cs for r, cs in affected.items() if cs}
-        if not affected:
-            return []
-        need = [u for r, cs in affected.items() for u in (r, *cs) if u not in pending]
-        rows = self._rows(need)
-
-        def doc(u: str) -> Doc | None:
-            if u in pending:
-                return pending[u][0]
-            return Doc.trusted(rows[u][1]) if u in rows else None
-
-        removes = []
-        for ref, cs in affected.items():
-            cur = doc(ref)
-            st = settle(None if cur is not None and cur.is_conflict else cur,
-                        [c for c in map(doc, sorted(cs)) if c is not None])
-            for r in st.retire:
-                pending[r.unid] = (r, None)
-            for u in st.remove:
-                pending.pop(u, None)
-                if u in rows or u in self._ref_of:
-                    removes.append(u)
-        return removes
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

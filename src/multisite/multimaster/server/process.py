@@ -97,6 +97,12 @@ def start_docserver(home: Path, dirs: list[str], name: str, listen: str, *, repl
     out = open(create_file(home / "log" / "docserver.out"), "ab")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
+    return _started(proc, home, name)
+
+
+def _started(proc: subprocess.Popen, home: Path, name: str) -> dict:
+    """The run info of the document server ``proc`` once it answers on its control socket; its
+    start-up error (from ``docserver.out``) if it exits first, or a timeout after START_TIMEOUT_S."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
