@@ -16,7 +16,9 @@ answer; ``CoordinatorUnavailable`` naming them all when none does).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from ..errors import ConfigError, CoordinatorUnavailable
 from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Leader, Member, View,
@@ -24,6 +26,7 @@ from .decide import (GROUP_KEY, LEADER_KEY, MEMBERS_PREFIX, SWITCHOVER_KEY, Lead
 from .etcd_client import ETCD_CALL_TIMEOUT_S, EtcdClient, parse_urls
 from .etcd_values import Put, absent, value_is
 
+JOIN_TIMEOUT_S = 15.0  # etcd slow or electing when a manager starts: its join is retried this long
 TERM_KEY = "term"
 
 __all__ = ["Coordinator", "parse_urls", "TERM_KEY"]
@@ -43,11 +46,22 @@ class Coordinator:
         self.group: str | None = None
 
     # -- membership ------------------------------------------------------------------------------
-    async def join(self, group: str) -> None:
-        """Record the cluster's group (first member) or check it; ConfigError for another group's member."""
+    async def join(self, group: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Record the cluster's group (first member) or check it; ConfigError for another group's member.
+        An etcd that does not answer in time (loaded, electing) is asked again for up to ``timeout_s``:
+        the put-if-absent changes nothing the second time, so an unknown outcome is safe to repeat, and
+        a manager must not exit at start for a slow second."""
         key = self.prefix + GROUP_KEY
-        await self.etcd.put_if_absent(key, group)
-        kv = await self.etcd.get(key)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.etcd.put_if_absent(key, group)
+                kv = await self.etcd.get(key)
+                break
+            except CoordinatorUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
         got = kv.value.decode() if kv else ""
         if got != group:
             raise ConfigError(f"cluster {self.cluster!r} replicates LMS group {got!r}; this instance "
