@@ -73,7 +73,7 @@ def _story(console: Console, c: HACluster, coord: Coordinator) -> bool:
     if c.wait_primary() == first:  # its leader's lease lapsed (a loaded machine) and it took the key back
         console.print(f"{first} took the leader key back by itself (the leader's lease lapsed): no switchover needed")
     else:
-        c.cli("ha", "switchover", "--cluster", c.cluster, "--etcd", c.etcd, "--to", first)
+        _switchover(c, first)
         c.wait_primary()
         console.print(f"switchover back to {first}: done, {first} is primary, nothing went to a lost file")
     c.wait_followers()
@@ -102,3 +102,17 @@ def _board(console: Console, c: HACluster, w, when: str) -> None:
         st = c.status(n)
         rows.append(f"{n}: {'down' if st is None else st['role']} seqno {st['seqno'] if st else '-'}")
     console.print(f"[dim]{when}:[/] " + " | ".join(rows) + f" | writer: {len(w.acked)} acknowledged")
+
+
+def _switchover(c: HACluster, to: str, timeout_s: float = 15.0) -> None:
+    """``ha switchover --to``, asked again while the cluster answers that a failover is under way (a
+    leader's lease that lapsed on a loaded machine: no leader for a moment), as a user would."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            c.cli("ha", "switchover", "--cluster", c.cluster, "--etcd", c.etcd, "--to", to)
+            return
+        except MultisiteError as e:
+            if "try again" not in e.message or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
