@@ -444,16 +444,23 @@ def test_a_deletion_beaten_by_a_deletion_leaves_a_record_so_the_line_reads_dead(
     assert tree.knows(live2.stamp)  # a client holding live2 sees it end in a tombstone
 
 
+def _two_lines_in_conflict(db):
+    """A document whose local edit ``loser`` lost to a received line of two versions (w, w2): one
+    conflict document holds it. Returns (unid, the common version, loser)."""
+    u = db.create("F", {"v": 0})
+    base = db.get(u)
+    w = base.next_version(base.time_us + 10, "bbbbbbbbbbbbbbbb", {"v": "w"}).next_version(
+        base.time_us + 11, "bbbbbbbbbbbbbbbb", {"v": "w2"})
+    loser = db.update(u, {"v": "l"})
+    assert db.apply_incoming([w])["conflict"] == 1
+    return u, base, loser
+
+
 def test_a_conflict_whose_line_goes_on_is_removed_and_a_deleted_document_takes_its_conflicts(tmp_path):
     from multisite import documents
     db = documents.create(tmp_path / "a", "T", durability="none")
     try:
-        u = db.create("F", {"v": 0})
-        base = db.get(u)
-        w = base.next_version(base.time_us + 10, "bbbbbbbbbbbbbbbb", {"v": "w"}).next_version(
-            base.time_us + 11, "bbbbbbbbbbbbbbbb", {"v": "w2"})
-        loser = db.update(u, {"v": "l"})
-        assert db.apply_incoming([w])["conflict"] == 1
+        u, base, loser = _two_lines_in_conflict(db)
         (c,) = [d for d in db.documents() if d.is_conflict]
         assert c.stamp == loser.stamp and c.revisions == loser.revisions  # the loser's line
         later = loser.next_version(base.time_us + 20, "cccccccccccccccc", {"v": "l2"}).next_version(
@@ -480,12 +487,7 @@ def test_a_retirement_a_client_pulled_and_settle_removed_is_known_not_taken_back
     from multisite.multimaster.server.couch_docs import revs_diff_sync, write_docs_sync
     db = documents.create(tmp_path / "a", "T", durability="none")
     try:
-        u = db.create("F", {"v": 0})
-        base = db.get(u)
-        w = base.next_version(base.time_us + 10, "bbbbbbbbbbbbbbbb", {"v": "w"}).next_version(
-            base.time_us + 11, "bbbbbbbbbbbbbbbb", {"v": "w2"})
-        loser = db.update(u, {"v": "l"})
-        assert db.apply_incoming([w])["conflict"] == 1
+        u, base, loser = _two_lines_in_conflict(db)
         db.delete(u)  # it takes its conflict with it: a retirement
         cur, cds = db.families([u])[u]
         (r,) = cds
