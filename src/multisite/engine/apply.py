@@ -12,7 +12,9 @@ seqno and tags it with the stream number and the originating seqno as ``stream_s
 frames a record of its own, with before-images read from its own store.
 
 Either way a transaction already applied is skipped, so a replay after any restart applies exactly
-once, and one that would leave a gap is refused (JournalGap) with nothing applied.
+once, and one that would leave a gap is refused (JournalGap) with nothing applied. Each received
+stream (1..15) a write moves is marked first (``Core.mark_stream``), so that what a supplementary
+instance confirms on it is never past its hardened journal (``streams``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, Fram
     puts: list[tuple[int, bytes, bytes]] = []
     add = puts.append
     last_in: dict[str, int] = {}  # region -> last seqno that touched it (replicated regions)
+    moved: set[int] = set()  # received streams (1..15) this write moves
     name, rid, replicated = None, 0, False
     out = []
     for run in runs:
@@ -88,6 +91,9 @@ def _apply_runs(core: Core, runs: list[FrameRun]) -> list[tuple[int, bytes, Fram
                 if replicated:
                     last_in[name] = seqno
             if rec.stream or track_streams:
+                if rec.stream and rec.stream not in moved:  # marked before it moves (``streams``)
+                    moved.add(rec.stream)
+                    core.mark_stream(rec.stream)
                 streams[rec.stream] = rec.stream_seqno
             core.seqno = seqno
             start, seqno = end, seqno + 1
@@ -129,6 +135,7 @@ def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
     with core.lock:
         core.check_open()
         frames: list[tuple[int, bytes]] = []
+        moved: set[int] = set()  # received streams (1..15) this write moves
         with core.atomic():
             for rec in recs:
                 if si_stream is None:
@@ -142,6 +149,9 @@ def apply_records(core: Core, recs: list[Record], si_stream: int | None) -> int:
                     raise JournalGap(f"instance {core.name} is at "
                                      f"{'seqno' if si_stream is None else 'stream seqno'} {pos}; received seqno "
                                      f"{rec.seqno} leaves a gap")
+                if kw["stream"] and kw["stream"] not in moved:  # marked before it moves (``streams``)
+                    moved.add(kw["stream"])
+                    core.mark_stream(kw["stream"])
                 ops = [(u.op, u.region, tuple(u.key), u.value) for u in rec.updates]
                 seqno, data = prepare(core, ops, origin=rec.origin, replicated_apply=True, commit_time=rec.time,
                                       **kw)

@@ -31,6 +31,7 @@ from ..journal.durability import Durability
 from ..journal.records import Record, Update, encode_payload, frame
 from ..journal.writer import JournalWriter
 from ..store.sqlite import RegionInfo, Store
+from .streams import StreamMarks, marked
 
 _log = logging.getLogger("multisite")
 STORE_FLUSH_INTERVAL_S = 0.5  # the store commits at least this often while commits arrive
@@ -48,6 +49,9 @@ class Core:
         self.store, self.journal = store, journal
         self.seqno = seqno  # the last committed seqno
         self.stream_seqnos = stream_seqnos  # SI: last stream_seqno per stream (0..15)
+        # Received streams (1..15): where writes not known hard moved them (``streams``); a stream's
+        # tuple is replaced whole, read without the lock
+        self.stream_marks: dict[int, StreamMarks] = {}
         self.closed = False
         self.commit_listeners: list[Callable[[int, list[bytes]], None]] = []  # (first seqno, frames)
         self.rollback_listeners: list[Callable[[int], None]] = []
@@ -119,6 +123,17 @@ class Core:
         return self.seqno
 
     # -- seqnos and the journal ------------------------------------------------------------------
+    def hardened_seqno(self) -> int:
+        """The journal's hardened position (written, with durability none)."""
+        j = self.journal
+        return j.written_seqno if j.durability is Durability.NONE else j.durable_seqno
+
+    def mark_stream(self, stream: int) -> None:
+        """Before a write of received transactions moves ``stream`` (1..15), from the next seqno on
+        (see ``streams``)."""
+        self.stream_marks[stream] = marked(self.stream_marks.get(stream, ()), self.seqno + 1,
+                                           self.stream_seqnos.get(stream, 0), hard=self.hardened_seqno())
+
     def seal(self, updates: list[Update], touched: set[str], *, origin: str | None = None, stream: int = 0,
              stream_seqno: int | None = None, commit_time: float | None = None,
              keep_empty: bool = False) -> tuple[int, bytes]:

@@ -28,6 +28,7 @@ from . import apply, commit, prepared, rollback as _rollback
 from .group import GroupCommit
 from .recovery import abandon, recover
 from .rollback import RollbackReport
+from .streams import seqno_as_of
 from .transaction import ThreadState, Transaction
 
 
@@ -140,6 +141,20 @@ class Database:
     def stream_seqnos(self) -> dict[int, int]:
         """SI: a copy of the last stream seqno per stream."""
         return dict(self._core.stream_seqnos)
+
+    @property
+    def hardened_seqno(self) -> int:
+        """The last seqno the journal hardened (wrote, with durability none): what a secondary may
+        confirm. Received transactions move ``seqno`` before their journal write and fdatasync."""
+        return min(self._core.seqno, self._core.hardened_seqno())
+
+    def hardened_stream_seqno(self, stream: int) -> int:
+        """SI: received ``stream``'s (1..15) seqno as of the journal's hardened position: what a
+        supplementary instance may confirm on it. Without the commit lock (see ``streams``)."""
+        core = self._core
+        current = core.stream_seqnos.get(stream, 0)  # in this order: the seqno, its marks, the position
+        marks = core.stream_marks.get(stream, ())
+        return seqno_as_of(marks, current, hard=core.hardened_seqno())
 
     # -- regions ---------------------------------------------------------------------------------
     def create_region(self, name: str, replicated: bool = True, schema: str | None = None) -> None:

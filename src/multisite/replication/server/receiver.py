@@ -14,7 +14,7 @@ Theory of operation (GT.M seed 001, "Receiver Server"):
   Update Process is idle and applies are short (``session.InlineApply``; a streamed read holds a few
   transactions), and wakes the Update Process's thread otherwise (catch-up, a slow disk): the same
   apply either way, one journal write and fdatasync before the confirmation.
-- Every heartbeat is answered with the last seqno the Update Process applied.
+- Every heartbeat is answered with the last seqno applied and hardened (``_applied_seqno``).
 - With an in-filter (``--filter``) each checked batch goes through the filter before it goes into
   the receive pool, and the Update Process journals the filtered transactions. A filter failure
   (``FilterError``) puts nothing of the batch in the pool: the source gets an ``Error FILTER`` naming
@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass
 
 from ...errors import ConnectionLost, FilterError, MultisiteError, ProtocolError
-from ...journal.durability import Durability
 from ...protocol.connection import NEED_DATA, Connection, Role, State
 from ...protocol.messages import (Error, Heartbeat, HeartbeatAck, Hello, RefusalCode, Start, TxnBatch, Xoff, Xon,
                                   error_for)
@@ -443,15 +442,14 @@ class ReceiverServer:
 
     def _applied_seqno(self) -> int:
         """What this instance has applied, in the source's seqnos (what the source confirms and keeps
-        its journal for): a supplementary instance's SI stream seqno, else its own seqno as far as its
-        journal hardened it (written, with durability none). The Update Process advances the seqno as it
-        applies a batch, before journaling and hardening it, and an answer may be sent meanwhile:
-        confirming that seqno would count, for --min-confirm, transactions a crash here loses."""
+        its journal for), as far as its journal hardened it (written, with durability none): a
+        supplementary instance's SI stream seqno as of its hardened position, else its own hardened
+        seqno. An apply (the Update Process's thread or this loop's ``apply_here``) moves both before
+        its journal write and fdatasync, and an answer may be sent meanwhile or after that fdatasync
+        failed: confirming them would count, for --min-confirm, transactions a crash here loses."""
         if self.update.si_stream is not None:
-            return self.db.stream_seqno(self.update.si_stream)
-        journal = self.db.journal
-        hard = journal.written_seqno if journal.durability is Durability.NONE else journal.durable_seqno
-        return min(self.db.seqno, hard)
+            return self.db.hardened_stream_seqno(self.update.si_stream)
+        return self.db.hardened_seqno
 
     def _here(self) -> Position:
         """Where this instance stands now, for the handshake's decisions."""
