@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import threading
 import time
 
@@ -243,3 +244,15 @@ def test_health_checks_in_flight_do_not_hold_up_calls(etcd_cluster, monkeypatch)
             release.set()
             await asyncio.gather(*checks)
     assert run(go()) < 5
+
+
+def test_a_member_whose_port_another_process_took_makes_the_start_begin_again_on_new_ports(tmp_path):
+    etcd = EtcdCluster(tmp_path)
+    taken = etcd.members[0].peer_port
+    with socket.socket() as squatter:  # the race a fresh-clone run lost: the port found free is bound first
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        with etcd:
+            assert etcd.members[0].peer_port != taken
+            assert all(etcd.healthy(i) for i in range(3))
+    assert b"address already in use" in (etcd.dir / "m0.log").read_bytes()

@@ -28,6 +28,11 @@ from ..errors import ServerError
 HEARTBEAT_MS = 50
 ELECTION_MS = 500
 START_TIMEOUT_S = 20.0
+# A loopback member's ports are found free (``free_port``) and then bound by etcd: another process
+# may take one in between (a fresh-clone ``make test`` lost a peer port so). ``start`` then begins
+# again on new ports, this many times in all.
+START_ATTEMPTS = 3
+PORT_TAKEN = b"address already in use"
 
 
 def etcd_binary() -> str:
@@ -42,6 +47,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _signal(p: subprocess.Popen, sig: int) -> None:
+    """``sig`` to a member's process group; one that already exited (a member that could not start) has none."""
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass
@@ -72,9 +85,8 @@ class EtcdCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         hosts = hosts or ["127.0.0.1"] * members
         prefixes = prefixes or [[] for _ in range(members)]
-        self.members = [Member(f"m{i}", hosts[i], free_port() if hosts[i] == "127.0.0.1" else 2379,
-                               free_port() if hosts[i] == "127.0.0.1" else 2380, self.dir / f"m{i}", prefixes[i])
-                        for i in range(members)]
+        self.members = [Member(f"m{i}", hosts[i], 2379, 2380, self.dir / f"m{i}", prefixes[i]) for i in range(members)]
+        self._new_ports()
         self.token = token or f"ms-{os.getpid()}-{id(self)}"
 
     @property
@@ -94,17 +106,47 @@ class EtcdCluster:
                 "--initial-cluster-token", self.token, "--heartbeat-interval", str(HEARTBEAT_MS),
                 "--election-timeout", str(ELECTION_MS), "--logger", "zap", "--log-outputs", "stderr"]
 
-    def _spawn(self, m: Member, state: str) -> None:
-        log = open(self.dir / f"{m.name}.log", "ab")
-        m.proc = subprocess.Popen(self._argv(m, state), stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-        log.close()
+    def _new_ports(self) -> None:
+        """Free loopback ports for every loopback member (a member at another address keeps etcd's own)."""
+        for m in self.members:
+            if m.host == "127.0.0.1":
+                m.client_port, m.peer_port = free_port(), free_port()
+
+    def _spawn(self, m: Member, state: str) -> int:
+        """Start member ``m``; returns where this start's lines begin in its log."""
+        with open(self.dir / f"{m.name}.log", "ab") as log:
+            start = log.tell()
+            m.proc = subprocess.Popen(self._argv(m, state), stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        return start
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "EtcdCluster":
-        for m in self.members:
-            self._spawn(m, "new")
-        self.wait_healthy(timeout_s)
-        return self
+        """Start every member as a new cluster and wait until all are healthy; a member that could not
+        bind a loopback port another process took meanwhile makes it begin again on new ports."""
+        attempt = 1
+        while True:
+            starts = [self._spawn(m, "new") for m in self.members]
+            try:
+                self.wait_healthy(timeout_s)
+                return self
+            except ServerError:
+                if attempt == START_ATTEMPTS or not self._lost_a_port(starts):
+                    raise
+            self.stop()
+            for m in self.members:
+                shutil.rmtree(m.data, ignore_errors=True)  # it names the old peer URLs
+            self._new_ports()
+            attempt += 1
+
+    def _lost_a_port(self, starts: list[int]) -> bool:
+        """Whether a loopback member exited, since its log offset in ``starts``, because its port was taken."""
+        for m, start in zip(self.members, starts):
+            if m.host == "127.0.0.1" and m.proc is not None and m.proc.poll() is not None:
+                with open(self.dir / f"{m.name}.log", "rb") as log:
+                    log.seek(start)
+                    if PORT_TAKEN in log.read():
+                        return True
+        return False
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S, members: list[int] | None = None) -> None:
         """Until every listed member (default all running ones) answers /health with a leader."""
@@ -133,7 +175,7 @@ class EtcdCluster:
         """SIGKILL member ``i``."""
         p = self.members[i].proc
         if p is not None:
-            os.killpg(p.pid, signal.SIGKILL)
+            _signal(p, signal.SIGKILL)
             p.wait()
             self.members[i].proc = None
 
@@ -146,12 +188,12 @@ class EtcdCluster:
     def pause(self, i: int) -> None:
         p = self.members[i].proc
         if p is not None:
-            os.killpg(p.pid, signal.SIGSTOP)
+            _signal(p, signal.SIGSTOP)
 
     def resume(self, i: int) -> None:
         p = self.members[i].proc
         if p is not None:
-            os.killpg(p.pid, signal.SIGCONT)
+            _signal(p, signal.SIGCONT)
 
     def stop(self) -> None:
         for i, m in enumerate(self.members):
