@@ -5,22 +5,16 @@ the kill rounds: every acknowledged commit present, no rolled-back one in any jo
 
 from __future__ import annotations
 
-import socket
 import time
 
 from multisite.journal.reader import iter_frames
 from multisite.journal.records import decode_payload
 from multisite.testing.faultproxy import ProxyProcess
 from multisite.testing.grid import GridCluster
+from multisite.testing.ports import free_port
 from multisite.values import decode_value
 
 from multisite.testing.grid_checks import GridWriter, check_grid
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_delay_stall_and_cut_between_primary_and_replica_lose_nothing(tmp_path):

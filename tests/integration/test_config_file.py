@@ -4,7 +4,6 @@ server is restarted without ``--config``; a component started by hand does not."
 
 from __future__ import annotations
 
-import socket
 
 from click.testing import CliRunner
 
@@ -13,12 +12,7 @@ from multisite.cli.main import cli
 from multisite.net import control
 from multisite.server.process import stop_server
 from multisite.testing.checks import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from multisite.testing.ports import free_port
 
 
 def run(*args: str) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import multisite.engine as engine
-from multisite.testing.broker import free_port
+from multisite.testing.ports import free_port
 from multisite.testing.delivery import FIELD, REGION, agent_process, make_topology, rows, run_agent
 
 

@@ -10,7 +10,8 @@ import pytest
 from multisite.errors import ConfigError, CoordinatorUnavailable
 from multisite.ha.coordinator import Coordinator
 from multisite.ha.decide import Member
-from multisite.testing.etcd import EtcdCluster, free_port
+from multisite.testing.etcd import EtcdCluster
+from multisite.testing.ports import free_port
 
 
 def run(coro):

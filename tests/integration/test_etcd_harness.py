@@ -14,7 +14,8 @@ import pytest
 from multisite.errors import ConfigError, CoordinatorError, CoordinatorUnavailable
 from multisite.ha.etcd_client import EtcdClient
 from multisite.ha.etcd_values import Delete, Put, absent, created_at, modified_at, value_is
-from multisite.testing.etcd import EtcdCluster, free_port
+from multisite.testing.etcd import EtcdCluster
+from multisite.testing.ports import free_port
 
 LEASE_TTL_S = 1
 LEASE_END_BOUND_S = 4.0  # a 1 s lease is gone well within this after its last keepalive

@@ -23,7 +23,8 @@ import pytest
 from multisite.errors import ConfigError, ServerError
 from multisite.grid.server.process import catalog_status, start_catalog, start_container
 from multisite.ha.etcd_client import EtcdClient
-from multisite.testing.etcd import ELECTION_MS, EtcdCluster, free_port
+from multisite.testing.etcd import ELECTION_MS, EtcdCluster
+from multisite.testing.ports import free_port
 from multisite.testing.grid import GridCluster
 from multisite.testing.grid_checks import GridWriter, check_grid, first_commits
 

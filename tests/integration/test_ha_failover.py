@@ -164,7 +164,7 @@ def test_switchover_refuses_a_lagging_member(ha):
 
 
 def test_ha_start_with_an_unreachable_etcd_names_the_urls(tmp_path):
-    from multisite.testing.etcd import free_port
+    from multisite.testing.ports import free_port
 
     multisite.create(tmp_path / "A", name="A")
     url = f"http://127.0.0.1:{free_port()}"

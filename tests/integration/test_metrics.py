@@ -220,19 +220,17 @@ def test_delivery_agent_metrics_match_its_table(tmp_path):
     """A real `delivery agent --metrics` process: its poll counts and SYSREMOTEUSER offsets on /metrics,
     checked against `delivery status` once it is stopped (nothing moves by then)."""
     import signal
-    import socket
 
     from multisite import engine
     from multisite.delivery.server import api
     from multisite.testing.delivery import FIELD, REGION, agent_process, make_topology, poll
+    from multisite.testing.ports import free_port
 
     top = make_topology(tmp_path, {"P": "fr"}, durability="none")
     with engine.open(top.hq) as db:
         for i in range(5):
             db.set(REGION, ("hq", i), {FIELD: "fr", "n": i})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = agent_process(top.hq, "--interval", "0.1", "--metrics", f"127.0.0.1:{port}")
     try:
         def sent():

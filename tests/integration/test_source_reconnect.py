@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from types import SimpleNamespace
 
@@ -27,14 +26,9 @@ from multisite.protocol.connection import Connection, Role
 from multisite.protocol.messages import Heartbeat, HeartbeatAck, Hello, Start
 from multisite.replication.history import hello_for
 from multisite.replication.server.pools import JournalPool
+from multisite.testing.ports import free_port
 
 BACKOFF_MAX_S = 4.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def wait_for(probe, what: str, timeout_s: float = 60.0):

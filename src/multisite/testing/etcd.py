@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ServerError
+from .ports import free_port
 
 HEARTBEAT_MS = 50
 ELECTION_MS = 500
@@ -41,12 +41,6 @@ def etcd_binary() -> str:
     if path is None:
         raise ServerError("etcd is not installed: run `make setup` (Debian: apt-get install etcd-server)")
     return path
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _signal(p: subprocess.Popen, sig: int) -> None:

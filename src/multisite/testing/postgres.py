@@ -11,9 +11,10 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 from pathlib import Path
+
+from .ports import free_port
 
 
 def pg_bindir() -> Path | None:
@@ -23,12 +24,6 @@ def pg_bindir() -> Path | None:
         if c and os.path.exists(c) and os.path.exists(Path(c).parent / "initdb"):
             return Path(c).resolve().parent
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:

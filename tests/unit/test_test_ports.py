@@ -1,0 +1,30 @@
+"""The test harnesses' free ports (testing/ports.py) come from below the kernel's ephemeral range, where
+no outgoing connection can take one between the probe and the server's bind."""
+
+from __future__ import annotations
+
+import socket
+
+from multisite.testing import ports
+from multisite.testing.ports import LOWEST, ephemeral_range, free_port
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_can_be_bound():
+    lo, hi = ephemeral_range()
+    assert LOWEST < lo <= hi
+    ports = {free_port() for _ in range(20)}
+    assert all(LOWEST <= p < lo for p in ports)
+    assert len(ports) > 1  # picked at random, not one port for every caller
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports.pop()))
+
+
+def test_a_port_in_use_is_passed_over(monkeypatch):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_port()))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks = iter([taken, taken, taken - 1 if taken > LOWEST else taken + 1])
+        monkeypatch.setattr(ports._pick, "randrange", lambda lo, hi: next(picks))
+        assert free_port() not in (taken, None)
+        assert next(picks, "none left") == "none left"  # the taken port was tried, twice, and passed over
