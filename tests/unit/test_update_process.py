@@ -169,7 +169,9 @@ def test_apply_here_leaves_a_catch_up_backlog_and_a_failed_batch_to_the_thread(u
     up.pool.put(FrameRun.of([rec_frame(2), rec_frame(3), rec_frame(4)]), wake=False)
     assert up.apply_here() is None and up.db.seqno == 1  # a backlog: the thread's
     up.pool.wake()
-    until(lambda: up.db.seqno == 4, "seqno 4 by the thread")
+    # the thread moves the seqno before its journal write and fdatasync, and holds the pool's apply
+    # lock until they end: the loop's apply would not even try before that
+    until(lambda: up.db.seqno == 4 and not up.pool.apply_lock.locked(), "seqno 4 by the thread, and its apply ended")
     # A gap found on the loop: the batch goes back to the pool, and the thread, applying it again, finds
     # the gap and asks for the restart, as it always did.
     up.pool.put(FrameRun.of([rec_frame(6)]), wake=False)
