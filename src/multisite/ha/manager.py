@@ -213,6 +213,7 @@ class HAManager:
     async def _promote(self, view: View) -> None:
         if self.inst.state.get("receiver"):
             await self.inst.call("receiver.stop")
+        self.replication = self.cfg.replication_listen  # published as none while it has no receiver
         if self.inst.role != "primary":
             await self.inst.call("role", role="primary")
         await self.inst.refresh()
@@ -304,10 +305,16 @@ class HAManager:
         self.local = replace(self.local, rejoined_term=act.term, following=act.leader)
 
     async def _follow_receiver(self) -> None:
-        """A receiver on the published replication address (the leader's source connects to it)."""
+        """A receiver for the leader's source, on the configured address (``--replication``), whose
+        port 0 means a free port each time: never the port an earlier receiver of this member was
+        given. That port went back to the kernel when the receiver stopped (a promotion), and an
+        outgoing connection of any process may have been given it since, or left it in TIME_WAIT;
+        either makes a new bind on it fail (EADDRINUSE, SO_REUSEADDR or not), at every pass: a demoted
+        primary stayed a fenced primary with no receiver for good. The address bound is published,
+        and the leader's source follows it (``_sources``)."""
         if not self.inst.state.get("receiver"):
-            res = await self.inst.call("receiver.start", listen=self.replication, **FOLLOW_KW)
-            self.replication = res.get("listen", self.replication)
+            res = await self.inst.call("receiver.start", listen=self.cfg.replication_listen, **FOLLOW_KW)
+            self.replication = res.get("listen", self.cfg.replication_listen)
         await self.inst.refresh()
 
     def _event(self, what: str) -> None:
