@@ -309,7 +309,7 @@ class HACluster:
 
     def check_acknowledged(self, w: Writer) -> None:
         """Every acknowledged commit is on the primary or in a lost file; nothing refused is anywhere."""
-        rows = self.rows(self.primary())
+        rows = self.rows(self.wait_primary())  # waited for: under load a lease may lapse at this moment
         lost = self.lost_rows()
         missing = [i for i in w.acked if w.key(i) not in rows and w.key(i) not in lost]
         assert not missing, f"acknowledged commits silently lost: {missing[:10]} (of {len(missing)})"
