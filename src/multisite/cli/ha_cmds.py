@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from ..errors import ConfigError, ServerError
 from ..ha.coordinator import Coordinator
-from ..ha.decide import View, candidate, lacking
+from ..ha.decide import Member, View, candidate, lacking
 from ..ha.process import start_ha, stop_ha
 from ..instance.layout import Layout
 from ..net import control
@@ -24,6 +25,7 @@ from .output import HostPort, console, print_json, table
 
 SWITCHOVER_REQUEST_TTL_S = 30.0  # a switchover request nobody carries out expires
 SWITCHOVER_MAX_LAG_DEFAULT = 10_000  # transactions behind the primary a switchover target may be
+LEADER_RECORD_WAIT_S = 3.0  # a switchover waits this long at most for a leader's record newer than its first read
 
 
 @click.group()
@@ -158,6 +160,47 @@ def view_seqno(view: View, name: str) -> int:
     return next(m.seqno for m in view.members if m.name == name)
 
 
+def switchover_view(read: Callable[[], View], wait_s: float = LEADER_RECORD_WAIT_S,
+                    sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> View:
+    """The view a switchover is checked against: read (``read``) until the leader's record is one it
+    published after the first read (up to ``wait_s``). A leader publishes once a pass, every third of
+    its lease: a record read once may predate its last commits by that long, and the target's, which
+    a secondary publishes every 50 ms, then looked level with it. A loaded run switched over to a
+    member paused 30 commits behind (the leader's record 30 behind its journal too): the primary
+    stopped its commits for HANDOVER_TIMEOUT_S waiting for a confirmation that could not come."""
+    first = read()
+    lead = _leader_record(first)
+    view, deadline = first, clock() + wait_s
+    while lead is not None and clock() < deadline:
+        sleep(0.05)
+        view = read()
+        now = _leader_record(view)
+        if now is None or now != lead:  # republished (its lease_left_s alone changes at each pass), or gone
+            break
+    return view
+
+
+def _leader_record(view: View) -> Member | None:
+    return next((m for m in view.members if view.leader and m.name == view.leader.name), None)
+
+
+def check_switchover(view: View, cluster: str, to: str, max_lag: int) -> None:
+    """ConfigError (ServerError with no leader) when ``to`` cannot be switched over to now."""
+    names = [m.name for m in view.members]
+    if to not in names:
+        raise ConfigError(f"switchover --to {to!r}: not a member of cluster {cluster!r} "
+                          f"(its members are {', '.join(names) or 'none'})")
+    if view.leader is None:
+        raise ServerError(f"cluster {cluster!r} has no leader now: a failover is under way; try again")
+    if view.leader.name == to:
+        raise ConfigError(f"switchover --to {to!r}: it is the primary already")
+    lag = view_seqno(view, view.leader.name) - view_seqno(view, to)
+    if lag > max_lag:
+        raise ConfigError(f"switchover --to {to!r}: it lags the primary {view.leader.name} by {lag:,} transactions "
+                          f"(more than --max-lag {max_lag:,}); wait for it to catch up")
+
+
 @ha.command("switchover")
 @click.option("--cluster", required=True)
 @click.option("--etcd", required=True, metavar="URLS")
@@ -171,19 +214,7 @@ def switchover_cmd(cluster: str, etcd: str, to: str, max_lag: int, timeout: floa
 
     Example: multisite ha switchover --cluster orders --etcd http://127.0.0.1:2379 --to B
     """
-    view = _view(cluster, etcd)
-    names = [m.name for m in view.members]
-    if to not in names:
-        raise ConfigError(f"switchover --to {to!r}: not a member of cluster {cluster!r} "
-                          f"(its members are {', '.join(names) or 'none'})")
-    if view.leader is None:
-        raise ServerError(f"cluster {cluster!r} has no leader now: a failover is under way; try again")
-    if view.leader.name == to:
-        raise ConfigError(f"switchover --to {to!r}: it is the primary already")
-    lag = view_seqno(view, view.leader.name) - view_seqno(view, to)
-    if lag > max_lag:
-        raise ConfigError(f"switchover --to {to!r}: it lags the primary {view.leader.name} by {lag:,} transactions "
-                          f"(more than --max-lag {max_lag:,}); wait for it to catch up")
+    check_switchover(switchover_view(lambda: _view(cluster, etcd)), cluster, to, max_lag)
     coord = Coordinator(cluster, etcd, name="(cli)", ttl_s=1.0)
     t0 = time.monotonic()
     asyncio.run(coord.request_switchover(to, SWITCHOVER_REQUEST_TTL_S))
