@@ -23,6 +23,7 @@ import contextlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -143,6 +144,7 @@ class HACluster:
         self.ttl_s, self.min_confirm, self.cluster, self.durability = ttl_s, min_confirm, cluster, durability
         self.hosts = hosts
         self.ports: dict[str, int] = {}
+        self._held: dict[str, socket.socket] = {}  # client ports of lost hosts (``_hold_port``)
 
     def on(self, name: str) -> contextlib.AbstractContextManager:
         """Within: the calling thread is in the member's network namespace (when it has one)."""
@@ -171,6 +173,9 @@ class HACluster:
     def start_host(self, name: str) -> None:
         """The member's server (its client port kept across restarts) and its manager."""
         port, host = self.ports.get(name, 0), self.host(name)
+        held = self._held.pop(name, None)
+        if held is not None:
+            held.close()
         with self.on(name):  # no users: a port on a namespace's address is open to the test's hosts only
             info = start_server(self.root(name), f"{host}:{port}", insecure=self.hosts is not None)
             self.ports[name] = info["client_port"]
@@ -194,6 +199,24 @@ class HACluster:
             _signal(pid, signal.SIGKILL)
         for pid in self.pids(name):
             wait_dead(pid)
+        self._hold_port(name)
+
+    def _hold_port(self, name: str) -> None:
+        """Keep a lost member's client port bound (not listening) until ``start_host``: the writer's
+        addresses name it, and a port nothing is bound to may be given to any outgoing connection of
+        the machine meanwhile, or left in TIME_WAIT by one, and the restarted server then cannot listen
+        on it (EADDRINUSE: a loaded fault round failed so). connect() never picks a port a socket is
+        bound to."""
+        if self.hosts is not None or name not in self.ports or name in self._held:
+            return
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # beside the old server's TIME_WAITs
+        try:
+            s.bind((self.host(name), self.ports[name]))
+        except OSError:
+            s.close()  # taken already: the restart says so
+            return
+        self._held[name] = s
 
     def restart_host(self, name: str) -> None:
         run_file(self.root(name)).unlink(missing_ok=True)
@@ -220,6 +243,9 @@ class HACluster:
                         stop_server(self.root(n), 5)
             except MultisiteError:
                 self.lose_host(n)
+        for s in self._held.values():
+            s.close()
+        self._held.clear()
 
     # -- observing ----------------------------------------------------------------------------------
     def status(self, name: str) -> dict | None:
