@@ -147,7 +147,13 @@ class Core:
             # A supplementary instance counts its own transactions on stream 0 (GT.M's {102,0,11});
             # elsewhere the stream seqno of a local transaction is its seqno.
             stream_seqno = self.stream_seqnos.get(0, 0) + 1 if self.info.supplementary else seqno
-        rec = Record(seqno, stream, stream_seqno, origin or self.name, commit_time or time.time(), updates)
+        if commit_time is None:  # a local commit: its time is taken now
+            commit_time = time.time()
+            if self.lease_until is not None:
+                # Checked again after the time is taken: a pause (SIGSTOP, a stalled VM) after
+                # ``prepare``'s check would otherwise date the record after another member took over.
+                self.check_lease()
+        rec = Record(seqno, stream, stream_seqno, origin or self.name, commit_time, updates)
         payload = encode_payload(rec)
         limit = journal_records.MAX_RECORD_BYTES
         if len(payload) > limit:
