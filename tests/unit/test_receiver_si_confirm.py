@@ -116,3 +116,75 @@ def test_a_stream_seqno_as_of_a_hardened_position():
     assert marked(marks, 12, 5, hard=11) == ((12, 5),)
     assert marked(marks, 10, 4, hard=6) == ((7, 2), (10, 4))  # a write undone (its position reused) goes
     assert seqno_as_of(marks, current=1, hard=6) == 1  # rolled back below the marks: the stream now
+
+
+class Gate:
+    """The writer's fsync lock, with hooks to order the two threads deterministically."""
+
+    def __init__(self, t1_trying: threading.Event, t1_in: threading.Event):
+        self.lock = threading.Lock()
+        self.t1_trying, self.t1_in = t1_trying, t1_in
+
+    def __enter__(self):
+        if threading.current_thread().name == "T1-harden":
+            self.t1_trying.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        if threading.current_thread().name == "T2-apply":
+            # the harden thread takes the lock and starts its fdatasync before sync() stores its seqno
+            self.t1_in.wait(0.5)
+
+
+def test_the_hard_position_never_goes_back_when_an_apply_sync_and_a_commit_harden_interleave(tmp_path):
+    """``sync`` (an SI apply, under the commit lock) stored the journal's hard position after it released
+    the fsync lock; a ``harden`` of a lower token (a local commit, without the commit lock) that took the
+    lock in between stored its own target after it: the position went back below what was hard, and the
+    SI confirmation, read as of it, stayed below the stream's hardened transaction (found by review)."""
+    db = multisite.open(multisite.create(tmp_path / "P", "P", supplementary=True, durability="group"))
+    try:
+        db.create_region("acct")
+        db.set("acct", ("own",), 1)  # seqno 1, hard
+        j = db._core.journal
+        # A local commit (stream 0), written, its fdatasync not yet run: what the client listener does
+        prep = db.prepare([[(SET, "acct", ("own", 2), b"\x01")]])
+        token = prep.write()
+        assert (j.written_seqno, j.durable_seqno) == (2, 1)
+
+        t2_in, t1_trying, t1_in = threading.Event(), threading.Event(), threading.Event()
+        real = j._fdatasync
+
+        def fdatasync(fd):
+            name = threading.current_thread().name
+            if name == "T2-apply":
+                t2_in.set()
+                assert t1_trying.wait(5)
+                time.sleep(0.05)  # T1 is blocked on the fsync lock
+            elif name == "T1-harden":
+                t1_in.set()
+                deadline = time.monotonic() + 5
+                while j.durable_seqno < 3 and time.monotonic() < deadline:  # sync() stores 3 meanwhile
+                    time.sleep(0.001)
+            real(fd)
+
+        j._fdatasync = fdatasync
+        j._fsync_lock = Gate(t1_trying, t1_in)
+        t2 = threading.Thread(target=db.apply_records, args=([source_record(1)],), kwargs={"si_stream": STREAM},
+                              name="T2-apply")
+        t2.start()
+        assert t2_in.wait(5)
+        t1 = threading.Thread(target=db.harden, args=(token,), name="T1-harden")
+        t1.start()
+        t1.join(10)
+        t2.join(10)
+        j._fdatasync = real
+
+        assert j.written_seqno == 3 and db.seqno == 3
+        assert db.stream_seqno(STREAM) == 1  # applied, journaled and fdatasynced (by sync())
+        rec = ReceiverServer.__new__(ReceiverServer)
+        rec.db, rec.update = db, SimpleNamespace(si_stream=STREAM)
+        assert j.durable_seqno >= 3, f"durable_seqno went back to {j.durable_seqno} (written 3, all of it fdatasynced)"
+        assert rec._applied_seqno() == 1
+    finally:
+        db.close()

@@ -164,7 +164,7 @@ class JournalWriter:
             if self.durable_seqno < target:
                 self._fdatasync(fd)
                 self.fsyncs += 1
-                self.durable_seqno = target
+                self.durable_seqno = target  # under the lock, and below it only ``sync`` moves it, also under it
 
     def sync(self) -> None:
         """Harden everything written so far (any mode). Caller holds the commit lock. After a failed
@@ -175,9 +175,10 @@ class JournalWriter:
             raise JournalError(f"the journal writer of {self.dir} failed earlier ({self.broken}); nothing written "
                                f"since its last hard point is known to be on disk: reopen the instance")
         if self.durable_seqno < self.written_seqno or self.durability is Durability.NONE:
-            with self._fsync_lock:
+            target = self.written_seqno
+            with self._fsync_lock:  # moved under the lock: a ``harden`` of a lower target must not lower it after
                 self._fdatasync(self._fd)
-            self.durable_seqno = self.written_seqno
+                self.durable_seqno = max(self.durable_seqno, target)
 
     def _fdatasync(self, fd: int) -> None:
         """fdatasync; a failure stops the writer: the records it covers may not be on disk, and the
