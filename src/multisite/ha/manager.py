@@ -213,7 +213,9 @@ class HAManager:
     async def _promote(self, view: View) -> None:
         if self.inst.state.get("receiver"):
             await self.inst.call("receiver.stop")
-        self.replication = self.cfg.replication_listen  # published as none while it has no receiver
+        # the address of no receiver now: with port 0 (the default) it is published as none (``_publish``);
+        # a fixed --replication address stays published, and a new leader's source retries it until it rejoins
+        self.replication = self.cfg.replication_listen
         if self.inst.role != "primary":
             await self.inst.call("role", role="primary")
         await self.inst.refresh()
