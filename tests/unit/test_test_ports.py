@@ -21,10 +21,17 @@ def test_a_free_port_is_below_the_ephemeral_range_and_can_be_bound():
 
 def test_a_port_in_use_is_passed_over(monkeypatch):
     with socket.socket() as held:
-        held.bind(("127.0.0.1", free_port()))
+        held.bind(("127.0.0.1", 0))  # not one free_port gave: only the bind can tell it is taken
         held.listen()
         taken = held.getsockname()[1]
         picks = iter([taken, taken, taken - 1 if taken > LOWEST else taken + 1])
         monkeypatch.setattr(ports._pick, "randrange", lambda lo, hi: next(picks))
         assert free_port() not in (taken, None)
         assert next(picks, "none left") == "none left"  # the taken port was tried, twice, and passed over
+
+
+def test_one_process_is_never_given_the_same_port_twice(monkeypatch):
+    first = free_port()
+    picks = iter([first, first + 1 if first + 1 < ephemeral_range()[0] else first - 1])
+    monkeypatch.setattr(ports._pick, "randrange", lambda lo, hi: next(picks))
+    assert free_port() != first  # free again (nothing bound it), but given already

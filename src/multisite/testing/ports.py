@@ -16,6 +16,7 @@ import socket
 LOWEST = 10_000  # below it: ports services are often configured on
 EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range, when /proc does not say
 _pick = random.SystemRandom()
+_given: set[int] = set()  # ports this process was given: two asks in a row (a server's two ports) never get one twice
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -33,12 +34,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     lo = ephemeral_range()[0]
     for _ in range(100 if lo - LOWEST >= 1000 else 0):
         port = _pick.randrange(LOWEST, lo)
+        if port in _given:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return port
+        _given.add(port)
+        return port
     with socket.socket() as s:  # no room below the range (or all taken): the kernel's pick
         s.bind((host, 0))
         return s.getsockname()[1]
