@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from multisite.testing.cluster import Cluster
+from multisite.testing.faultproxy import ProxyProcess
 from multisite.testing.scenario import commit, labels, lost_files, lost_labels, wait_for, wait_has
 
 
@@ -64,3 +67,40 @@ def test_a_cascaded_secondary_learns_the_history_record_of_its_promoted_source(c
     wait_has(c, "A3")
     assert labels(c) == labels(a) == ["A1", "A2", "A3"]
     assert lost_labels(c) == [["B1"]]
+
+
+def test_a_fetchresync_beside_a_live_stream_from_that_source_rolls_back_nothing(cluster):
+    """A secondary's HA rejoin runs rollback --fetchresync against the primary whose stream it is
+    already receiving. The primary's Hello was fetched first, and batches the secondary applied
+    after it (and confirmed) made it look ahead of the primary: the rollback cut them, though the
+    primary had them and --min-confirm had acknowledged them (a seeded HA round lost 3 so). Nothing
+    is applied from the stream while a rollback is decided; here the Hello's answer is delayed (a
+    fault proxy) while the primary commits on."""
+    a = cluster.instance("A", group="g")
+    b = cluster.instance("B", group="g")
+    cluster.link(a, b)
+    commit(a, "A0")
+    wait_has(b, "A0")
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 1
+        while not stop.is_set():
+            commit(a, f"A{i}")
+            i += 1
+
+    with ProxyProcess("127.0.0.1", a.client_port) as proxy:
+        proxy.delay(0.3, direction="downstream")  # the Hello's answer comes 0.3 s after A read its seqno
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        try:
+            for _ in range(3):
+                rep = b.call("rollback", fetchresync=proxy.address)
+                assert rep["rolled_back"] == 0, rep
+        finally:
+            stop.set()
+            t.join(10)
+    assert lost_files(b) == []
+    last = labels(a)[-1]
+    wait_has(b, last, timeout_s=10)
+    assert labels(b) == labels(a)

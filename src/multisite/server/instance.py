@@ -436,17 +436,26 @@ class InstanceServer(ServerMinConfirm):
                            fetch_tls_ca: str | None = None) -> dict:
         loop = asyncio.get_running_loop()
         receiving = self.receiver is not None
+        held = False
         if receiving:
             # The receiver applies streamed batches on this loop: not while the resync holds the commit
-            # lock (the loop would wait for it); the Update Process's thread takes them meanwhile.
+            # lock (the loop would wait for it).
             self.update.loop_applies = False
             self.receive_pool.clear(self.db.seqno)
         try:
             if receiving:
-                await loop.run_in_executor(None, self.receive_pool.quiesce)
+                # Nothing is applied from the stream until the rollback is decided and done: the
+                # source's Hello is fetched first, and a batch applied after it (from that very source,
+                # in its new term) made this instance look ahead of it, so the rollback cut transactions
+                # it had confirmed, and --min-confirm had acknowledged (a seeded HA round lost 3 so).
+                await loop.run_in_executor(None, self.receive_pool.apply_lock.acquire)
+                held = True
             primary = await loop.run_in_executor(None, fetch_hello, fetchresync, fetch_tls_ca) if fetchresync else None
             rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
         finally:
+            if held:
+                self.receive_pool.clear(self.db.seqno)  # what came meanwhile: sent again after the restart
+                self.receive_pool.apply_lock.release()
             self.update.loop_applies = True
             if self.receiver is not None:
                 # The receive pool was emptied: what it held must be sent again, rolled back or not
