@@ -27,6 +27,7 @@ from ..net.tls import parse_hostport
 
 FAILOVER_TIMEOUT_S = 30.0  # a multi-host client looks this long for a primary before giving up
 PRIMARY_POLL_S = 0.05  # between two rounds over the addresses while none is the primary
+FETCH_HELLO_TIMEOUT_S = 5.0  # --fetchresync's question to the source: the receiver applies nothing meanwhile
 CONNECT_TIMEOUT_S = 2.0  # one address of a multi-host string: a member that does not answer is skipped
 RETRIED_OPS = frozenset({"get", "items", "info", "history", "regions"})  # safe to send again elsewhere
 
@@ -376,7 +377,7 @@ def fetch_hello(address: str, tls_ca: str | None = None) -> Hello:
     """The instance server at ``address`` describes itself as a source would (for --fetchresync). The
     ``history`` op needs no authentication; with ``tls_ca`` the connection is TLS, the server's
     certificate checked against the CA but not against the host name (as on the replication links)."""
-    with RemoteDatabase(address, tls_ca=tls_ca, tls_check_hostname=False) as remote:
+    with RemoteDatabase(address, FETCH_HELLO_TIMEOUT_S, tls_ca=tls_ca, tls_check_hostname=False) as remote:
         h = remote._call("history")
     return Hello(version=PROTOCOL_VERSION, name=h["name"], group=h["group"], supplementary=h["supplementary"],
                  role=h["role"], seqno=h["seqno"], history=[HistoryEntry(*e) for e in h["history"]])

@@ -432,35 +432,39 @@ class InstanceServer(ServerMinConfirm):
         for s in self.sources.values():
             s.kick()
 
+    def _resync_frozen(self, resync: int | None, fetchresync: str | None, fetch_tls_ca: str | None):
+        """The rollback, in a worker thread, with nothing applied from the stream from before the
+        source's Hello is fetched until it is done (a batch applied after the Hello makes this instance
+        look ahead of that source, and the rollback cut what it had confirmed). This thread takes and
+        releases ``apply_lock`` itself: a cancelled control request cannot leave it held, nor release it
+        while the rollback runs. Taken with or without a receiver: one started meanwhile waits too."""
+        with self.receive_pool.apply_lock:
+            try:
+                primary = fetch_hello(fetchresync, fetch_tls_ca) if fetchresync else None
+                return resync_instance(self.db, resync, primary, fetchresync or "")
+            finally:
+                self.receive_pool.clear(self.db.seqno)  # what came meanwhile: sent again after the restart
+
     async def ctl_rollback(self, resync: int | None = None, fetchresync: str | None = None,
                            fetch_tls_ca: str | None = None) -> dict:
         loop = asyncio.get_running_loop()
-        receiving = self.receiver is not None
-        held = False
-        if receiving:
-            # The receiver applies streamed batches on this loop: not while the resync holds the commit
-            # lock (the loop would wait for it).
-            self.update.loop_applies = False
-            self.receive_pool.clear(self.db.seqno)
-        try:
-            if receiving:
-                # Nothing is applied from the stream until the rollback is decided and done: the
-                # source's Hello is fetched first, and a batch applied after it (from that very source,
-                # in its new term) made this instance look ahead of it, so the rollback cut transactions
-                # it had confirmed, and --min-confirm had acknowledged (a seeded HA round lost 3 so).
-                await loop.run_in_executor(None, self.receive_pool.apply_lock.acquire)
-                held = True
-            primary = await loop.run_in_executor(None, fetch_hello, fetchresync, fetch_tls_ca) if fetchresync else None
-            rep = await loop.run_in_executor(None, resync_instance, self.db, resync, primary, fetchresync or "")
-        finally:
-            if held:
-                self.receive_pool.clear(self.db.seqno)  # what came meanwhile: sent again after the restart
-                self.receive_pool.apply_lock.release()
-            self.update.loop_applies = True
+        self.receive_pool.clear(self.db.seqno)
+        job = loop.run_in_executor(None, self._resync_frozen, resync, fetchresync, fetch_tls_ca)
+
+        def done(_=None) -> None:
             if self.receiver is not None:
                 # The receive pool was emptied: what it held must be sent again, rolled back or not
                 # (a no-op rollback left the connection up, and the frames it had delivered were lost).
                 self.receiver.restart_stream()
+        try:
+            rep = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(done)  # the thread goes on: the stream restarts once it is done
+            raise
+        except BaseException:
+            done()
+            raise
+        done()
         if rep.rolled_back:
             self.log.warning("%s", rep.summary())
             self.kick_sources()

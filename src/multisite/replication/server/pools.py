@@ -107,7 +107,8 @@ class ReceivePool:
         self._cond = threading.Condition()
         self.generation = 0  # bumped by clear(): batches taken before it must not be applied
         # Held while a batch is taken and applied (by the Update Process's thread, or on the receiver's
-        # loop, ``UpdateProcess.apply_here``): batches are taken and applied in order, one applier at a time.
+        # loop, ``UpdateProcess.apply_here``): batches are taken and applied in order, one applier at a time;
+        # and by a rollback, from before its source's Hello is fetched until it is done (``InstanceServer``).
         self.apply_lock = threading.Lock()
         self.on_drained = None  # called (by whoever took, under apply_lock) when bytes fall below low
 
