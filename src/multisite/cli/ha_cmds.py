@@ -176,9 +176,9 @@ def switchover_view(read: Callable[[], View], wait_s: float = LEADER_RECORD_WAIT
         sleep(0.05)
         view = read()
         now = _leader_record(view)
-        if now is None or now != lead:  # republished (its lease_left_s alone changes at each pass), or gone
-            break
-    return view
+        if now is not None and now != lead:  # republished (its lease_left_s alone changes at each pass)
+            return view
+    return view if _leader_record(view) is not None else first
 
 
 def _leader_record(view: View) -> Member | None:
@@ -195,6 +195,9 @@ def check_switchover(view: View, cluster: str, to: str, max_lag: int) -> None:
         raise ServerError(f"cluster {cluster!r} has no leader now: a failover is under way; try again")
     if view.leader.name == to:
         raise ConfigError(f"switchover --to {to!r}: it is the primary already")
+    if view.leader.name not in names:  # the key is held, its holder's record not (yet) published
+        raise ServerError(f"cluster {cluster!r}: the primary {view.leader.name} has not published its record yet; "
+                          f"try again")
     lag = view_seqno(view, view.leader.name) - view_seqno(view, to)
     if lag > max_lag:
         raise ConfigError(f"switchover --to {to!r}: it lags the primary {view.leader.name} by {lag:,} transactions "
