@@ -144,9 +144,8 @@ def test_apply_here_applies_in_order_once_measured_and_not_while_stopped(up):
     until(lambda: up.status()["applied"] == 2, "2 applied by the thread")
     up.pool.put(FrameRun.of([rec_frame(2), rec_frame(3)]), wake=False)  # 2 again (a resend), then 3
     up.pool.put(FrameRun.of([rec_frame(4)]), wake=False)
-    up.loop_applies = False  # a rollback holds the commit lock: the loop must not wait for it
-    assert up.apply_here() is None and up.db.seqno == 2
-    up.loop_applies = True
+    with up.pool.apply_lock:  # a rollback holds it (and the commit lock): the loop must not wait for it
+        assert up.apply_here() is None and up.db.seqno == 2
     assert up.apply_here() == 2
     assert up.db.seqno == 4 and len(up.pool) == 0 and up.status()["applied_here"] == 2
     assert [k for k, _ in up.db.items("acct")] == [("k", s) for s in range(1, 5)]

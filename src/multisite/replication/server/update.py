@@ -64,9 +64,6 @@ class UpdateProcess:
         # (generation, seqno before, error) of that failure: the thread handles it as its own instead of
         # applying again (a failure after the journal write, an fdatasync, left the batch applied)
         self._failed_here: tuple[int, int, Exception] | None = None
-        # False while something holds the commit lock for long (a rollback): the receiver's loop must
-        # not wait for it, so apply_here leaves the batches to the thread.
-        self.loop_applies = True
         self._full_since: float | None = None  # when the disk was found full (None: applying normally)
         self._pause = STORAGE_RETRY_MIN_S
 
@@ -175,7 +172,7 @@ class UpdateProcess:
         error as its own (a gap, a full disk, a record it cannot apply, a failed fdatasync) without
         applying the batch first: one that failed after its journal write is applied already, and
         applying it again would find nothing to do and pass for a success."""
-        ready = (self.loop_applies and self.running and not self._stop.is_set() and self._full_since is None
+        ready = (self.running and not self._stop.is_set() and self._full_since is None
                  and not self._handed_back)
         if not self.place.ok(len(self.pool), ready) or not self.pool.apply_lock.acquire(blocking=False):
             return None
