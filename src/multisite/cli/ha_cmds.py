@@ -195,10 +195,11 @@ def check_switchover(view: View, cluster: str, to: str, max_lag: int) -> None:
         raise ServerError(f"cluster {cluster!r} has no leader now: a failover is under way; try again")
     if view.leader.name == to:
         raise ConfigError(f"switchover --to {to!r}: it is the primary already")
-    if view.leader.name not in names:  # the key is held, its holder's record not (yet) published
+    lead = _leader_record(view)
+    if lead is None:  # the key is held, its holder's record not (yet) published
         raise ServerError(f"cluster {cluster!r}: the primary {view.leader.name} has not published its record yet; "
                           f"try again")
-    lag = view_seqno(view, view.leader.name) - view_seqno(view, to)
+    lag = lead.seqno - view_seqno(view, to)
     if lag > max_lag:
         raise ConfigError(f"switchover --to {to!r}: it lags the primary {view.leader.name} by {lag:,} transactions "
                           f"(more than --max-lag {max_lag:,}); wait for it to catch up")
