@@ -11,6 +11,13 @@ commit and the next one's first at least the fence margin (``decide.FENCE_MARGIN
 lease) after a failover; a switchover closes commits before it hands over, so its gap is only positive.
 The times are the machine's wall clock, which every member shares (namespaces included).
 
+A member can lose the lead and win it back with nothing of the other leader's term in its own journal
+(that leader's commits were never shipped and ended in its lost file), so one of its runs can hold two
+terms. A run is cut between two consecutive commits when another origin's whole period lies strictly
+between them and they are more than the fence margin apart (``split_terms``): taking the lead back from
+a leader that committed in between takes at least that margin, while a stale primary's commit amid the
+new leader's stream sits milliseconds from its neighbours and is still caught.
+
 **Acknowledged commits.** A writer's acknowledged commit is on the final primary, or (without
 ``--min-confirm``) in a lost file; with ``--min-confirm 1`` it is on the final primary.
 
@@ -22,7 +29,7 @@ no key journaled twice, no read that missed a commit already acknowledged to the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -42,6 +49,7 @@ class Period:
     first_time: float
     last_time: float
     where: str  # "A journal", "A lost 2026...mslost"
+    times: tuple[float, ...] = field(default=(), compare=False, repr=False)  # each commit's, in seqno order
 
     def overlaps(self, other: "Period") -> bool:
         return self.first_time <= other.last_time and other.first_time <= self.last_time
@@ -62,8 +70,30 @@ def runs(rows: Iterable[tuple[int, str, float]], where: str) -> list[Period]:
 
 
 def _period(rows: list[tuple[int, str, float]], where: str) -> Period:
-    times = [t for _, _, t in rows]
-    return Period(rows[0][1], rows[0][0], rows[-1][0], min(times), max(times), where)
+    times = tuple(t for _, _, t in rows)
+    return Period(rows[0][1], rows[0][0], rows[-1][0], min(times), max(times), where, times)
+
+
+def split_terms(periods: list[Period], min_gap_s: float) -> list[Period]:
+    """``periods`` with each cut where it holds two terms of its origin: between two consecutive commits
+    more than ``min_gap_s`` apart with another origin's whole period strictly between them."""
+    out = []
+    for p in periods:
+        others = [q for q in periods if q.origin != p.origin]
+        start = 0
+        for i in range(len(p.times) - 1):
+            lo, hi = p.times[i], p.times[i + 1]
+            if hi - lo > min_gap_s and any(lo < q.first_time and q.last_time < hi for q in others):
+                out.append(_sub(p, start, i + 1))
+                start = i + 1
+        out.append(_sub(p, start, len(p.times)) if start else p)
+    return out
+
+
+def _sub(p: Period, start: int, stop: int) -> Period:
+    """Commits ``start:stop`` of ``p`` (seqnos of a run are consecutive)."""
+    times = p.times[start:stop]
+    return Period(p.origin, p.first_seqno + start, p.first_seqno + stop - 1, min(times), max(times), p.where, times)
 
 
 def leadership_periods(roots: Iterable[Path]) -> list[Period]:
@@ -78,10 +108,11 @@ def leadership_periods(roots: Iterable[Path]) -> list[Period]:
     return out
 
 
-def check_one_primary_at_a_time(periods: list[Period]) -> float | None:
-    """AssertionError naming two periods of different origins whose commit times overlap; else the
-    smallest gap between the end of one origin's period and the start of another's that follows it
-    (None with a single origin)."""
+def check_one_primary_at_a_time(periods: list[Period], margin_s: float) -> float | None:
+    """AssertionError naming two periods of different origins whose commit times overlap, once runs are
+    cut into terms (``split_terms``, at the fence margin ``margin_s``); else the smallest gap between the
+    end of one origin's period and the start of another's that follows it (None with a single origin)."""
+    periods = split_terms(periods, margin_s)
     gaps = []
     for i, a in enumerate(periods):
         for b in periods[i + 1:]:
