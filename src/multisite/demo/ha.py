@@ -70,10 +70,10 @@ def _story(console: Console, c: HACluster, coord: Coordinator) -> bool:
     lost = list_lost_files(c.root(first) / "lost")
     console.print(f"{first} came back and rejoined as a secondary: "
                   + (f"its unreplicated transactions are in {lost[-1].name}" if lost else "it had nothing unreplicated"))
-    if c.wait_primary() == first:  # its leader's lease lapsed (a loaded machine) and it took the key back
+    if c.wait_primary() == first or not _switchover(c, first):
+        # its leader's lease lapsed (a loaded machine) and it took the key back, before or during the ask
         console.print(f"{first} took the leader key back by itself (the leader's lease lapsed): no switchover needed")
     else:
-        _switchover(c, first)
         c.wait_primary()
         console.print(f"switchover back to {first}: done, {first} is primary, nothing went to a lost file")
     c.wait_followers()
@@ -104,15 +104,18 @@ def _board(console: Console, c: HACluster, w, when: str) -> None:
     console.print(f"[dim]{when}:[/] " + " | ".join(rows) + f" | writer: {len(w.acked)} acknowledged")
 
 
-def _switchover(c: HACluster, to: str, timeout_s: float = 15.0) -> None:
+def _switchover(c: HACluster, to: str, timeout_s: float = 15.0) -> bool:
     """``ha switchover --to``, asked again while the cluster answers that a failover is under way (a
-    leader's lease that lapsed on a loaded machine: no leader for a moment), as a user would."""
+    leader's lease that lapsed on a loaded machine: no leader for a moment), as a user would. False when
+    ``to`` had become the primary by itself before the ask (the same lapse, the other way)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             c.cli("ha", "switchover", "--cluster", c.cluster, "--etcd", c.etcd, "--to", to)
-            return
+            return True
         except MultisiteError as e:
+            if "it is the primary already" in e.message:
+                return False
             if "try again" not in e.message or time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
