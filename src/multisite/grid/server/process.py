@@ -58,12 +58,18 @@ def _tail(root: Path, what: str) -> str:
 
 
 def _wait_ready(proc: subprocess.Popen, root: Path, what: str) -> dict:
+    """The run file of the started process ``proc`` once it answers; ServerError with its log's last error
+    if it exits first. A refused process answers for a moment while it stops and has removed its run file
+    (or not finished writing it): the next pass sees it exit."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ServerError(f"the {what} in {root} exited at start (status {proc.returncode}): {_tail(root, what)}")
         if _running(root):
-            info = json.loads((root / "run" / f"{what}.json").read_text())
+            try:
+                info = json.loads((root / "run" / f"{what}.json").read_text())
+            except (FileNotFoundError, ValueError):
+                info = {}
             if info.get("pid") == proc.pid:
                 return info
         time.sleep(0.05)
