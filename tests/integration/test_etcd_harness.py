@@ -185,7 +185,8 @@ def test_a_watch_opened_while_the_first_member_is_paused_starts_on_another(tmp_p
                 async with c.watch_prefix("w/") as events:
                     took = time.monotonic() - t0
                     await asyncio.sleep(2 * c.timeout_s + 0.5)
-                    await asyncio.to_thread(lambda: asyncio.run(EtcdClient(events.url).put("w/b", "2")))
+                    writer = EtcdClient(events.url, timeout_s=10.0)  # the event's source, not under test: patient
+                    await asyncio.to_thread(lambda: asyncio.run(writer.put("w/b", "2")))
                     return events.url, took, (await asyncio.wait_for(anext(events), 5)).kv.key
             url, took, key = run(asyncio.wait_for(watch(), 3 * c.timeout_s + 5))
             assert url != urls[paused] and key == "w/b"
