@@ -99,7 +99,7 @@ def test_a_primary_cut_off_is_fenced_within_its_lease_replaced_and_rejoins_with_
     c.stop()
 
     periods = leadership_periods(c.root(n) for n in MEMBERS)
-    gap = check_one_primary_at_a_time(periods, TIMING.margin_s)
+    gap = check_one_primary_at_a_time(periods)
     last_old = max(p.last_time for p in periods if p.origin == old)
     first_of_new = min(p.first_time for p in periods if p.origin == new)
     print(f"\npartition: {old} cut at 0; its last commit at {last_old - cut_wall:+.3f} s (fence deadline at most "

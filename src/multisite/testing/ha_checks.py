@@ -12,11 +12,12 @@ lease) after a failover; a switchover closes commits before it hands over, so it
 The times are the machine's wall clock, which every member shares (namespaces included).
 
 A member can lose the lead and win it back with nothing of the other leader's term in its own journal
-(that leader's commits were never shipped and ended in its lost file), so one of its runs can hold two
-terms. A run is cut between two consecutive commits when another origin's whole period lies strictly
-between them and they are more than the fence margin apart (``split_terms``): taking the lead back from
-a leader that committed in between takes at least that margin, while a stale primary's commit amid the
-new leader's stream sits milliseconds from its neighbours and is still caught.
+(that leader's commits were never shipped and ended in its lost file), so one run of records can hold
+two of its terms. Every promotion starts a history record in the instance file (``root_primary`` from
+``start_seqno`` on: ``replication.roles.change_role``, and ``cut_at`` after a rollback), which the
+members replicate; a run is cut where one of its origin's records starts (``term_starts``). A stale
+primary's commits never start a record, so they stay in the run they overlap, however sparse the new
+leader's stream is.
 
 **Acknowledged commits.** A writer's acknowledged commit is on the final primary, or (without
 ``--min-confirm``) in a lost file; with ``--min-confirm 1`` it is on the final primary.
@@ -29,10 +30,12 @@ no key journaled twice, no read that missed a commit already acknowledged to the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..instance.instance_file import load as load_instance_file
+from ..instance.layout import Layout
 from ..journal.lostfile import LostFile, list_lost_files
 from ..journal.reader import iter_records
 from ..values import decode_value
@@ -49,18 +52,19 @@ class Period:
     first_time: float
     last_time: float
     where: str  # "A journal", "A lost 2026...mslost"
-    times: tuple[float, ...] = field(default=(), compare=False, repr=False)  # each commit's, in seqno order
 
     def overlaps(self, other: "Period") -> bool:
         return self.first_time <= other.last_time and other.first_time <= self.last_time
 
 
-def runs(rows: Iterable[tuple[int, str, float]], where: str) -> list[Period]:
-    """Periods of ``(seqno, origin, time)`` rows in seqno order."""
+def runs(rows: Iterable[tuple[int, str, float]], where: str,
+         starts: frozenset[tuple[str, int]] = frozenset()) -> list[Period]:
+    """Periods of ``(seqno, origin, time)`` rows in seqno order; a period also ends before a row whose
+    ``(origin, seqno)`` is in ``starts`` (a new term of that origin: ``term_starts``)."""
     out: list[Period] = []
     cur: list[tuple[int, str, float]] = []
     for row in rows:
-        if cur and row[1] != cur[0][1]:
+        if cur and (row[1] != cur[0][1] or (row[1], row[0]) in starts):
             out.append(_period(cur, where))
             cur = []
         cur.append(row)
@@ -70,49 +74,37 @@ def runs(rows: Iterable[tuple[int, str, float]], where: str) -> list[Period]:
 
 
 def _period(rows: list[tuple[int, str, float]], where: str) -> Period:
-    times = tuple(t for _, _, t in rows)
-    return Period(rows[0][1], rows[0][0], rows[-1][0], min(times), max(times), where, times)
+    times = [t for _, _, t in rows]
+    return Period(rows[0][1], rows[0][0], rows[-1][0], min(times), max(times), where)
 
 
-def split_terms(periods: list[Period], min_gap_s: float) -> list[Period]:
-    """``periods`` with each cut where it holds two terms of its origin: between two consecutive commits
-    more than ``min_gap_s`` apart with another origin's whole period strictly between them."""
-    out = []
-    for p in periods:
-        others = [q for q in periods if q.origin != p.origin]
-        start = 0
-        for i in range(len(p.times) - 1):
-            lo, hi = p.times[i], p.times[i + 1]
-            if hi - lo > min_gap_s and any(lo < q.first_time and q.last_time < hi for q in others):
-                out.append(_sub(p, start, i + 1))
-                start = i + 1
-        out.append(_sub(p, start, len(p.times)) if start else p)
-    return out
-
-
-def _sub(p: Period, start: int, stop: int) -> Period:
-    """Commits ``start:stop`` of ``p`` (seqnos of a run are consecutive)."""
-    times = p.times[start:stop]
-    return Period(p.origin, p.first_seqno + start, p.first_seqno + stop - 1, min(times), max(times), p.where, times)
+def term_starts(roots: Iterable[Path]) -> frozenset[tuple[str, int]]:
+    """``(root_primary, start_seqno)`` of every history record of the members' own stream: where each
+    term of each primary began."""
+    return frozenset((h.root_primary, h.start_seqno) for root in roots
+                     for h in load_instance_file(Layout(Path(root)).instance_file).history if h.stream == 0)
 
 
 def leadership_periods(roots: Iterable[Path]) -> list[Period]:
-    """Every member's journal and lost files, as periods (read from the files: stop the servers first)."""
+    """Every member's journal and lost files, as periods cut into terms (read from the files: stop the
+    servers first)."""
+    roots = [Path(r) for r in roots]
+    starts = term_starts(roots)
     out: list[Period] = []
     for root in roots:
-        root = Path(root)
-        out += runs(((r.seqno, r.origin, r.time) for r in iter_records(root / "journal")), f"{root.name} journal")
+        out += runs(((r.seqno, r.origin, r.time) for r in iter_records(root / "journal")), f"{root.name} journal",
+                    starts)
         for path in list_lost_files(root / "lost"):
             txns = sorted(LostFile.read(path).transactions, key=lambda t: t["seqno"])
-            out += runs(((t["seqno"], t["origin"], t["time"]) for t in txns), f"{root.name} lost {Path(path).name}")
+            out += runs(((t["seqno"], t["origin"], t["time"]) for t in txns), f"{root.name} lost {Path(path).name}",
+                        starts)
     return out
 
 
-def check_one_primary_at_a_time(periods: list[Period], margin_s: float) -> float | None:
-    """AssertionError naming two periods of different origins whose commit times overlap, once runs are
-    cut into terms (``split_terms``, at the fence margin ``margin_s``); else the smallest gap between the
-    end of one origin's period and the start of another's that follows it (None with a single origin)."""
-    periods = split_terms(periods, margin_s)
+def check_one_primary_at_a_time(periods: list[Period]) -> float | None:
+    """AssertionError naming two periods of different origins whose commit times overlap; else the
+    smallest gap between the end of one origin's period and the start of another's that follows it
+    (None with a single origin)."""
     gaps = []
     for i, a in enumerate(periods):
         for b in periods[i + 1:]:

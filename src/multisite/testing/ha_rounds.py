@@ -45,7 +45,6 @@ from typing import Callable
 
 from ..errors import CoordinatorUnavailable
 from ..ha.coordinator import Coordinator
-from ..ha.decide import FENCE_MARGIN_FRACTION
 from .etcd import EtcdCluster
 from .ha import REGION, HACluster, Writer
 from .ha_checks import (check_one_primary_at_a_time, history_report, journal_updates, leadership_periods,
@@ -250,7 +249,7 @@ def _check(c: HACluster, w: Writer, p: Plan, totals: Totals) -> None:
     present = [i for i in w.refused if w.key(i) in rows]
     assert not present, f"commits refused to the writer are on the primary: {present[:10]}"
     _check_history(c, w, p, primary, rows, totals)
-    gap = check_one_primary_at_a_time(leadership_periods(c.root(n) for n in c.names), c.ttl_s * FENCE_MARGIN_FRACTION)
+    gap = check_one_primary_at_a_time(leadership_periods(c.root(n) for n in c.names))
     if gap is not None:
         totals.smallest_gap_s = gap if totals.smallest_gap_s is None else min(gap, totals.smallest_gap_s)
 
