@@ -188,7 +188,7 @@ def test_a_watch_opened_while_the_first_member_is_paused_starts_on_another(tmp_p
                     writer = EtcdClient(events.url, timeout_s=10.0)  # the event's source, not under test: patient
                     await asyncio.to_thread(lambda: asyncio.run(writer.put("w/b", "2")))
                     return events.url, took, (await asyncio.wait_for(anext(events), 5)).kv.key
-            url, took, key = run(asyncio.wait_for(watch(), 3 * c.timeout_s + 5))
+            url, took, key = run(asyncio.wait_for(watch(), 3 * c.timeout_s + 15))  # the put's 10 s included
             assert url != urls[paused] and key == "w/b"
             assert took < 2 * c.timeout_s + 1, took
         finally:
