@@ -197,7 +197,7 @@ def test_stopping_the_primary_manager_leaves_its_server_fenced_while_another_tak
 
 
 def test_without_an_etcd_majority_the_primary_stops_within_its_lease_and_nobody_is_promoted(tmp_path):
-    from multisite.testing.etcd import EtcdCluster
+    from multisite.testing.etcd import ELECTION_MS, EtcdCluster
 
     with EtcdCluster(tmp_path / "own") as etcd:
         c = HACluster(tmp_path, etcd.endpoints, ["A", "B", "C"], ttl_s=1.0, cluster="majority")
@@ -218,9 +218,10 @@ def test_without_an_etcd_majority_the_primary_stops_within_its_lease_and_nobody_
             assert roles["B"] == roles["C"] == "secondary", roles  # no promotion without a majority
             # A's commit times, not the writer's: an answer can reach a loaded writer late
             last_commit = max(r.time for r in iter_records(c.root("A") / "journal") if r.origin == "A")
-            # its fence: the last renewal was sent before the cut, and a commit's time is stamped before its
-            # lease is checked again (Core.seal), so none is dated past renewal + ttl - margin (0.75 s)
-            bound = c.ttl_s * (1 - FENCE_MARGIN_FRACTION) + 0.02  # + the two clocks' reading order
+            # its fence: a commit's time is stamped before its lease is checked again (Core.seal), so none is
+            # dated past its last renewal + ttl - margin (0.75 s); the surviving etcd member, if it led, renews
+            # leases until it notices it lost its majority (an election timeout: 0.90 s was seen)
+            bound = ELECTION_MS / 1000 + c.ttl_s * (1 - FENCE_MARGIN_FRACTION) + 0.02  # + clock reading order
             assert last_commit - cut_wall < bound, f"commits went on {last_commit - cut_wall:.2f} s after etcd " \
                                                    f"lost its majority (its fence {bound:.2f} s)"
             etcd.restart(1)
